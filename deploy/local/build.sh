@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds the local node stack's binaries from the Go module proxy and installs the Debian
+# packages it needs. Binaries are cached outside the clone, keyed by version, so a warm
+# run only checks that they exist.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+cache=${NR1_CACHE:-$HOME/.cache/nr1-agent}
+bin=$cache/bin
+mkdir -p "$bin"
+export GOFLAGS=-mod=mod
+
+log() { printf '[build] %s\n' "$*" >&2; }
+
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  if [ ! -f "$cache/.apt-updated" ] || [ -n "$(find "$cache/.apt-updated" -mmin +720)" ]; then
+    apt-get update -qq && touch "$cache/.apt-updated"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# go_install NAME VERSION PKG... installs PKG@VERSION into $bin/NAME-VERSION/.
+go_install() {
+  local name=$1 version=$2; shift 2
+  local dir=$bin/$name-$version
+  [ -f "$dir/.done" ] && return 0
+  log "go install $name $version"
+  mkdir -p "$dir"
+  for pkg in "$@"; do GOBIN=$dir go install "$pkg@$version"; done
+  touch "$dir/.done"
+}
+
+build_runc() {
+  local dir=$bin/runc-$RUNC_VERSION
+  [ -f "$dir/.done" ] && return 0
+  log "go install runc $RUNC_VERSION (seccomp)"
+  mkdir -p "$dir"
+  CGO_ENABLED=1 GOBIN=$dir go install -tags seccomp "github.com/opencontainers/runc@$RUNC_VERSION"
+  touch "$dir/.done"
+}
+
+# build_kube compiles the Kubernetes components from k8s.io/kubernetes through a wrapper
+# module: the main module cannot require k8s.io/kubernetes without a replace per staging
+# module, and those must stay out of the project's go.mod.
+build_kube() {
+  local dir=$bin/kube-$KUBE_VERSION
+  [ -f "$dir/.done" ] && return 0
+  local mod=$cache/src/kube-wrapper-$KUBE_VERSION
+  mkdir -p "$dir" "$mod"
+  log "building Kubernetes $KUBE_VERSION components (cold: about 10 minutes)"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  {
+    echo "module nr1local/kube"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    echo
+    echo "replace ("
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$gomod" |
+      grep -vE 'sample-(cli-plugin|controller)$' |
+      while read -r m; do echo "	$m => $m $KUBE_STAGING_VERSION"; done
+    echo ")"
+  } >"$mod/go.mod"
+  cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  (
+    cd "$mod"
+    go mod tidy >/dev/null 2>&1 || go mod tidy
+    for c in kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+      log "go build $c"
+      CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$dir/$c" "k8s.io/kubernetes/cmd/$c"
+    done
+  )
+  touch "$dir/.done"
+}
+
+main() {
+  apt_install etcd-server containernetworking-plugins libseccomp-dev iptables iproute2 conntrack
+  go_install containerd "$CONTAINERD_VERSION" \
+    github.com/containerd/containerd/v2/cmd/containerd \
+    github.com/containerd/containerd/v2/cmd/ctr \
+    github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
+  build_runc
+  go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+  build_kube
+  go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+  # One directory on PATH for the scripts: links into the versioned directories.
+  mkdir -p "$cache/path"
+  for d in "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION" "helm-$HELM_VERSION"; do
+    for f in "$bin/$d"/*; do ln -sfn "$f" "$cache/path/$(basename "$f")"; done
+  done
+  log "binaries ready in $cache/path"
+}
+
+main "$@"

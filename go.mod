@@ -1,0 +1,3 @@
+module github.com/neureality-sdk/nr1-agent
+
+go 1.26.0
