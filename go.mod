@@ -1,3 +1,5 @@
 module github.com/neureality-sdk/nr1-agent
 
 go 1.26.0
+
+require golang.org/x/sys v0.50.0 // indirect

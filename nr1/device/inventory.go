@@ -1,0 +1,172 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Inventory reads the NR1's capacity and health from the host.
+type Inventory struct {
+	cfg       Config
+	sysfsRoot string
+}
+
+// NewInventory returns an inventory reading sysfs under sysfsRoot.
+func NewInventory(cfg Config, sysfsRoot string) *Inventory {
+	return &Inventory{cfg: cfg, sysfsRoot: sysfsRoot}
+}
+
+// Files returns the device files configured for r.
+func (inv *Inventory) Files(r nr1.Resource) []File { return inv.cfg.Resources.Of(r).Files }
+
+// CapacitySource says where a resource's capacity was read.
+type CapacitySource string
+
+// Where capacity can come from, in order of precedence.
+const (
+	FromSysfs     CapacitySource = "sysfs"
+	FromPartition CapacitySource = "statfs"
+	FromConfig    CapacitySource = "config"
+)
+
+// Capacity reads each resource's capacity, in units, and where it came from.
+func (inv *Inventory) Capacity() (nr1.Amounts, [nr1.NumResources]CapacitySource, error) {
+	var (
+		capacity nr1.Amounts
+		sources  [nr1.NumResources]CapacitySource
+	)
+	for _, r := range nr1.All {
+		n, src, err := inv.capacityOf(r)
+		if err != nil {
+			return capacity, sources, fmt.Errorf("capacity of %s: %w", r.Name(), err)
+		}
+		capacity[r], sources[r] = n, src
+	}
+	return capacity, sources, nil
+}
+
+func (inv *Inventory) capacityOf(r nr1.Resource) (int64, CapacitySource, error) {
+	rc := inv.cfg.Resources.Of(r)
+	if rc.CapacityAttribute != "" {
+		n, err := inv.readCapacityAttribute(rc.CapacityAttribute)
+		switch {
+		case err == nil:
+			return n, FromSysfs, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return 0, "", err
+		}
+	}
+	if p := rc.Partition; p != nil {
+		n, err := partitionMB(p)
+		return n, FromPartition, err
+	}
+	if rc.Capacity != nil {
+		return *rc.Capacity, FromConfig, nil
+	}
+	return 0, "", fmt.Errorf("sysfs attribute %s is absent and no capacity is configured",
+		inv.attributePath(rc.CapacityAttribute))
+}
+
+func (inv *Inventory) attributePath(name string) string {
+	return filepath.Join(inv.sysfsRoot, inv.cfg.SysfsDevice, name)
+}
+
+func (inv *Inventory) readCapacityAttribute(name string) (int64, error) {
+	p := inv.attributePath(name)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("sysfs attribute %s: want a non-negative integer, got %q", p, strings.TrimSpace(string(b)))
+	}
+	return n, nil
+}
+
+func partitionMB(p *Partition) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(p.Path, &st); err != nil {
+		return 0, fmt.Errorf("statfs of image partition %s: %w", p.Path, err)
+	}
+	total := int64(st.Blocks) * st.Bsize >> 20 //nolint:gosec // block counts fit in int64
+	if total < p.ReserveMB {
+		return 0, fmt.Errorf("image partition %s holds %d MB, less than the reserve of %d MB", p.Path, total, p.ReserveMB)
+	}
+	return total - p.ReserveMB, nil
+}
+
+// Status is the health of one resource.
+type Status struct {
+	Healthy bool
+	// Reason says why the resource is unhealthy; empty when healthy.
+	Reason string
+}
+
+// Health is the status of each resource.
+type Health [nr1.NumResources]Status
+
+// AllHealthy reports whether every resource is healthy.
+func (h Health) AllHealthy() bool {
+	for _, s := range h {
+		if !s.Healthy {
+			return false
+		}
+	}
+	return true
+}
+
+// Probe reads the NR1's health now: the health attribute, when configured, reads one of
+// the healthy values, and each resource's device files exist.
+func (inv *Inventory) Probe() Health {
+	nr1Status := inv.probeAttribute()
+	var h Health
+	for _, r := range nr1.All {
+		h[r] = nr1Status
+		if !nr1Status.Healthy {
+			continue
+		}
+		for _, f := range inv.Files(r) {
+			if _, err := os.Stat(f.Path); err != nil {
+				h[r] = Status{Reason: fmt.Sprintf("device file %s: %v", f.Path, unwrapPathError(err))}
+				break
+			}
+		}
+	}
+	return h
+}
+
+func (inv *Inventory) probeAttribute() Status {
+	if inv.cfg.HealthAttribute == "" {
+		return Status{Healthy: true}
+	}
+	p := inv.attributePath(inv.cfg.HealthAttribute)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return Status{Reason: fmt.Sprintf("health attribute %s: %v", p, unwrapPathError(err))}
+	}
+	v := strings.TrimSpace(string(b))
+	for _, ok := range inv.cfg.HealthyValues {
+		if strings.EqualFold(v, ok) {
+			return Status{Healthy: true}
+		}
+	}
+	return Status{Reason: fmt.Sprintf("health attribute %s reads %q", p, v)}
+}
+
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,209 @@
+package device
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// fixture lays out a sysfs root with the default NR1 device directory and device files
+// in a temp dir, and returns a configuration pointing at them.
+func fixture(t *testing.T) (Config, string) {
+	t.Helper()
+	root := t.TempDir()
+	cfg := DefaultConfig()
+	dev := filepath.Join(root, "sys", cfg.SysfsDevice)
+	must(t, os.MkdirAll(dev, 0o755))
+	for name, v := range map[string]string{
+		"compute_dma_memory_mb": "116244\n", "cpu_dma_memory_mb": "512\n",
+		"docker_partition_mb": "13417\n", "ai_hypervisor_queues": "65536\n", "health": "ok\n",
+	} {
+		must(t, os.WriteFile(filepath.Join(dev, name), []byte(v), 0o644))
+	}
+	for _, r := range nr1.All {
+		rc := cfg.Resources.Of(r)
+		for i := range rc.Files {
+			rc.Files[i].Path = filepath.Join(root, "dev", filepath.Base(rc.Files[i].Path))
+			must(t, os.MkdirAll(filepath.Dir(rc.Files[i].Path), 0o755))
+			must(t, os.WriteFile(rc.Files[i].Path, nil, 0o600))
+		}
+	}
+	return cfg, filepath.Join(root, "sys")
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCapacityFromSysfs(t *testing.T) {
+	cfg, sys := fixture(t)
+	got, src, err := NewInventory(cfg, sys).Capacity()
+	must(t, err)
+	if want := (nr1.Amounts{116244, 512, 13417, 65536}); got != want {
+		t.Fatalf("capacity %v, want %v", got, want)
+	}
+	for _, s := range src {
+		if s != FromSysfs {
+			t.Fatalf("sources %v, want all sysfs", src)
+		}
+	}
+}
+
+func TestCapacityPrecedence(t *testing.T) {
+	cfg, sys := fixture(t)
+	must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "cpu_dma_memory_mb")))
+	must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "docker_partition_mb")))
+	n := int64(256)
+	cfg.Resources.CPUDMAMemory.Capacity = &n
+	partition := t.TempDir()
+	cfg.Resources.DockerPartition.Partition = &Partition{Path: partition, ReserveMB: 1}
+	cfg.Resources.DockerPartition.Capacity = &n // the partition wins over the static value
+
+	got, src, err := NewInventory(cfg, sys).Capacity()
+	must(t, err)
+	var st unix.Statfs_t
+	must(t, unix.Statfs(partition, &st))
+	wantPartition := int64(st.Blocks)*st.Bsize>>20 - 1
+	if got[nr1.CPUDMAMemory] != 256 || src[nr1.CPUDMAMemory] != FromConfig {
+		t.Errorf("cpu dma: %d from %s", got[nr1.CPUDMAMemory], src[nr1.CPUDMAMemory])
+	}
+	if got[nr1.DockerPartition] != wantPartition || src[nr1.DockerPartition] != FromPartition {
+		t.Errorf("docker partition: %d from %s, want %d from statfs", got[nr1.DockerPartition], src[nr1.DockerPartition], wantPartition)
+	}
+	if got[nr1.ComputeDMAMemory] != 116244 || src[nr1.ComputeDMAMemory] != FromSysfs {
+		t.Errorf("compute dma: %d from %s", got[nr1.ComputeDMAMemory], src[nr1.ComputeDMAMemory])
+	}
+}
+
+func TestCapacityErrors(t *testing.T) {
+	t.Run("malformed attribute is not skipped", func(t *testing.T) {
+		cfg, sys := fixture(t)
+		n := int64(1)
+		cfg.Resources.HypervisorQueue.Capacity = &n
+		must(t, os.WriteFile(filepath.Join(sys, cfg.SysfsDevice, "ai_hypervisor_queues"), []byte("lots\n"), 0o644))
+		_, _, err := NewInventory(cfg, sys).Capacity()
+		if err == nil || !strings.Contains(err.Error(), `ai_hypervisor_queues: want a non-negative integer, got "lots"`) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("no source", func(t *testing.T) {
+		cfg, sys := fixture(t)
+		must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "compute_dma_memory_mb")))
+		_, _, err := NewInventory(cfg, sys).Capacity()
+		if err == nil || !strings.Contains(err.Error(), "neureality.ai/compute_dma_memory_in_mb") ||
+			!strings.Contains(err.Error(), "no capacity is configured") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("reserve above partition", func(t *testing.T) {
+		cfg, sys := fixture(t)
+		must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "docker_partition_mb")))
+		cfg.Resources.DockerPartition.Partition = &Partition{Path: t.TempDir(), ReserveMB: 1 << 40}
+		_, _, err := NewInventory(cfg, sys).Capacity()
+		if err == nil || !strings.Contains(err.Error(), "less than the reserve") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+func TestProbe(t *testing.T) {
+	cfg, sys := fixture(t)
+	inv := NewInventory(cfg, sys)
+	if h := inv.Probe(); !h.AllHealthy() {
+		t.Fatalf("fresh fixture unhealthy: %+v", h)
+	}
+	health := filepath.Join(sys, cfg.SysfsDevice, "health")
+	must(t, os.WriteFile(health, []byte("degraded\n"), 0o644))
+	h := inv.Probe()
+	for _, r := range nr1.All {
+		if h[r].Healthy || !strings.Contains(h[r].Reason, `reads "degraded"`) {
+			t.Errorf("%s: %+v", r, h[r])
+		}
+	}
+	must(t, os.WriteFile(health, []byte("HEALTHY"), 0o644))
+	queue := cfg.Resources.HypervisorQueue.Files[0].Path
+	must(t, os.Remove(queue))
+	h = inv.Probe()
+	if h[nr1.HypervisorQueue].Healthy || !strings.Contains(h[nr1.HypervisorQueue].Reason, queue) {
+		t.Errorf("queue with its device file gone: %+v", h[nr1.HypervisorQueue])
+	}
+	if !h[nr1.ComputeDMAMemory].Healthy || !h[nr1.DockerPartition].Healthy {
+		t.Errorf("other resources should stay healthy: %+v", h)
+	}
+	must(t, os.Remove(health))
+	if h := inv.Probe(); h[nr1.ComputeDMAMemory].Healthy {
+		t.Error("missing health attribute must be unhealthy")
+	}
+}
+
+type probes []Health
+
+func (p *probes) Probe() Health {
+	h := (*p)[0]
+	if len(*p) > 1 {
+		*p = (*p)[1:]
+	}
+	return h
+}
+
+func TestMonitorWakesWatchersOnChange(t *testing.T) {
+	healthy := Health{{Healthy: true}, {Healthy: true}, {Healthy: true}, {Healthy: true}}
+	sick := healthy
+	sick[nr1.ComputeDMAMemory] = Status{Reason: "gone"}
+	m := NewMonitor(&probes{healthy}, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	h, changed := m.Load()
+	if h != healthy {
+		t.Fatalf("initial %+v", h)
+	}
+	m.Update(healthy)
+	select {
+	case <-changed:
+		t.Fatal("woken without a change")
+	default:
+	}
+	m.Update(sick)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("not woken on a change")
+	}
+	if h, _ := m.Load(); h != sick {
+		t.Fatalf("after change %+v", h)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cfg := DefaultConfig()
+	neg := int64(-3)
+	cfg.Resources.CPUDMAMemory.Capacity = &neg
+	cfg.Resources.HypervisorQueue.Files = []File{{Path: "dev/q"}}
+	cfg.Resources.ComputeDMAMemory.Partition = &Partition{Path: "/x"}
+	cfg.Resources.DockerPartition = Resource{}
+	cfg.SysfsDevice = "/abs"
+	err := cfg.Validate("nr1")
+	for _, want := range []string{
+		"nr1.resources.cpu_dma_memory.capacity: must not be negative, got -3",
+		`nr1.resources.ai_hypervisor_queue.files[0].path: must be an absolute path, got "dev/q"`,
+		"nr1.resources.compute_dma_memory.partition: only the docker_partition",
+		"nr1.resources.docker_partition: has no capacity source",
+		`nr1.sysfsDevice: must be a relative path inside the sysfs root, got "/abs"`,
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+	def := DefaultConfig()
+	if err := def.Validate("nr1"); err != nil {
+		t.Errorf("default config invalid: %v", err)
+	}
+}

@@ -1,0 +1,87 @@
+// Package nr1 names the NR1 resources that Kubernetes counts and the agent enforces, and
+// the amounts of them. It does no I/O.
+package nr1
+
+import "fmt"
+
+// Resource is one of the four counted NR1 resources.
+type Resource int
+
+// The four NR1 resources, in the order used by Amounts.
+const (
+	ComputeDMAMemory Resource = iota
+	CPUDMAMemory
+	DockerPartition
+	HypervisorQueue
+	// NumResources is the number of NR1 resources.
+	NumResources = 4
+)
+
+// Domain is the extended-resource domain of every NR1 resource name.
+const Domain = "neureality.ai"
+
+// All lists the resources in their canonical order.
+var All = [NumResources]Resource{ComputeDMAMemory, CPUDMAMemory, DockerPartition, HypervisorQueue}
+
+type resourceInfo struct {
+	name   string // the Kubernetes extended-resource name
+	short  string // the metric label and configuration key
+	unit   string
+	envVar string // set by Allocate to the number of units granted
+}
+
+var info = [NumResources]resourceInfo{
+	{Domain + "/compute_dma_memory_in_mb", "compute_dma_memory", "MB", "NR1_COMPUTE_DMA_MEMORY_MB"},
+	{Domain + "/cpu_dma_memory_in_mb", "cpu_dma_memory", "MB", "NR1_CPU_DMA_MEMORY_MB"},
+	{Domain + "/docker_partition_in_mb", "docker_partition", "MB", "NR1_DOCKER_PARTITION_MB"},
+	{Domain + "/ai_hypervisor_queue", "ai_hypervisor_queue", "queue", "NR1_AI_HYPERVISOR_QUEUES"},
+}
+
+// Valid reports whether r is one of the four resources.
+func (r Resource) Valid() bool { return r >= 0 && r < NumResources }
+
+// Name is the full Kubernetes resource name, e.g. neureality.ai/compute_dma_memory_in_mb.
+func (r Resource) Name() string { return r.info().name }
+
+// Short is the short name used in metric labels and configuration, e.g. compute_dma_memory.
+func (r Resource) Short() string { return r.info().short }
+
+// Unit is what one unit of the resource is: "MB" or "queue".
+func (r Resource) Unit() string { return r.info().unit }
+
+// EnvVar is the environment variable through which Allocate tells a container its budget.
+func (r Resource) EnvVar() string { return r.info().envVar }
+
+// UnitBytes is the size of one unit in bytes, or 1 for counted resources.
+func (r Resource) UnitBytes() int64 {
+	if r.info().unit == "MB" {
+		return 1 << 20
+	}
+	return 1
+}
+
+// String returns the short name.
+func (r Resource) String() string {
+	if !r.Valid() {
+		return fmt.Sprintf("Resource(%d)", int(r))
+	}
+	return r.Short()
+}
+
+func (r Resource) info() resourceInfo {
+	if !r.Valid() {
+		panic(fmt.Sprintf("nr1: invalid resource %d", int(r)))
+	}
+	return info[r]
+}
+
+// ParseResource accepts a full resource name or a short name.
+func ParseResource(s string) (Resource, error) {
+	for _, r := range All {
+		if s == r.Name() || s == r.Short() {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown NR1 resource %q (want one of %s, %s, %s, %s)",
+		s, info[0].name, info[1].name, info[2].name, info[3].name)
+}
