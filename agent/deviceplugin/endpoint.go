@@ -1,0 +1,124 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// endpoint is one plugin's gRPC server on its socket in the kubelet's device-plugins dir.
+// A served endpoint is never restarted: a new one replaces it.
+type endpoint struct {
+	pluginapi.UnimplementedDevicePluginServer
+	plugin *Plugin
+	socket string
+	server *grpc.Server
+	id     fileID        // the socket this endpoint created
+	stop   chan struct{} // ends the ListAndWatch streams
+}
+
+// serve listens on socket, replacing a stale file left there.
+func serve(p *Plugin, socket string) (*endpoint, error) {
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("removing stale socket %s: %w", socket, err)
+	}
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", socket, err)
+	}
+	id, err := identify(socket)
+	if err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("socket %s: %w", socket, err)
+	}
+	e := &endpoint{plugin: p, socket: socket, server: grpc.NewServer(), id: id, stop: make(chan struct{})}
+	pluginapi.RegisterDevicePluginServer(e.server, e)
+	go func() { _ = e.server.Serve(lis) }()
+	return e, nil
+}
+
+// present reports whether the socket this endpoint created is still in place.
+func (e *endpoint) present() bool {
+	id, err := identify(e.socket)
+	return err == nil && id == e.id
+}
+
+// close ends the streams and the server, and removes the socket if it is still ours.
+func (e *endpoint) close() {
+	close(e.stop)
+	done := make(chan struct{})
+	go func() { e.server.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		e.server.Stop()
+	}
+	if e.present() {
+		_ = os.Remove(e.socket)
+	}
+}
+
+// register tells the kubelet listening on kubeletSocket about this endpoint.
+func (e *endpoint) register(ctx context.Context, kubeletSocket string) error {
+	conn, err := grpc.NewClient("unix://"+kubeletSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connecting to kubelet at %s: %w", kubeletSocket, err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
+		Version:      pluginapi.Version,
+		Endpoint:     filepath.Base(e.socket),
+		ResourceName: e.plugin.Resource().Name(),
+		Options:      &pluginapi.DevicePluginOptions{},
+	})
+	if err != nil {
+		return fmt.Errorf("registering %s with kubelet at %s: %w", e.plugin.Resource().Name(), kubeletSocket, err)
+	}
+	return nil
+}
+
+func (e *endpoint) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{}, nil
+}
+
+func (e *endpoint) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	return e.plugin.ListAndWatch(stream, e.stop)
+}
+
+func (e *endpoint) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return e.plugin.Allocate(req)
+}
+
+func (e *endpoint) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// fileID tells a file from the one that replaced it at the same path. The inode alone
+// does not: a file system may give a new socket the inode of the one just removed.
+type fileID struct {
+	ino   uint64
+	ctime syscall.Timespec
+}
+
+func identify(path string) (fileID, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, fmt.Errorf("no inode for %s", path)
+	}
+	return fileID{ino: st.Ino, ctime: st.Ctim}, nil
+}

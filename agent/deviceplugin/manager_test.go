@@ -1,0 +1,319 @@
+package deviceplugin
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+var nodeCapacity = nr1.Amounts{116244, 512, 13417, 65536}
+
+type fixedProber struct{ h device.Health }
+
+func (p fixedProber) Probe() device.Health { return p.h }
+
+func healthy() device.Health {
+	var h device.Health
+	for i := range h {
+		h[i].Healthy = true
+	}
+	return h
+}
+
+type harness struct {
+	dir     string
+	monitor *device.Monitor
+	manager *Manager
+	files   map[nr1.Resource][]device.File
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startManager runs a manager for the four resources at node capacity, with the
+// compute-DMA resource carrying a regular file and the queue resource a char device.
+// The resync is long so that only filesystem events can drive what the tests see.
+func startManager(t *testing.T) *harness {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "device-plugins")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	dma := filepath.Join(root, "nr1_compute_dma")
+	if err := os.WriteFile(dma, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{
+		dir:     dir,
+		monitor: device.NewMonitor(fixedProber{healthy()}, time.Hour, discard()),
+		files: map[nr1.Resource][]device.File{
+			nr1.ComputeDMAMemory: {{Path: dma, ContainerPath: "/dev/nr1/compute_dma"}},
+			nr1.HypervisorQueue:  {{Path: "/dev/null"}}, // a character device present everywhere
+		},
+		done: make(chan error, 1),
+	}
+	var plugins []*Plugin
+	for _, r := range nr1.All {
+		plugins = append(plugins, NewPlugin(r, nodeCapacity[r], h.files[r], h.monitor))
+	}
+	h.manager = NewManager(dir, plugins, time.Minute, discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.manager.Run(ctx) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+func (h *harness) stop() {
+	if h.cancel == nil {
+		return
+	}
+	h.cancel()
+	<-h.done
+	h.cancel = nil
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func allNames() []string {
+	var names []string
+	for _, r := range nr1.All {
+		names = append(names, r.Name())
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestRegistersAllFourAndListsCapacity(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four lists", func() bool { return len(k.lists) == 4 })
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	got := k.registeredNames()
+	sort.Strings(got)
+	if !slices.Equal(got, allNames()) {
+		t.Fatalf("registered %v, want %v", got, allNames())
+	}
+	for _, req := range k.requests {
+		if req.Version != pluginapi.Version || filepath.Dir(filepath.Join(h.dir, req.Endpoint)) != h.dir {
+			t.Errorf("bad registration %+v", req)
+		}
+	}
+	for _, r := range nr1.All {
+		list := k.lastList(r.Name())
+		if int64(len(list.Devices)) != nodeCapacity[r] {
+			t.Errorf("%s: %d devices, want %d", r.Name(), len(list.Devices), nodeCapacity[r])
+		}
+		ids := map[string]bool{}
+		for _, d := range list.Devices {
+			if d.Health != pluginapi.Healthy || ids[d.ID] {
+				t.Fatalf("%s: device %+v unhealthy or repeated", r.Name(), d)
+			}
+			ids[d.ID] = true
+		}
+	}
+	if !h.manager.Registered(nr1.ComputeDMAMemory) || h.manager.Registrations() != 4 {
+		t.Errorf("manager state: registered=%v registrations=%d", h.manager.Registered(nr1.ComputeDMAMemory), h.manager.Registrations())
+	}
+}
+
+func TestHealthFlipAndRecovery(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four lists", func() bool { return len(k.lists) == 4 })
+
+	allWith := func(health string) func() bool {
+		return func() bool {
+			for _, r := range nr1.All {
+				l := k.lastList(r.Name())
+				if l == nil || int64(len(l.Devices)) != nodeCapacity[r] {
+					return false
+				}
+				for _, d := range l.Devices {
+					if d.Health != health {
+						return false
+					}
+				}
+			}
+			return true
+		}
+	}
+	sick := healthy()
+	for i := range sick {
+		sick[i] = device.Status{Reason: "health attribute reads \"fault\""}
+	}
+	h.monitor.Update(sick)
+	k.waitFor(2*time.Second, "all devices Unhealthy", allWith(pluginapi.Unhealthy))
+	h.monitor.Update(healthy())
+	k.waitFor(2*time.Second, "all devices Healthy again", allWith(pluginapi.Healthy))
+
+	// A flip of one resource sends a new list for it alone.
+	k.mu.Lock()
+	before := len(k.lists[nr1.DockerPartition.Name()])
+	k.mu.Unlock()
+	queueOnly := healthy()
+	queueOnly[nr1.HypervisorQueue] = device.Status{Reason: "device file gone"}
+	h.monitor.Update(queueOnly)
+	k.waitFor(2*time.Second, "queue devices Unhealthy", func() bool {
+		return k.lastList(nr1.HypervisorQueue.Name()).Devices[0].Health == pluginapi.Unhealthy
+	})
+	k.mu.Lock()
+	after := len(k.lists[nr1.DockerPartition.Name()])
+	k.mu.Unlock()
+	if after != before {
+		t.Errorf("docker partition got %d new lists on a queue health change", after-before)
+	}
+}
+
+func dialPlugin(t *testing.T, dir string, r nr1.Resource) pluginapi.DevicePluginClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, SocketName(r)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
+}
+
+func TestAllocate(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four lists", func() bool { return len(k.lists) == 4 })
+	ctx := context.Background()
+
+	ids := func(r nr1.Resource, n int) []string {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		var out []string
+		for _, d := range k.lastList(r.Name()).Devices[:n] {
+			out = append(out, d.ID)
+		}
+		return out
+	}
+	// The ResNet-50 CG: 3 MB of compute DMA and 7 queues on one container.
+	dma, err := dialPlugin(t, h.dir, nr1.ComputeDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids(nr1.ComputeDMAMemory, 3)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dma.ContainerResponses[0]
+	if c.Envs["NR1_COMPUTE_DMA_MEMORY_MB"] != "3" || c.Annotations["nr1.neureality.ai/compute_dma_memory"] != "3" {
+		t.Errorf("compute DMA env/annotations: %v %v", c.Envs, c.Annotations)
+	}
+	if len(c.Mounts) != 1 || c.Mounts[0].HostPath != h.files[nr1.ComputeDMAMemory][0].Path ||
+		c.Mounts[0].ContainerPath != "/dev/nr1/compute_dma" || len(c.Devices) != 0 {
+		t.Errorf("compute DMA file as mount: mounts %v devices %v", c.Mounts, c.Devices)
+	}
+
+	q, err := dialPlugin(t, h.dir, nr1.HypervisorQueue).Allocate(ctx, &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+			{DevicesIds: ids(nr1.HypervisorQueue, 7)},
+			{DevicesIds: ids(nr1.HypervisorQueue, 2)},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q.ContainerResponses) != 2 {
+		t.Fatalf("%d container responses, want 2", len(q.ContainerResponses))
+	}
+	c = q.ContainerResponses[0]
+	if c.Envs["NR1_AI_HYPERVISOR_QUEUES"] != "7" || c.Annotations["nr1.neureality.ai/ai_hypervisor_queue"] != "7" {
+		t.Errorf("queue env/annotations: %v %v", c.Envs, c.Annotations)
+	}
+	if q.ContainerResponses[1].Envs["NR1_AI_HYPERVISOR_QUEUES"] != "2" {
+		t.Errorf("second container: %v", q.ContainerResponses[1].Envs)
+	}
+	if len(c.Devices) != 1 || c.Devices[0].HostPath != "/dev/null" || c.Devices[0].ContainerPath != "/dev/null" ||
+		c.Devices[0].Permissions != "rw" || len(c.Mounts) != 0 {
+		t.Errorf("queue char device as device spec: devices %v mounts %v", c.Devices, c.Mounts)
+	}
+
+	_, err = dialPlugin(t, h.dir, nr1.CPUDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0", "zz9"}}},
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("unknown device ID: err %v, want InvalidArgument", err)
+	}
+
+	if err := os.Remove(h.files[nr1.ComputeDMAMemory][0].Path); err != nil {
+		t.Fatal(err)
+	}
+	_, err = dialPlugin(t, h.dir, nr1.ComputeDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0"}}},
+	})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("missing device file: err %v, want Unavailable", err)
+	}
+}
+
+func TestReregistersWhenKubeletRestarts(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+	k.stop()
+
+	restarted := time.Now()
+	k2 := startStubKubelet(t, h.dir)
+	k2.waitFor(time.Second, "four registrations with the new kubelet within 1 s", func() bool {
+		names := k2.registeredNames()
+		sort.Strings(names)
+		return slices.Equal(names, allNames())
+	})
+	t.Logf("re-registered all four %v after kubelet.sock was recreated", time.Since(restarted))
+	k2.waitFor(2*time.Second, "lists from the new kubelet", func() bool { return len(k2.lists) == 4 })
+}
+
+func TestReservesRemovedPluginSocket(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+
+	socket := filepath.Join(h.dir, SocketName(nr1.HypervisorQueue))
+	if err := os.Remove(socket); err != nil {
+		t.Fatal(err)
+	}
+	k.waitFor(time.Second, "queue plugin registered again", func() bool {
+		return len(k.requests) == 5 && k.requests[4].ResourceName == nr1.HypervisorQueue.Name()
+	})
+	if _, err := os.Stat(socket); err != nil {
+		t.Fatalf("socket not served again: %v", err)
+	}
+	k.waitFor(2*time.Second, "a list over the new socket", func() bool { return len(k.lists[nr1.HypervisorQueue.Name()]) >= 2 })
+}
+
+func TestStopRemovesSockets(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four lists", func() bool { return len(k.lists) == 4 })
+	h.stop()
+	for _, r := range nr1.All {
+		if _, err := os.Stat(filepath.Join(h.dir, SocketName(r))); !os.IsNotExist(err) {
+			t.Errorf("%s socket left after stop: %v", r, err)
+		}
+	}
+	if h.manager.Registered(nr1.ComputeDMAMemory) {
+		t.Error("still reported registered after stop")
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, KubeletSocketName)); err != nil {
+		t.Errorf("the kubelet's socket must be left alone: %v", err)
+	}
+}
