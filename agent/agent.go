@@ -1,0 +1,43 @@
+// Package agent wires the agent's parts together and runs them until the context ends.
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+// Run starts the agent and blocks until ctx ends or a part fails. Everything that can be
+// checked before serving is checked first, so a bad setup stops the agent at startup.
+func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	inv := device.NewInventory(cfg.NR1, cfg.Paths.Sysfs)
+	capacity, sources, err := inv.Capacity()
+	if err != nil {
+		return err
+	}
+	for _, r := range nr1.All {
+		if err := deviceplugin.CheckListSize(r, capacity[r]); err != nil {
+			return fmt.Errorf("nr1.resources.%s (capacity from %s): %w", r.Short(), sources[r], err)
+		}
+		log.Info("NR1 capacity", "resource", r.Name(), "units", capacity[r], "source", sources[r])
+	}
+
+	monitor := device.NewMonitor(inv, cfg.DevicePlugin.HealthInterval.Duration, log)
+	plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
+	for _, r := range nr1.All {
+		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], inv.Files(r), monitor))
+	}
+	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, log)
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return monitor.Run(ctx) })
+	g.Go(func() error { return manager.Run(ctx) })
+	return g.Wait()
+}

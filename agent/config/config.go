@@ -1,0 +1,134 @@
+// Package config is the agent's configuration: a versioned YAML file, flags and their
+// NR1_AGENT_* environment twins, with precedence flag > env > file > default.
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+// The only apiVersion and kind the agent reads.
+const (
+	APIVersion = "nr1.neureality.ai/v1alpha1"
+	Kind       = "AgentConfig"
+)
+
+// Config is the agent's whole configuration.
+type Config struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// NodeName is the Kubernetes node the agent runs on; empty means the host name.
+	NodeName string `json:"nodeName"`
+	// MetricsAddr is where /metrics, /healthz and /readyz are served.
+	MetricsAddr  string        `json:"metricsAddr"`
+	Paths        Paths         `json:"paths"`
+	Log          Log           `json:"log"`
+	DevicePlugin DevicePlugin  `json:"devicePlugin"`
+	NR1          device.Config `json:"nr1"`
+}
+
+// Paths are the host roots the agent reads, so tests and containers can move them.
+type Paths struct {
+	Procfs  string `json:"procfs"`
+	Sysfs   string `json:"sysfs"`
+	Kubelet string `json:"kubelet"`
+}
+
+// Log configures the structured logger.
+type Log struct {
+	Level  string `json:"level"`
+	Format string `json:"format"`
+}
+
+// DevicePlugin configures the kubelet device plugins.
+type DevicePlugin struct {
+	// HealthInterval is how often the NR1's health is probed.
+	HealthInterval Duration `json:"healthInterval"`
+	// Resync bounds how long a missed change of the kubelet's sockets goes unnoticed.
+	Resync Duration `json:"resync"`
+}
+
+// Duration is a time.Duration written as "5s" in the configuration file.
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"5s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"5s\", got %q", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// Default is the configuration with nothing set.
+func Default() Config {
+	return Config{
+		APIVersion:  APIVersion,
+		Kind:        Kind,
+		MetricsAddr: ":9470",
+		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet"},
+		Log:         Log{Level: "info", Format: "json"},
+		DevicePlugin: DevicePlugin{
+			HealthInterval: Duration{5 * time.Second},
+			Resync:         Duration{5 * time.Second},
+		},
+		NR1: device.DefaultConfig(),
+	}
+}
+
+// DevicePluginsDir is the kubelet's device-plugins directory.
+func (c *Config) DevicePluginsDir() string { return filepath.Join(c.Paths.Kubelet, "device-plugins") }
+
+// Validate reports every invalid field, each with its name and the reason.
+func (c *Config) Validate() error {
+	var errs []error
+	field := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{name}, args...)...))
+	}
+	if c.APIVersion != APIVersion {
+		field("apiVersion", "must be %q, got %q", APIVersion, c.APIVersion)
+	}
+	if c.Kind != Kind {
+		field("kind", "must be %q, got %q", Kind, c.Kind)
+	}
+	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
+	}
+	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet} {
+		if !filepath.IsAbs(p) {
+			field(name, "must be an absolute path, got %q", p)
+		}
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		field("log.level", "must be one of debug, info, warn, error; got %q", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "text" {
+		field("log.format", "must be json or text, got %q", c.Log.Format)
+	}
+	if c.DevicePlugin.HealthInterval.Duration <= 0 {
+		field("devicePlugin.healthInterval", "must be positive, got %s", c.DevicePlugin.HealthInterval)
+	}
+	if c.DevicePlugin.Resync.Duration <= 0 {
+		field("devicePlugin.resync", "must be positive, got %s", c.DevicePlugin.Resync)
+	}
+	if err := c.NR1.Validate("nr1"); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,136 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// option is one setting that a flag and its environment twin can set.
+type option struct {
+	name  string
+	usage string
+	set   func(c *Config, v string) error
+}
+
+func (o option) env() string { return EnvName(o.name) }
+
+// EnvName is the environment twin of a flag: --path.sysfs is NR1_AGENT_PATH_SYSFS.
+func EnvName(flagName string) string {
+	return "NR1_AGENT_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(flagName))
+}
+
+const configFlag = "config"
+
+var options = []option{
+	{"node-name", "Kubernetes node this agent runs on (default: the host name)", setString(func(c *Config) *string { return &c.NodeName })},
+	{"metrics-addr", "address for /metrics, /healthz and /readyz", setString(func(c *Config) *string { return &c.MetricsAddr })},
+	{"path.procfs", "host procfs root", setString(func(c *Config) *string { return &c.Paths.Procfs })},
+	{"path.sysfs", "host sysfs root, where the NR1 driver's attributes are", setString(func(c *Config) *string { return &c.Paths.Sysfs })},
+	{"path.kubelet", "kubelet root dir, holding device-plugins/ and pod-resources/", setString(func(c *Config) *string { return &c.Paths.Kubelet })},
+	{"log.level", "debug, info, warn or error", setString(func(c *Config) *string { return &c.Log.Level })},
+	{"log.format", "json or text", setString(func(c *Config) *string { return &c.Log.Format })},
+	{"device-plugin.health-interval", "how often NR1 health is probed", setDuration(func(c *Config) *Duration { return &c.DevicePlugin.HealthInterval })},
+	{"device-plugin.resync", "how often plugin sockets and registration are checked besides file events", setDuration(func(c *Config) *Duration { return &c.DevicePlugin.Resync })},
+	{"nr1.sysfs-device", "NR1 device directory, relative to --path.sysfs", setString(func(c *Config) *string { return &c.NR1.SysfsDevice })},
+}
+
+func setString(field func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *field(c) = v; return nil }
+}
+
+func setDuration(field func(*Config) *Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("want a duration such as 5s, got %q", v)
+		}
+		field(c).Duration = d
+		return nil
+	}
+}
+
+// Load builds the configuration from defaults, the file named by --config (or
+// NR1_AGENT_CONFIG), the environment and the command line, in rising precedence, and
+// validates it. A help request returns flag.ErrHelp after printing usage to out.
+func Load(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet("nr1-agent", flag.ContinueOnError)
+	fs.SetOutput(out)
+	file := fs.String(configFlag, "", fmt.Sprintf("configuration file (YAML, %s %s) (env %s)", APIVersion, Kind, EnvName(configFlag)))
+	given := map[string]string{}
+	for _, o := range options {
+		fs.Func(o.name, fmt.Sprintf("%s (env %s)", o.usage, o.env()), func(v string) error {
+			given[o.name] = v
+			return nil
+		})
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	c := Default()
+	path := *file
+	if path == "" {
+		path = getenv(EnvName(configFlag))
+	}
+	if path != "" {
+		if err := c.loadFile(path); err != nil {
+			return nil, err
+		}
+	}
+	for _, o := range options {
+		if v := getenv(o.env()); v != "" {
+			if err := o.set(&c, v); err != nil {
+				return nil, fmt.Errorf("env %s: %w", o.env(), err)
+			}
+		}
+	}
+	for _, o := range options {
+		if v, ok := given[o.name]; ok {
+			if err := o.set(&c, v); err != nil {
+				return nil, fmt.Errorf("flag --%s: %w", o.name, err)
+			}
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return &c, nil
+}
+
+// loadFile merges the file over c, refusing unknown fields.
+func (c *Config) loadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	if err := yaml.Unmarshal(b, &head); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	if head.APIVersion != APIVersion || head.Kind != Kind {
+		return fmt.Errorf("config file %s: apiVersion/kind: must be %s/%s, got %q/%q", path, APIVersion, Kind, head.APIVersion, head.Kind)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	if bad := unknownField(doc, reflect.TypeOf(c), ""); bad != "" {
+		return fmt.Errorf("config file %s: %s: unknown field", path, bad)
+	}
+	if err := yaml.UnmarshalStrict(b, c); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,147 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const header = "apiVersion: nr1.neureality.ai/v1alpha1\nkind: AgentConfig\n"
+
+func TestDefaultsAreValid(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MetricsAddr != ":9470" || c.Paths.Kubelet != "/var/lib/kubelet" || c.DevicePluginsDir() != "/var/lib/kubelet/device-plugins" {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestPrecedenceFlagEnvFileDefault(t *testing.T) {
+	file := writeFile(t, header+`
+metricsAddr: ":1001"
+paths:
+  sysfs: /file/sys
+  procfs: /file/proc
+log:
+  level: warn
+devicePlugin:
+  healthInterval: 7s
+nr1:
+  resources:
+    cpu_dma_memory:
+      capacity: 256
+`)
+	c, err := Load(
+		[]string{"--config", file, "--metrics-addr", ":1003", "--device-plugin.health-interval=9s"},
+		env(map[string]string{"NR1_AGENT_METRICS_ADDR": ":1002", "NR1_AGENT_PATH_SYSFS": "/env/sys", "NR1_AGENT_LOG_FORMAT": "text"}),
+		io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ name, got, want string }{
+		{"flag over env and file", c.MetricsAddr, ":1003"},
+		{"env over file", c.Paths.Sysfs, "/env/sys"},
+		{"file over default", c.Paths.Procfs, "/file/proc"},
+		{"file", c.Log.Level, "warn"},
+		{"env over default", c.Log.Format, "text"},
+		{"default", c.Paths.Kubelet, "/var/lib/kubelet"},
+		{"default nested kept by file merge", c.NR1.SysfsDevice, "class/neureality/nr1_0"},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: got %q, want %q", ch.name, ch.got, ch.want)
+		}
+	}
+	if c.DevicePlugin.HealthInterval.Duration != 9*time.Second {
+		t.Errorf("flag duration: %v", c.DevicePlugin.HealthInterval)
+	}
+	if p := c.NR1.Resources.CPUDMAMemory.Capacity; p == nil || *p != 256 {
+		t.Errorf("file capacity: %v", p)
+	}
+	if c.NR1.Resources.CPUDMAMemory.CapacityAttribute != "cpu_dma_memory_mb" {
+		t.Errorf("default attribute lost by file merge: %q", c.NR1.Resources.CPUDMAMemory.CapacityAttribute)
+	}
+}
+
+func TestConfigFileFromEnv(t *testing.T) {
+	file := writeFile(t, header+"nodeName: nr1-a\n")
+	c, err := Load(nil, env(map[string]string{"NR1_AGENT_CONFIG": file}), io.Discard)
+	if err != nil || c.NodeName != "nr1-a" {
+		t.Fatalf("%v %+v", err, c)
+	}
+}
+
+func TestBadConfiguration(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{name: "malformed YAML", file: header + "paths: [unclosed\n", want: []string{"config file", "yaml"}},
+		{name: "unknown field", file: header + "paths:\n  sysfs: /sys\n  sysfss: /x\n", want: []string{"paths.sysfss: unknown field"}},
+		{name: "unknown nested field", file: header + "nr1:\n  resources:\n    ai_hypervisor_queue:\n      files:\n      - path: /dev/q\n        mode: rw\n",
+			want: []string{"nr1.resources.ai_hypervisor_queue.files[0].mode: unknown field"}},
+		{name: "unknown resource", file: header + "nr1:\n  resources:\n    gpu: {}\n", want: []string{"nr1.resources.gpu: unknown field"}},
+		{name: "negative capacity", file: header + "nr1:\n  resources:\n    ai_hypervisor_queue:\n      capacity: -1\n",
+			want: []string{"nr1.resources.ai_hypervisor_queue.capacity: must not be negative, got -1"}},
+		{name: "wrong kind", file: "apiVersion: nr1.neureality.ai/v1alpha1\nkind: Pod\n", want: []string{"apiVersion/kind", `"Pod"`}},
+		{name: "no apiVersion", file: "nodeName: x\n", want: []string{"apiVersion/kind: must be nr1.neureality.ai/v1alpha1/AgentConfig"}},
+		{name: "bad duration in file", file: header + "devicePlugin:\n  resync: soon\n", want: []string{`want a duration such as "5s", got "soon"`}},
+		{name: "bad duration flag", args: []string{"--device-plugin.resync", "x"}, want: []string{"flag --device-plugin.resync", `got "x"`}},
+		{name: "bad env", env: map[string]string{"NR1_AGENT_LOG_LEVEL": "loud"}, want: []string{`log.level: must be one of debug, info, warn, error; got "loud"`}},
+		{name: "relative path", args: []string{"--path.kubelet", "var/lib/kubelet"}, want: []string{`paths.kubelet: must be an absolute path, got "var/lib/kubelet"`}},
+		{name: "bad address", args: []string{"--metrics-addr", "9470"}, want: []string{`metricsAddr: must be host:port, got "9470"`}},
+		{name: "unknown flag", args: []string{"--path.sysf", "/x"}, want: []string{"flag provided but not defined: -path.sysf"}},
+		{name: "missing file", args: []string{"--config", "/nonexistent/nr1.yaml"}, want: []string{"/nonexistent/nr1.yaml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if tt.file != "" {
+				args = append([]string{"--config", writeFile(t, tt.file)}, args...)
+			}
+			_, err := Load(args, env(tt.env), io.Discard)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := Load([]string{"-h"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, w := range []string{"-path.sysfs", "NR1_AGENT_PATH_SYSFS", "NR1_AGENT_CONFIG"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("usage lacks %q", w)
+		}
+	}
+}
