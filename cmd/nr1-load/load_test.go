@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// mappedMB sums this process's mappings of path, from /proc/self/maps.
+func mappedMB(t *testing.T, path string) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var total int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || fields[5] != path {
+			continue
+		}
+		var lo, hi int64
+		if _, err := fmt.Sscanf(fields[0], "%x-%x", &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
+		total += hi - lo
+	}
+	return total / mb
+}
+
+// openHandles counts this process's fds open on path.
+func openHandles(t *testing.T, path string) int64 {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && target == path {
+			n++
+		}
+	}
+	return n
+}
+
+func newLoad(t *testing.T) *load {
+	t.Helper()
+	dir := t.TempDir()
+	l := &load{out: &strings.Builder{}, now: time.Now, status: filepath.Join(dir, "status.json")}
+	l.compute.path = filepath.Join(dir, "compute_dma")
+	l.cpu.path = filepath.Join(dir, "cpu_dma")
+	l.queues.path = filepath.Join(dir, "queue")
+	l.write.path = filepath.Join(dir, "blob")
+	for _, p := range []string{l.compute.path, l.cpu.path} {
+		f, err := os.Create(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(64 * mb); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if err := os.WriteFile(l.queues.path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestLoadHoldsWhatItIsTold(t *testing.T) {
+	l := newLoad(t)
+	check := func(h Holding) {
+		t.Helper()
+		if got := mappedMB(t, l.compute.path); got != h.ComputeDMAMB {
+			t.Errorf("compute DMA mapped %d MB, want %d", got, h.ComputeDMAMB)
+		}
+		if got := mappedMB(t, l.cpu.path); got != h.CPUDMAMB {
+			t.Errorf("CPU DMA mapped %d MB, want %d", got, h.CPUDMAMB)
+		}
+		if got := openHandles(t, l.queues.path); got != h.Queues {
+			t.Errorf("%d queue handles, want %d", got, h.Queues)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(l.write.path, &st); h.WriteMB > 0 && (err != nil || st.Blocks*512 < h.WriteMB*mb) {
+			t.Errorf("writable layer: %d bytes allocated, want at least %d MB (%v)", st.Blocks*512, h.WriteMB, err)
+		}
+		b, err := os.ReadFile(l.status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s status
+		if err := json.Unmarshal(b, &s); err != nil || s.Holding != h || s.PID != os.Getpid() {
+			t.Errorf("status %s, want %+v", b, h)
+		}
+	}
+	for _, h := range []Holding{
+		{ComputeDMAMB: 3, CPUDMAMB: 1, Queues: 7, WriteMB: 4},
+		{ComputeDMAMB: 10, CPUDMAMB: 1, Queues: 9, WriteMB: 8}, // grow: new mappings
+		{ComputeDMAMB: 5, CPUDMAMB: 0, Queues: 2, WriteMB: 2},  // shrink: partial munmap
+		{ComputeDMAMB: 0, Queues: 0},
+	} {
+		if err := l.apply(h); err != nil {
+			t.Fatal(err)
+		}
+		check(h)
+	}
+}
+
+func TestRunFollowsSteps(t *testing.T) {
+	l := newLoad(t)
+	var out strings.Builder
+	err := run(context.Background(), []string{
+		"--compute-dma-file", l.compute.path, "--cpu-dma-file", l.cpu.path, "--queue-file", l.queues.path,
+		"--write-file", l.write.path, "--status-file", l.status,
+		"--compute-dma-mb", "3", "--queues", "7",
+		"--step", "100ms:compute=6", "--step", "50ms:queues=8", "--exit",
+	}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{"compute_dma_mb=3 cpu_dma_mb=0 queues=7", "compute_dma_mb=3 cpu_dma_mb=0 queues=8", "compute_dma_mb=6 cpu_dma_mb=0 queues=8"}
+	if len(lines) != len(want) {
+		t.Fatalf("log:\n%s", out.String())
+	}
+	var prev time.Time
+	for i, line := range lines {
+		ts, err := time.Parse(time.RFC3339Nano, strings.Fields(line)[0])
+		if err != nil || ts.Before(prev) || !strings.Contains(line, want[i]) {
+			t.Fatalf("line %d %q: want a timestamp then %q", i, line, want[i])
+		}
+		prev = ts
+	}
+}
+
+func TestParseStepErrors(t *testing.T) {
+	for _, bad := range []string{"compute=3", "x:compute=3", "1s:gpu=3", "1s:compute=-1", "1s:compute", "-1s:queues=2"} {
+		if _, err := ParseStep(bad); err == nil {
+			t.Errorf("ParseStep(%q) accepted", bad)
+		}
+	}
+}

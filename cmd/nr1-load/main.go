@@ -1,0 +1,133 @@
+// Command nr1-load is a compute-graph workload for the simulated NR1: it maps DMA
+// memory, opens hypervisor queues and fills its writable layer as told, changes that
+// over time, and reports what it holds.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+type load struct {
+	compute, cpu dmaFile
+	queues       queues
+	write        writable
+	status       string
+	out          io.Writer
+	now          func() time.Time
+	held         Holding
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("nr1-load", flag.ContinueOnError)
+	l := &load{out: out, now: time.Now}
+	var initial Holding
+	fs.StringVar(&l.compute.path, "compute-dma-file", "/dev/nr1_0_compute_dma", "compute DMA device file")
+	fs.StringVar(&l.cpu.path, "cpu-dma-file", "/dev/nr1_0_cpu_dma", "CPU DMA device file")
+	fs.StringVar(&l.queues.path, "queue-file", "/dev/nr1_0_hv_queue", "hypervisor queue device file")
+	fs.StringVar(&l.write.path, "write-file", "/var/lib/nr1-load/blob", "file filled in the writable layer")
+	fs.StringVar(&l.status, "status-file", "/var/lib/nr1-load/status.json", "where what is held is reported (empty: nowhere)")
+	fs.Int64Var(&initial.ComputeDMAMB, "compute-dma-mb", 0, "MB of compute DMA memory to map")
+	fs.Int64Var(&initial.CPUDMAMB, "cpu-dma-mb", 0, "MB of CPU DMA memory to map")
+	fs.Int64Var(&initial.Queues, "queues", 0, "hypervisor queue handles to open")
+	fs.Int64Var(&initial.WriteMB, "write-mb", 0, "MB to write into the writable layer")
+	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
+	var steps []Step
+	fs.Func("step", "DURATION:key=value,... change the holding at that offset from start (keys compute, cpu, queues, write); repeatable", func(v string) error {
+		s, err := ParseStep(v)
+		steps = append(steps, s)
+		return err
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	for _, p := range []string{l.write.path, l.status} {
+		if p != "" {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return fmt.Errorf("preparing %s: %w", p, err)
+			}
+		}
+	}
+	SortSteps(steps)
+	start := l.now()
+	if err := l.apply(initial); err != nil {
+		return err
+	}
+	for _, s := range steps {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Until(start.Add(s.At))):
+		}
+		if err := l.apply(s.Apply(l.held)); err != nil {
+			return err
+		}
+	}
+	if !*once {
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// apply changes every holding to target, then reports.
+func (l *load) apply(target Holding) error {
+	if err := l.compute.set(target.ComputeDMAMB); err != nil {
+		return err
+	}
+	if err := l.cpu.set(target.CPUDMAMB); err != nil {
+		return err
+	}
+	if err := l.queues.set(target.Queues); err != nil {
+		return err
+	}
+	if err := l.write.set(target.WriteMB); err != nil {
+		return err
+	}
+	l.held = target
+	return l.report()
+}
+
+type status struct {
+	Time string `json:"time"`
+	PID  int    `json:"pid"`
+	Holding
+}
+
+// report logs one line with a timestamp and rewrites the status file atomically.
+func (l *load) report() error {
+	st := status{Time: l.now().UTC().Format(time.RFC3339Nano), PID: os.Getpid(), Holding: l.held}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encoding status: %w", err)
+	}
+	fmt.Fprintf(l.out, "%s holding compute_dma_mb=%d cpu_dma_mb=%d queues=%d write_mb=%d\n",
+		st.Time, st.ComputeDMAMB, st.CPUDMAMB, st.Queues, st.WriteMB)
+	if l.status == "" {
+		return nil
+	}
+	tmp := l.status + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil { //nolint:gosec // status is for anyone to read
+		return fmt.Errorf("writing status: %w", err)
+	}
+	if err := os.Rename(tmp, l.status); err != nil {
+		return fmt.Errorf("writing status: %w", err)
+	}
+	return nil
+}
