@@ -1,0 +1,26 @@
+# syntax=docker/dockerfile:1
+# Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 --target nr1-agent .
+# Offline, `make image` builds the same images (same files, entrypoint and user) from
+# this file's final stages with deploy/local/ociimage.
+FROM --platform=$BUILDPLATFORM golang:1.26 AS build
+ARG TARGETOS=linux
+ARG TARGETARCH
+ARG VERSION=dev
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+      -ldflags "-s -w -X main.version=$VERSION" -o /out/ ./cmd/nr1-agent ./cmd/nr1-load
+
+FROM scratch AS nr1-load
+COPY --from=build /out/nr1-load /nr1-load
+USER 0:0
+ENTRYPOINT ["/nr1-load"]
+
+# The agent runs privileged as root: it reads every process's /proc, loads BPF programs
+# and writes cgroups.
+FROM scratch AS nr1-agent
+COPY --from=build /out/nr1-agent /nr1-agent
+USER 0:0
+ENTRYPOINT ["/nr1-agent"]

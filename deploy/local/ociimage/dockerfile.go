@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// stage is what the image takes from a final Dockerfile stage.
+type stage struct {
+	copies     []string // destinations of COPY
+	user       string
+	entrypoint []string
+}
+
+// parseStage reads the named stage of a Dockerfile: its COPY destinations, USER and
+// exec-form ENTRYPOINT. Anything else in the stage is refused, so the offline image can
+// never silently differ from the Dockerfile's.
+func parseStage(r io.Reader, target string) (stage, error) {
+	var (
+		st    stage
+		in    bool
+		found bool
+	)
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		word, rest, _ := strings.Cut(line, " ")
+		word = strings.ToUpper(word)
+		if word == "FROM" {
+			f := strings.Fields(rest)
+			in = len(f) == 3 && strings.EqualFold(f[1], "AS") && f[2] == target
+			if in {
+				if f[0] != "scratch" {
+					return st, fmt.Errorf("line %d: stage %s must be FROM scratch, got %s", n, target, f[0])
+				}
+				found = true
+			}
+			continue
+		}
+		if !in {
+			continue
+		}
+		switch word {
+		case "COPY":
+			f := strings.Fields(rest)
+			if len(f) < 2 {
+				return st, fmt.Errorf("line %d: COPY wants a source and a destination", n)
+			}
+			st.copies = append(st.copies, f[len(f)-1])
+		case "USER":
+			st.user = strings.TrimSpace(rest)
+		case "ENTRYPOINT":
+			if err := json.Unmarshal([]byte(rest), &st.entrypoint); err != nil || len(st.entrypoint) == 0 {
+				return st, fmt.Errorf("line %d: ENTRYPOINT must be in exec form, got %s", n, rest)
+			}
+		default:
+			return st, fmt.Errorf("line %d: %s in stage %s is not reproduced by the offline image", n, word, target)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return st, err
+	}
+	if !found {
+		return st, fmt.Errorf("no stage %q", target)
+	}
+	if len(st.entrypoint) == 0 {
+		return st, fmt.Errorf("stage %s has no ENTRYPOINT", target)
+	}
+	return st, nil
+}
