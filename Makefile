@@ -8,14 +8,33 @@ BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BENCH_COUNT ?= 6
+GOARCH ?= $(shell $(GO) env GOARCH)
+IMAGES := _output/images
+IMAGE_TAG ?= dev
+STACK := deploy/local/stack.sh
+export NR1_CACHE := $(CACHE)
+export NR1_BIN := $(CURDIR)/bin
+export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
-.PHONY: help build test bench lint generate run down e2e image tools clean
+.PHONY: help build test bench lint generate run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build the binaries into bin/
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./deploy/local/pause ./deploy/local/ociimage
+
+image: build ## build the nr1-agent and nr1-load images offline (OCI archives in _output/images)
+	@mkdir -p $(IMAGES)
+	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) --arch $(GOARCH) --file bin/nr1-agent:/nr1-agent --out $(IMAGES)/nr1-agent.tar
+	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) --arch $(GOARCH) --file bin/nr1-load:/nr1-load --out $(IMAGES)/nr1-load.tar
+	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 --arch $(GOARCH) --file bin/pause:/pause --out $(IMAGES)/pause.tar
+
+up: image ## bring up the local node stack with the simulated NR1 (root)
+	$(STACK) up
+
+down: ## tear the local node stack down
+	$(STACK) down
 
 test: ## run the tests (privileged tests need root)
 	$(GO) test -race -count=1 ./...
@@ -41,4 +60,4 @@ $(TOOLS)/benchstat:
 	GOBIN=$(TOOLS) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 clean: ## remove build outputs
-	rm -rf bin bench.out
+	rm -rf bin bench.out _output

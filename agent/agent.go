@@ -6,17 +6,19 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
 // Run starts the agent and blocks until ctx ends or a part fails. Everything that can be
 // checked before serving is checked first, so a bad setup stops the agent at startup.
-func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logger) error {
 	inv := device.NewInventory(cfg.NR1, cfg.Paths.Sysfs)
 	capacity, sources, err := inv.Capacity()
 	if err != nil {
@@ -36,8 +38,43 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, log)
 
+	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewBuildInfo(version), metrics.NewDeviceCollector(state))
+	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered)
+
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return monitor.Run(ctx) })
 	g.Go(func() error { return manager.Run(ctx) })
+	g.Go(func() error { return server.Run(ctx) })
 	return g.Wait()
+}
+
+// deviceState is the device side's state as metrics and readiness read it.
+type deviceState struct {
+	capacity nr1.Amounts
+	monitor  *device.Monitor
+	manager  *deviceplugin.Manager
+}
+
+func (s *deviceState) Capacity() nr1.Amounts { return s.capacity }
+
+func (s *deviceState) Health() device.Health {
+	h, _ := s.monitor.Load()
+	return h
+}
+
+func (s *deviceState) Registered(r nr1.Resource) bool { return s.manager.Registered(r) }
+
+func (s *deviceState) allRegistered() error {
+	var missing []string
+	for _, r := range nr1.All {
+		if !s.manager.Registered(r) {
+			missing = append(missing, r.Name())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("device plugins not registered with the kubelet: %v", missing)
+	}
+	return nil
 }

@@ -37,7 +37,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	log.Info("starting nr1-agent", "version", version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := agent.Run(ctx, cfg, log); err != nil {
+	if err := agent.Run(ctx, cfg, version, log); err != nil {
 		log.Error("nr1-agent failed", "err", err)
 		fmt.Fprintf(stderr, "nr1-agent: %v\n", err)
 		return 1

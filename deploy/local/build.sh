@@ -95,7 +95,7 @@ GO
 }
 
 main() {
-  apt_install etcd-server containernetworking-plugins libseccomp-dev iptables iproute2 conntrack
+  apt_install etcd-server containernetworking-plugins libseccomp-dev iptables iproute2 conntrack openssl curl jq
   go_install containerd "$CONTAINERD_VERSION" \
     github.com/containerd/containerd/v2/cmd/containerd \
     github.com/containerd/containerd/v2/cmd/ctr \

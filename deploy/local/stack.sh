@@ -1,0 +1,284 @@
+#!/usr/bin/env bash
+# The local single-node Kubernetes: containerd + runc + CNI bridge, etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and kubelet, with a simulated NR1.
+#   stack.sh up       bring it up (idempotent); images from $NR1_IMAGES are imported
+#   stack.sh down     tear it down and leave the machine as it was (idempotent)
+#   stack.sh status   say what runs
+#   stack.sh env      print the environment to use kubectl/crictl against it
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+
+CACHE=${NR1_CACHE:-$HOME/.cache/nr1-agent}
+STATE=${NR1_LOCAL_STATE:-/var/lib/nr1-local}
+RUN=/run/nr1-local
+PKI=$STATE/pki
+LOGS=$STATE/logs
+KUBELET_ROOT=/var/lib/kubelet # the kubelet's device-plugin socket path is fixed under it
+CONTAINERD_SOCK=/run/containerd/containerd.sock
+SIM_DIR=${NR1_SIM_DIR:-/run/nr1-sim}
+BRIDGE=nr1br0
+POD_CIDR=10.88.0.0/16
+SERVICE_CIDR=10.0.0.0/24
+SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
+export PATH=$CACHE/path:$PATH:/usr/sbin:/sbin
+export KUBECONFIG=$PKI/admin.kubeconfig
+NODE=$(hostname | tr '[:upper:]' '[:lower:]')
+
+log() { printf '[stack] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+node_ip() {
+  ip -4 route get 192.0.2.255 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1 |
+    grep . || ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | head -1
+}
+
+pid_alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+
+# start NAME CMD...: runs CMD in its own session, logging to $LOGS/NAME.log.
+start() {
+  local name=$1; shift
+  pid_alive "$name" && return 0
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+
+# wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
+wait_for() {
+  local what=$1 secs=$2; shift 2
+  local deadline=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -ge $deadline ] && die "$what not ready after ${secs}s (logs in $LOGS)"
+    sleep 0.2
+  done
+}
+
+stop_pid() {
+  local name=$1 f=$RUN/$1.pid
+  [ -f "$f" ] || return 0
+  local pid; pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+write_configs() {
+  local ip=$1
+  mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/kubelet"
+  cat >"$STATE/containerd/config.toml" <<EOT
+version = 3
+root = "$STATE/containerd/root"
+state = "/run/containerd"
+[grpc]
+  address = "$CONTAINERD_SOCK"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "nr1.local/pause:1"
+[plugins.'io.containerd.cri.v1.runtime']
+  # The machine lacks CAP_SYS_RESOURCE in the bounding set: without this every sandbox
+  # fails writing oom_score_adj.
+  restrict_oom_score_adj = true
+  enable_cdi = false
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "$STATE/cni/net.d"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = "$CACHE/path/runc"
+  SystemdCgroup = false
+EOT
+  cat >"$STATE/cni/net.d/10-nr1.conflist" <<EOT
+{
+  "cniVersion": "1.0.0",
+  "name": "nr1-local",
+  "plugins": [
+    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "dataDir": "$STATE/cni/ipam", "ranges": [[{"subnet": "$POD_CIDR"}]],
+              "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "loopback"}
+  ]
+}
+EOT
+  cat >"$STATE/kubelet/config.yaml" <<EOT
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+failSwapOn: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: AlwaysAllow}
+tlsCertFile: $PKI/kubelet.crt
+tlsPrivateKeyFile: $PKI/kubelet.key
+clusterDomain: cluster.local
+resolvConf: /etc/resolv.conf
+# No registry can be reached: an image collected is an image lost.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+serializeImagePulls: false
+rotateCertificates: false
+nodeStatusUpdateFrequency: 2s
+syncFrequency: 5s
+EOT
+}
+
+import_images() {
+  local dir=${NR1_IMAGES:-}
+  [ -n "$dir" ] && [ -d "$dir" ] || return 0
+  for tar in "$dir"/*.tar; do
+    [ -f "$tar" ] || continue
+    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --local "$tar" >/dev/null
+    log "imported $(basename "$tar")"
+  done
+}
+
+up() {
+  [ "$(id -u)" = 0 ] || die "the local stack needs root"
+  "$here/build.sh"
+  mkdir -p "$STATE" "$RUN" "$LOGS" "$KUBELET_ROOT"
+  if [ ! -f "$STATE/sysctl.saved" ]; then
+    for s in $SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done >"$STATE/sysctl.saved"
+  fi
+  local ip; ip=$(node_ip)
+  [ -n "$ip" ] || die "no global IPv4 address for the node"
+  "$here/pki.sh" "$PKI" "$NODE" "$ip"
+  write_configs "$ip"
+  if [ ! -d "$SIM_DIR/dev" ]; then
+    mountpoint -q "$SIM_DIR" || { mkdir -p "$SIM_DIR" && mount -t tmpfs -o size=64m,mode=0755 nr1-sim "$SIM_DIR"; }
+    "${NR1_BIN:-$here/../../bin}/nr1-sim" --dir "$SIM_DIR" create >&2
+  fi
+
+  start containerd containerd --config "$STATE/containerd/config.toml"
+  wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
+  import_images
+
+  start etcd etcd --name nr1-local --data-dir "$STATE/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster nr1-local=http://127.0.0.1:2380
+  wait_for etcd 30 curl -fsS http://127.0.0.1:2379/health
+
+  start kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
+    --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$ip" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
+    --allow-privileged=true --enable-priority-and-fairness=false
+  wait_for kube-apiserver 60 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
+
+  start kube-controller-manager kube-controller-manager --kubeconfig="$PKI/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
+    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+    --controllers='*,-nodeipam' --node-monitor-grace-period=20s
+  start kube-scheduler kube-scheduler --kubeconfig="$PKI/scheduler.kubeconfig" \
+    --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1
+  start kubelet kubelet --config="$STATE/kubelet/config.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
+    --root-dir="$KUBELET_ROOT" --hostname-override="$NODE"
+  wait_for "node $NODE Ready" 90 node_ready
+  wait_for "default ServiceAccount" 60 kubectl -n default get serviceaccount default
+  log "up: node $NODE ($ip); export KUBECONFIG=$KUBECONFIG"
+}
+
+node_ready() {
+  [ "$(kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+}
+
+down() {
+  [ "$(id -u)" = 0 ] || die "the local stack needs root"
+  stop_pid kubelet
+  if [ -S "$CONTAINERD_SOCK" ] && pid_alive containerd; then
+    crictl -r "unix://$CONTAINERD_SOCK" rmp -af >/dev/null 2>&1 || true
+  fi
+  for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_pid "$c"; done
+  # Shims whose containers were not removed (containerd died first) go by their socket dir.
+  pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
+  kill_cgroup_tasks
+  unmount_under "$KUBELET_ROOT" /run/containerd "$STATE" /run/netns "$SIM_DIR"
+  remove_cgroups
+  ip link del "$BRIDGE" 2>/dev/null || true
+  cleanup_iptables
+  if [ -f "$STATE/sysctl.saved" ]; then
+    while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$STATE/sysctl.saved"
+  fi
+  rm -rf "$STATE" "$KUBELET_ROOT" /var/log/pods /var/log/containers "$RUN" /run/containerd "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
+  log "down"
+}
+
+kubepods_dirs() {
+  for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods /sys/fs/cgroup/*/kubepods.slice; do
+    [ -d "$d" ] && echo "$d"
+  done
+  return 0
+}
+
+# kill_cgroup_tasks kills whatever still runs in the pods' cgroups.
+kill_cgroup_tasks() {
+  local d
+  for d in $(kubepods_dirs); do
+    find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | xargs -r kill -KILL 2>/dev/null || true
+  done
+  sleep 0.2
+}
+
+remove_cgroups() {
+  local d
+  for d in $(kubepods_dirs); do
+    for _ in 1 2 3 4 5; do
+      find "$d" -depth -type d -exec rmdir {} + 2>/dev/null || true
+      [ -d "$d" ] || break
+      sleep 0.2
+    done
+  done
+}
+
+unmount_under() {
+  local root m
+  for root in "$@"; do
+    [ -e "$root" ] || continue
+    root=$(readlink -f "$root")
+    # Deepest first.
+    awk -v r="$root" '$5 == r || index($5, r "/") == 1 {print $5}' /proc/self/mountinfo | sort -r |
+      while read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  done
+}
+
+cleanup_iptables() {
+  command -v iptables-save >/dev/null || return 0
+  local t c
+  for t in filter nat mangle; do
+    for c in $(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}'); do
+      iptables -t "$t" -S 2>/dev/null | grep -E "^-A [A-Z-]+ .*-j $c( |$)" | sed 's/^-A/-D/' |
+        while read -r rule; do eval "iptables -t $t $rule" 2>/dev/null || true; done
+      iptables -t "$t" -F "$c" 2>/dev/null || true
+    done
+    for c in $(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}'); do
+      iptables -t "$t" -X "$c" 2>/dev/null || true
+    done
+  done
+}
+
+status() {
+  for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+    if pid_alive "$c"; then echo "$c: running (pid $(cat "$RUN/$c.pid"))"; else echo "$c: stopped"; fi
+  done
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK" ;;
+  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,64 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+// DeviceState is what the device side of the agent knows at scrape time.
+type DeviceState interface {
+	Capacity() nr1.Amounts
+	Health() device.Health
+	Registered(r nr1.Resource) bool
+}
+
+// DeviceCollector exports capacity, health and device-plugin registration per resource.
+type DeviceCollector struct {
+	state                         DeviceState
+	capacity, healthy, registered *prometheus.Desc
+}
+
+// NewDeviceCollector collects from state.
+func NewDeviceCollector(state DeviceState) *DeviceCollector {
+	return &DeviceCollector{
+		state:      state,
+		capacity:   prometheus.NewDesc("nr1_capacity", "NR1 capacity of the node, in the resource's units (MB or queues).", []string{"resource"}, nil),
+		healthy:    prometheus.NewDesc("nr1_device_healthy", "1 when the NR1 resource is healthy.", []string{"resource"}, nil),
+		registered: prometheus.NewDesc("nr1_device_plugin_registered", "1 when the resource's device plugin is registered with the kubelet.", []string{"resource"}, nil),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *DeviceCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.capacity
+	ch <- c.healthy
+	ch <- c.registered
+}
+
+// Collect builds the series from the state now.
+func (c *DeviceCollector) Collect(ch chan<- prometheus.Metric) {
+	capacity, health := c.state.Capacity(), c.state.Health()
+	for _, r := range nr1.All {
+		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(capacity[r]), r.Short())
+		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, boolValue(health[r].Healthy), r.Short())
+		ch <- prometheus.MustNewConstMetric(c.registered, prometheus.GaugeValue, boolValue(c.state.Registered(r)), r.Short())
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// NewBuildInfo is the nr1_build_info gauge, always 1, labelled with the version.
+func NewBuildInfo(version string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nr1_build_info", Help: "Build of the running nr1-agent.", ConstLabels: prometheus.Labels{"version": version},
+	})
+	g.Set(1)
+	return g
+}

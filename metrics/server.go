@@ -1,0 +1,77 @@
+// Package metrics serves the agent's Prometheus metrics and its health endpoints. Every
+// series is built at scrape time from the agent's current state.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ReadinessCheck reports why the agent is not ready yet, or nil.
+type ReadinessCheck func() error
+
+// Server serves /metrics, /healthz and /readyz.
+type Server struct {
+	addr  string
+	reg   *prometheus.Registry
+	ready []ReadinessCheck
+	log   *slog.Logger
+}
+
+// NewServer serves reg on addr; /readyz passes when every check does.
+func NewServer(addr string, reg *prometheus.Registry, log *slog.Logger, ready ...ReadinessCheck) *Server {
+	return &Server{addr: addr, reg: reg, ready: ready, log: log}
+}
+
+// Handler is the server's HTTP handler.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var why []string
+		for _, check := range s.ready {
+			if err := check(); err != nil {
+				why = append(why, err.Error())
+			}
+		}
+		if len(why) > 0 {
+			http.Error(w, "not ready: "+strings.Join(why, "; "), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Run serves until ctx ends.
+func (s *Server) Run(ctx context.Context) error {
+	lis, err := net.Listen("tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("metrics listener on %s: %w", s.addr, err)
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(lis) }()
+	s.log.Info("serving metrics", "addr", lis.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("metrics server: %w", err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics server shutdown: %w", err)
+	}
+	return nil
+}
