@@ -130,6 +130,10 @@ func TestRunFollowsSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if !strings.Contains(lines[0], " budget ") {
+		t.Fatalf("first line %q does not report the budget", lines[0])
+	}
+	lines = lines[1:]
 	want := []string{"compute_dma_mb=3 cpu_dma_mb=0 queues=7", "compute_dma_mb=3 cpu_dma_mb=0 queues=8", "compute_dma_mb=6 cpu_dma_mb=0 queues=8"}
 	if len(lines) != len(want) {
 		t.Fatalf("log:\n%s", out.String())

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -66,6 +68,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	SortSteps(steps)
+	l.reportBudget(os.Environ())
 	start := l.now()
 	if err := l.apply(initial); err != nil {
 		return err
@@ -102,6 +105,18 @@ func (l *load) apply(target Holding) error {
 	}
 	l.held = target
 	return l.report()
+}
+
+// reportBudget logs the budget the device plugin's Allocate gave this container.
+func (l *load) reportBudget(env []string) {
+	var budget []string
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "NR1_") {
+			budget = append(budget, kv)
+		}
+	}
+	sort.Strings(budget)
+	fmt.Fprintf(l.out, "%s budget %s\n", l.now().UTC().Format(time.RFC3339Nano), strings.Join(budget, " "))
 }
 
 type status struct {

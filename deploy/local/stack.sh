@@ -154,6 +154,13 @@ up() {
     "${NR1_BIN:-$here/../../bin}/nr1-sim" --dir "$SIM_DIR" create >&2
   fi
 
+  # bpffs is not mounted at boot here; the agent pins BPF state in it and mounts it with
+  # bidirectional propagation, which needs a shared mount.
+  if ! mountpoint -q /sys/fs/bpf; then
+    mount -t bpf bpf /sys/fs/bpf && touch "$RUN/bpffs.ours"
+  fi
+  mount --make-shared /sys/fs/bpf
+
   start containerd containerd --config "$STATE/containerd/config.toml"
   wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
   import_images
@@ -206,6 +213,9 @@ down() {
   pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
   kill_cgroup_tasks
   unmount_under "$KUBELET_ROOT" /run/containerd "$STATE" /run/netns "$SIM_DIR"
+  if [ -f "$RUN/bpffs.ours" ]; then
+    unmount_under /sys/fs/bpf
+  fi
   remove_cgroups
   ip link del "$BRIDGE" 2>/dev/null || true
   cleanup_iptables

@@ -1,0 +1,3 @@
+{{- define "nr1-agent.labels" -}}
+app.kubernetes.io/name: nr1-agent
+{{- end -}}
