@@ -36,6 +36,12 @@ up: image ## bring up the local node stack with the simulated NR1 (root)
 down: ## tear the local node stack down
 	$(STACK) down
 
+run: image ## bring up the local cluster with the simulated NR1, deploy the agent and the example CGs, show them
+	deploy/local/run.sh
+
+e2e: image ## end-to-end tests on the local cluster (brought up and torn down)
+	deploy/local/e2e.sh
+
 test: ## run the tests (privileged tests need root)
 	$(GO) test -race -count=1 ./...
 

@@ -110,14 +110,14 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) {
 			continue
 		}
 		if s.eps[i] != nil {
-			m.log.Info("plugin socket removed, serving again", "resource", p.Resource(), "socket", s.eps[i].socket)
+			m.log.Info("plugin socket removed, serving again", "resource", p.Resource().Name(), "socket", s.eps[i].socket)
 			s.eps[i].close()
 			s.eps[i] = nil
 		}
 		s.registered[i] = false
 		e, err := serve(p, filepath.Join(m.dir, SocketName(p.Resource())))
 		if err != nil {
-			m.log.Error("serving device plugin", "resource", p.Resource(), "err", err)
+			m.log.Error("serving device plugin", "resource", p.Resource().Name(), "err", err)
 			continue
 		}
 		s.eps[i] = e
@@ -140,7 +140,7 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) {
 				continue
 			}
 			if err := e.register(ctx, kubelet); err != nil {
-				m.log.Warn("device plugin registration failed, will retry", "resource", e.plugin.Resource(), "err", err)
+				m.log.Warn("device plugin registration failed, will retry", "resource", e.plugin.Resource().Name(), "err", err)
 				continue
 			}
 			s.registered[i] = true

@@ -3,6 +3,9 @@
 # kube-controller-manager, kube-scheduler and kubelet, with a simulated NR1.
 #   stack.sh up       bring it up (idempotent); images from $NR1_IMAGES are imported
 #   stack.sh down     tear it down and leave the machine as it was (idempotent)
+#   stack.sh deploy   deploy the agent with the local kustomize overlay and wait until the
+#                     node advertises the NR1 resources
+#   stack.sh restart-kubelet  stop and start the kubelet, as an upgrade or crash would
 #   stack.sh status   say what runs
 #   stack.sh env      print the environment to use kubectl/crictl against it
 set -euo pipefail
@@ -191,11 +194,39 @@ up() {
   start kube-scheduler kube-scheduler --kubeconfig="$PKI/scheduler.kubeconfig" \
     --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1
-  start kubelet kubelet --config="$STATE/kubelet/config.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
-    --root-dir="$KUBELET_ROOT" --hostname-override="$NODE"
+  start_kubelet
   wait_for "node $NODE Ready" 90 node_ready
   wait_for "default ServiceAccount" 60 kubectl -n default get serviceaccount default
   log "up: node $NODE ($ip); export KUBECONFIG=$KUBECONFIG"
+}
+
+start_kubelet() {
+  start kubelet kubelet --config="$STATE/kubelet/config.yaml" --kubeconfig="$PKI/kubelet.kubeconfig" \
+    --root-dir="$KUBELET_ROOT" --hostname-override="$NODE"
+}
+
+restart_kubelet() {
+  stop_pid kubelet
+  start_kubelet
+  wait_for "kubelet healthz" 30 curl -fsS http://127.0.0.1:10248/healthz
+}
+
+deploy() {
+  local repo; repo=$(cd "$here/../.." && pwd)
+  kubectl label node "$NODE" neureality.ai/nr1=true --overwrite >/dev/null
+  kubectl apply -k "$repo/deploy/kustomize/overlays/local" >/dev/null
+  # A re-imported image under the same tag needs new pods to be used.
+  kubectl -n nr1-system rollout restart daemonset/nr1-agent >/dev/null
+  kubectl -n nr1-system rollout status daemonset/nr1-agent --timeout=120s >/dev/null ||
+    die "agent DaemonSet not ready: $(kubectl -n nr1-system get pods -o wide 2>&1)"
+  wait_for "node allocatable neureality.ai/compute_dma_memory_in_mb" 60 nr1_allocatable
+  log "agent deployed; node $NODE advertises the NR1 resources"
+}
+
+nr1_allocatable() {
+  local v
+  v=$(kubectl get node "$NODE" -o jsonpath='{.status.allocatable.neureality\.ai/compute_dma_memory_in_mb}')
+  [ -n "$v" ] && [ "$v" != 0 ]
 }
 
 node_ready() {
@@ -269,8 +300,8 @@ cleanup_iptables() {
   local t c
   for t in filter nat mangle; do
     for c in $(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}'); do
-      iptables -t "$t" -S 2>/dev/null | grep -E "^-A [A-Z-]+ .*-j $c( |$)" | sed 's/^-A/-D/' |
-        while read -r rule; do eval "iptables -t $t $rule" 2>/dev/null || true; done
+      { iptables -t "$t" -S 2>/dev/null | grep -E "^-A [A-Z-]+ .*-j $c( |$)" | sed 's/^-A/-D/' |
+        while read -r rule; do eval "iptables -t $t $rule" 2>/dev/null || true; done; } || true
       iptables -t "$t" -F "$c" 2>/dev/null || true
     done
     for c in $(iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" && ($2 ~ /^KUBE-/ || $2 ~ /^CNI-/) {print $2}'); do
@@ -289,6 +320,8 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   status) status ;;
+  deploy) deploy ;;
+  restart-kubelet) restart_kubelet ;;
   env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK" ;;
-  *) echo "usage: $0 up|down|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|deploy|restart-kubelet|status|env" >&2; exit 2 ;;
 esac

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // Prober reads the NR1's health.
@@ -58,7 +60,7 @@ func (m *Monitor) Update(h Health) {
 	}
 	for r := range h {
 		if h[r] != m.current[r] {
-			m.log.Info("NR1 health changed", "resource", r, "healthy", h[r].Healthy, "reason", h[r].Reason)
+			m.log.Info("NR1 health changed", "resource", nr1.Resource(r).Name(), "healthy", h[r].Healthy, "reason", h[r].Reason)
 		}
 	}
 	m.current = h

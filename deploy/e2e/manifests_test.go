@@ -1,0 +1,122 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// render returns the Helm chart with the local values and the kustomize local overlay,
+// as the stack's own helm and kubectl render them.
+func render(t *testing.T) (helm, kustomize []byte) {
+	t.Helper()
+	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
+	run(t, "helm", "lint", "--strict", chart, "-f", filepath.Join(chart, "values-local.yaml"))
+	run(t, "helm", "lint", "--strict", chart)
+	helm = run(t, "helm", "template", "nr1-agent", chart, "-f", filepath.Join(chart, "values-local.yaml"))
+	kustomize = run(t, "kubectl", "kustomize", filepath.Join(repo, "deploy", "kustomize", "overlays", "local"))
+	return helm, kustomize
+}
+
+// objects parses a multi-document rendering into objects keyed by kind/namespace/name,
+// with every embedded config.yaml parsed too, so that formatting and key order do not
+// count but content does.
+func objects(t *testing.T, rendering []byte) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(rendering), 4096)
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if obj == nil {
+			continue
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		if data, ok := obj["data"].(map[string]any); ok {
+			for k, v := range data {
+				var parsed any
+				if s, ok := v.(string); ok && sigsyaml.Unmarshal([]byte(s), &parsed) == nil {
+					data[k] = parsed
+				}
+			}
+		}
+		key := fmt.Sprintf("%v/%v/%v", obj["kind"], meta["namespace"], meta["name"])
+		out[key] = canonical(obj)
+	}
+}
+
+// canonical sorts lists of named items (containers, env, volumes, mounts) by name: both
+// the API server and the kubelet treat them as maps.
+func canonical(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = canonical(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = canonical(e)
+		}
+		sort.SliceStable(x, func(i, j int) bool { return name(x[i]) < name(x[j]) })
+		return x
+	default:
+		return v
+	}
+}
+
+func name(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		if n, ok := m["name"].(string); ok {
+			return n
+		}
+	}
+	return ""
+}
+
+func TestHelmAndKustomizeRenderTheSameObjects(t *testing.T) {
+	helm, kustomize := render(t)
+	h, k := objects(t, helm), objects(t, kustomize)
+	if len(h) == 0 || len(h) != len(k) {
+		t.Fatalf("helm renders %d objects, kustomize %d", len(h), len(k))
+	}
+	for key, ho := range h {
+		ko, ok := k[key]
+		if !ok {
+			t.Errorf("%s only in the Helm rendering", key)
+			continue
+		}
+		if !reflect.DeepEqual(ho, ko) {
+			hb, _ := sigsyaml.Marshal(ho)
+			kb, _ := sigsyaml.Marshal(ko)
+			t.Errorf("%s differs:\n--- helm\n%s\n--- kustomize\n%s", key, hb, kb)
+		}
+	}
+}
+
+func TestRenderingsAcceptedByAPIServer(t *testing.T) {
+	helm, kustomize := render(t)
+	for name, rendering := range map[string][]byte{"helm": helm, "kustomize": kustomize} {
+		path := filepath.Join(t.TempDir(), name+".yaml")
+		writeFile(t, path, rendering)
+		run(t, "kubectl", "apply", "--dry-run=server", "-f", path)
+	}
+	// The base (production) rendering too.
+	run(t, "kubectl", "apply", "--dry-run=server", "-k", filepath.Join(repo, "deploy", "kustomize", "base"))
+}

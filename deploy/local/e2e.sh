@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# make e2e: brings the local node stack up (unless it already runs), deploys the agent,
+# runs the e2e tests, and tears down what it brought up, even on failure; then checks
+# that the teardown left nothing behind.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+stack=$here/stack.sh
+out=$repo/_output/e2e
+mkdir -p "$out"
+
+started=0
+if ! "$stack" status | grep -q '^kubelet: running'; then
+  # What the machine was before, for the after-teardown check.
+  {
+    for s in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do echo "$s=$(sysctl -n "$s")"; done
+    mountpoint -q /sys/fs/bpf && echo "bpffs=mounted" || echo "bpffs=unmounted"
+  } >"$out/before.env"
+  started=1
+fi
+
+teardown() {
+  local rc=$?
+  if [ "$started" = 1 ]; then
+    "$stack" down || rc=1
+    echo "== e2e: checking the machine after teardown"
+    NR1_E2E_BEFORE=$out/before.env go test -tags e2eclean -count=1 -v ./deploy/e2e/ || rc=1
+  fi
+  exit $rc
+}
+trap teardown EXIT
+
+start=$SECONDS
+"$stack" up
+echo "== e2e: stack up in $((SECONDS - start)) s"
+"$stack" deploy
+eval "$("$stack" env)"
+cd "$repo"
+go test -tags e2e -count=1 -timeout 20m -v ./deploy/e2e/
