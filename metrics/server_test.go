@@ -73,7 +73,7 @@ nr1_device_plugin_registered{resource="docker_partition"} 0
 
 func TestHealthAndReadiness(t *testing.T) {
 	notYet := errors.New("device plugins not registered")
-	var readyErr error = notYet
+	readyErr := notYet
 	s := NewServer("127.0.0.1:0", prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		func() error { return readyErr })
 	srv := httptest.NewServer(s.Handler())

@@ -114,7 +114,7 @@ type fileID struct {
 func identify(path string) (fileID, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return fileID{}, err
+		return fileID{}, fmt.Errorf("identifying %s: %w", path, err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {

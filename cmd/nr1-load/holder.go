@@ -36,8 +36,8 @@ func (d *dmaFile) set(target int64) error {
 		d.f = f
 	}
 	for cur := d.held(); cur < target; cur = d.held() {
-		size := uintptr((target - cur) * mb)                                                                      //nolint:gosec // positive
-		p, err := unix.MmapPtr(int(d.f.Fd()), cur*mb, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED) //nolint:gosec // fd fits
+		size := uintptr((target - cur) * mb) //nolint:gosec // positive
+		p, err := unix.MmapPtr(int(d.f.Fd()), cur*mb, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
 			return fmt.Errorf("mapping %d MB of %s at %d MB: %w", target-cur, d.path, cur, err)
 		}
@@ -65,7 +65,9 @@ func (d *dmaFile) set(target int64) error {
 	if target == 0 && d.f != nil {
 		err := d.f.Close()
 		d.f = nil
-		return err
+		if err != nil {
+			return fmt.Errorf("closing %s: %w", d.path, err)
+		}
 	}
 	return nil
 }
@@ -132,5 +134,8 @@ func (w *writable) set(target int64) error {
 		}
 	}
 	w.mb = target
-	return f.Sync()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", w.path, err)
+	}
+	return nil
 }

@@ -30,8 +30,9 @@ type load struct {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)
 		os.Exit(1)
 	}
@@ -138,7 +139,7 @@ func (l *load) report() error {
 		return nil
 	}
 	tmp := l.status + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil { //nolint:gosec // status is for anyone to read
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("writing status: %w", err)
 	}
 	if err := os.Rename(tmp, l.status); err != nil {

@@ -99,7 +99,9 @@ func createPod(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) *corev1.Po
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}) })
+	t.Cleanup(func() {
+		_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	})
 	return created
 }
 

@@ -84,7 +84,7 @@ func (inv *Inventory) readCapacityAttribute(name string) (int64, error) {
 	p := inv.attributePath(name)
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("sysfs attribute: %w", err)
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil || n < 0 {

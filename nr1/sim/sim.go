@@ -68,7 +68,7 @@ func Create(dir string, opts Options) (*Sim, error) {
 		attrs[capacityAttribute(r)] = strconv.FormatInt(opts.Capacity[r], 10)
 	}
 	for name, v := range attrs {
-		if err := os.WriteFile(filepath.Join(s.sysfsDevice(), name), []byte(v+"\n"), 0o644); err != nil { //nolint:gosec // sysfs attributes are world-readable
+		if err := os.WriteFile(filepath.Join(s.sysfsDevice(), name), []byte(v+"\n"), 0o644); err != nil {
 			return nil, fmt.Errorf("simulator attribute %s: %w", name, err)
 		}
 	}
@@ -100,7 +100,10 @@ func sparseFile(path string, size int64) error {
 	if err := f.Truncate(size); err != nil {
 		return fmt.Errorf("simulator DMA file %s: %w", path, err)
 	}
-	return f.Chmod(0o666)
+	if err := f.Chmod(0o666); err != nil {
+		return fmt.Errorf("simulator DMA file %s: %w", path, err)
+	}
+	return nil
 }
 
 func (s *Sim) sysfsDevice() string { return filepath.Join(s.Dir, SysfsDir, DeviceDir) }
@@ -117,14 +120,19 @@ func (s *Sim) SetHealthy(healthy bool) error {
 	if healthy {
 		v = healthyValue
 	}
-	if err := os.WriteFile(filepath.Join(s.sysfsDevice(), HealthFile), []byte(v+"\n"), 0o644); err != nil { //nolint:gosec // sysfs attributes are world-readable
+	if err := os.WriteFile(filepath.Join(s.sysfsDevice(), HealthFile), []byte(v+"\n"), 0o644); err != nil {
 		return fmt.Errorf("simulator health: %w", err)
 	}
 	return nil
 }
 
 // Remove deletes the simulator's files.
-func (s *Sim) Remove() error { return os.RemoveAll(s.Dir) }
+func (s *Sim) Remove() error {
+	if err := os.RemoveAll(s.Dir); err != nil {
+		return fmt.Errorf("removing simulator: %w", err)
+	}
+	return nil
+}
 
 // Config is the agent's NR1 configuration for this simulator, with containers seeing
 // the device files under /dev.
