@@ -1,0 +1,133 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// DefaultEndpoints are the runtimes' standard sockets, tried in order when no endpoint
+// is configured.
+var DefaultEndpoints = []string{
+	"unix:///run/containerd/containerd.sock",
+	"unix:///run/crio/crio.sock",
+	"unix:///var/run/containerd/containerd.sock",
+	"unix:///var/run/crio/crio.sock",
+}
+
+// Conn is a connection to a CRI runtime.
+type Conn struct {
+	Endpoint string
+	Runtime  string // name and version, from the Version call
+	RS       runtimeapi.RuntimeServiceClient
+	cc       *grpc.ClientConn
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.cc.Close() }
+
+// Dial connects to endpoint and checks it with the Version call.
+func Dial(ctx context.Context, endpoint string) (*Conn, error) {
+	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("CRI endpoint %s: %w", endpoint, err)
+	}
+	rs := runtimeapi.NewRuntimeServiceClient(cc)
+	vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	v, err := rs.Version(vctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		_ = cc.Close()
+		return nil, fmt.Errorf("CRI endpoint %s: version: %w", endpoint, err)
+	}
+	return &Conn{Endpoint: endpoint, Runtime: v.RuntimeName + " " + v.RuntimeVersion, RS: rs, cc: cc}, nil
+}
+
+// DialFirst connects to endpoint, or, when it is empty, to the first of the standard
+// sockets that exists and answers.
+func DialFirst(ctx context.Context, endpoint string) (*Conn, error) {
+	if endpoint != "" {
+		return Dial(ctx, endpoint)
+	}
+	var errs []error
+	for _, e := range DefaultEndpoints {
+		if _, err := os.Stat(strings.TrimPrefix(e, "unix://")); err != nil {
+			continue
+		}
+		c, err := Dial(ctx, e)
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("no CRI runtime socket among %v", DefaultEndpoints)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// verboseInfo is what containerd and CRI-O put in a verbose ContainerStatus's "info".
+type verboseInfo struct {
+	PID         int `json:"pid"`
+	RuntimeSpec struct {
+		Linux struct {
+			CgroupsPath string `json:"cgroupsPath"`
+		} `json:"linux"`
+	} `json:"runtimeSpec"`
+}
+
+// containerDetails reads what the list does not say: PID, cgroupsPath, status
+// annotations, start time.
+func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c *Container) error {
+	resp, err := rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.ID, Verbose: true})
+	if err != nil {
+		return fmt.Errorf("status of container %s: %w", c.ID, err)
+	}
+	st := resp.GetStatus()
+	c.State = stateOf(st.GetState())
+	c.Annotations = st.GetAnnotations()
+	c.Image, c.ImageRef = st.GetImage().GetImage(), st.GetImageRef()
+	if st.GetStartedAt() > 0 {
+		c.StartedAt = time.Unix(0, st.GetStartedAt())
+	}
+	if raw, ok := resp.GetInfo()["info"]; ok {
+		var info verboseInfo
+		if err := json.Unmarshal([]byte(raw), &info); err != nil {
+			return fmt.Errorf("status of container %s: verbose info: %w", c.ID, err)
+		}
+		c.CgroupsPath = info.RuntimeSpec.Linux.CgroupsPath
+		if c.State == Running {
+			c.PID = info.PID
+		}
+	}
+	return nil
+}
+
+func stateOf(s runtimeapi.ContainerState) ContainerState {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return Created
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return Running
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return Exited
+	default:
+		return Unknown
+	}
+}
+
+func podOf(id string, md *runtimeapi.PodSandboxMetadata, state runtimeapi.PodSandboxState, labels, annotations map[string]string) *Pod {
+	return &Pod{
+		UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), SandboxID: id,
+		Ready: state == runtimeapi.PodSandboxState_SANDBOX_READY, Labels: labels, Annotations: annotations,
+	}
+}

@@ -1,0 +1,91 @@
+// Package runtime follows every pod sandbox and container on the node through the CRI
+// runtime service: an initial list, the runtime's container events, a periodic relist
+// that repairs anything missed, and reconnection when the runtime goes away.
+package runtime
+
+import (
+	"path"
+	"strings"
+	"time"
+)
+
+// ContainerState is a container's CRI state.
+type ContainerState string
+
+// The CRI container states.
+const (
+	Created ContainerState = "created"
+	Running ContainerState = "running"
+	Exited  ContainerState = "exited"
+	Unknown ContainerState = "unknown"
+)
+
+// Pod is a pod sandbox and its containers, as the runtime knows them.
+type Pod struct {
+	UID         string            `json:"uid"`
+	Namespace   string            `json:"namespace"`
+	Name        string            `json:"name"`
+	SandboxID   string            `json:"sandboxID"`
+	Ready       bool              `json:"ready"`
+	Labels      map[string]string `json:"-"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Containers  []*Container      `json:"containers"` // by name, then creation
+}
+
+// Container is one container of a pod.
+type Container struct {
+	ID        string         `json:"id"`
+	Name      string         `json:"name"`
+	Image     string         `json:"image"`
+	ImageRef  string         `json:"imageRef"`
+	State     ContainerState `json:"state"`
+	CreatedAt time.Time      `json:"createdAt"`
+	StartedAt time.Time      `json:"startedAt,omitzero"`
+	// PID is the container's init process on the host while it runs.
+	PID int `json:"pid,omitempty"`
+	// CgroupsPath is the OCI spec's linux.cgroupsPath, in the runtime's driver's form.
+	CgroupsPath string `json:"cgroupsPath"`
+	// Annotations are the CRI status annotations; the device plugin's Allocate
+	// annotations arrive here.
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// QoS is the pod's QoS class as its cgroup placement says: Guaranteed pods sit directly
+// under kubepods, the others under kubepods/burstable or kubepods/besteffort.
+func (p *Pod) QoS() string {
+	for _, c := range p.Containers {
+		if c.CgroupsPath == "" {
+			continue
+		}
+		s := strings.ToLower(c.CgroupsPath)
+		switch {
+		case strings.Contains(s, "besteffort"):
+			return "BestEffort"
+		case strings.Contains(s, "burstable"):
+			return "Burstable"
+		case strings.Contains(path.Dir(s), "kubepods"):
+			return "Guaranteed"
+		}
+	}
+	return ""
+}
+
+// Snapshot is the runtime's pods at one time. It is never modified once published.
+type Snapshot struct {
+	Taken time.Time `json:"taken"`
+	// Connected is false while the runtime cannot be reached; the pods are then the last
+	// ones seen, not an empty node.
+	Connected bool   `json:"connected"`
+	Runtime   string `json:"runtime"`
+	Pods      []*Pod `json:"pods"` // by namespace, then name
+}
+
+// Pod returns the pod with uid, or nil.
+func (s *Snapshot) Pod(uid string) *Pod {
+	for _, p := range s.Pods {
+		if p.UID == uid {
+			return p
+		}
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package runtime
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Options tune a Watcher.
+type Options struct {
+	// Endpoint is the CRI socket; empty detects one of DefaultEndpoints.
+	Endpoint string
+	// Resync is how often the full list is read again while events flow.
+	Resync time.Duration
+	// Poll is how often the list is read from a runtime without events.
+	Poll time.Duration
+	// MaxBackoff bounds the wait between reconnection attempts.
+	MaxBackoff time.Duration
+}
+
+// Watcher keeps an up-to-date view of the node's pods and containers.
+type Watcher struct {
+	opts Options
+	log  *slog.Logger
+
+	mu         sync.Mutex
+	pods       map[string]*Pod       // by sandbox ID
+	containers map[string]*Container // by container ID
+	sandboxOf  map[string]string     // container ID → sandbox ID
+	snap       *Snapshot
+	changed    chan struct{}
+	reconnects int
+}
+
+// NewWatcher returns a watcher; Run connects it.
+func NewWatcher(opts Options, log *slog.Logger) *Watcher {
+	if opts.MaxBackoff == 0 {
+		opts.MaxBackoff = 5 * time.Second
+	}
+	return &Watcher{
+		opts: opts, log: log,
+		pods: map[string]*Pod{}, containers: map[string]*Container{}, sandboxOf: map[string]string{},
+		snap: &Snapshot{}, changed: make(chan struct{}),
+	}
+}
+
+// Load returns the latest snapshot and a channel closed when a newer one is published.
+func (w *Watcher) Load() (*Snapshot, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.snap, w.changed
+}
+
+// Reconnects counts the times the runtime was lost and the watcher connected again.
+func (w *Watcher) Reconnects() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reconnects
+}
+
+// Run follows the runtime until ctx ends, reconnecting with backoff. While the runtime
+// is away the last view is kept: a container is reported gone only when the runtime
+// says so.
+func (w *Watcher) Run(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		conn, err := DialFirst(ctx, w.opts.Endpoint)
+		if err == nil {
+			if attempt > 0 {
+				w.countReconnect()
+			}
+			w.log.Info("connected to container runtime", "endpoint", conn.Endpoint, "runtime", conn.Runtime)
+			start := time.Now()
+			err = w.session(ctx, conn)
+			_ = conn.Close()
+			if time.Since(start) > 10*time.Second {
+				backoff = 100 * time.Millisecond // it was healthy for a while
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		w.setConnected(false, "")
+		w.log.Warn("container runtime unavailable, retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, w.opts.MaxBackoff)
+	}
+}
+
+// session subscribes to events, lists, then applies events (or polls) until the
+// connection breaks. Subscribing first means no event between the list and the
+// subscription is lost: it waits in the stream until the list is in.
+func (w *Watcher) session(ctx context.Context, conn *Conn) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events := make(chan *runtimeapi.ContainerEventResponse)
+	errc := make(chan error, 1)
+	stream, err := conn.RS.GetContainerEvents(sctx, &runtimeapi.GetEventsRequest{})
+	if err != nil {
+		errc <- err
+	} else {
+		go func() {
+			for {
+				ev, err := stream.Recv()
+				if err != nil {
+					errc <- err
+					return
+				}
+				select {
+				case events <- ev:
+				case <-sctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	if err := w.Relist(ctx, conn.RS); err != nil {
+		return err
+	}
+	w.setConnected(true, conn.Runtime)
+	resync := time.NewTicker(w.opts.Resync)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-events:
+			w.apply(ctx, conn.RS, ev)
+		case err := <-errc:
+			if status.Code(err) == codes.Unimplemented {
+				w.log.Info("runtime has no container events, polling", "interval", w.opts.Poll)
+				return w.poll(ctx, conn)
+			}
+			return fmt.Errorf("container events: %w", err)
+		case <-resync.C:
+			if err := w.Relist(ctx, conn.RS); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (w *Watcher) poll(ctx context.Context, conn *Conn) error {
+	t := time.NewTicker(w.opts.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := w.Relist(ctx, conn.RS); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Relist replaces the view with the runtime's full list. Containers already known keep
+// their details; only new or changed ones cost a status call.
+func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient) error {
+	sbs, err := rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return fmt.Errorf("listing pod sandboxes: %w", err)
+	}
+	cs, err := rs.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return fmt.Errorf("listing containers: %w", err)
+	}
+	pods := make(map[string]*Pod, len(sbs.GetItems()))
+	for _, sb := range sbs.GetItems() {
+		pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
+	}
+	w.mu.Lock()
+	known := w.containers
+	w.mu.Unlock()
+	containers := make(map[string]*Container, len(cs.GetContainers()))
+	sandboxOf := make(map[string]string, len(cs.GetContainers()))
+	for _, item := range cs.GetContainers() {
+		c := containerOf(item)
+		if old, ok := known[c.ID]; ok && old.State == c.State && old.CgroupsPath != "" {
+			c = old
+		} else if err := containerDetails(ctx, rs, c); err != nil {
+			if status.Code(err) == codes.NotFound {
+				continue // removed between the list and the status
+			}
+			return err
+		}
+		containers[c.ID] = c
+		sandboxOf[c.ID] = item.GetPodSandboxId()
+	}
+	w.mu.Lock()
+	w.pods, w.containers, w.sandboxOf = pods, containers, sandboxOf
+	w.publishLocked(true, "")
+	w.mu.Unlock()
+	return nil
+}
+
+func containerOf(item *runtimeapi.Container) *Container {
+	return &Container{
+		ID: item.GetId(), Name: item.GetMetadata().GetName(), Image: item.GetImage().GetImage(),
+		ImageRef: item.GetImageRef(), State: stateOf(item.GetState()), CreatedAt: time.Unix(0, item.GetCreatedAt()),
+		Annotations: item.GetAnnotations(),
+	}
+}
+
+// apply updates the view for one event. A failed lookup is left to the next relist.
+func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient, ev *runtimeapi.ContainerEventResponse) {
+	id, typ := ev.GetContainerId(), ev.GetContainerEventType()
+	sb := ev.GetPodSandboxStatus()
+	if sb != nil && sb.GetId() == id { // an event about the sandbox itself
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if typ == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
+			delete(w.pods, id)
+			for cid, s := range w.sandboxOf {
+				if s == id {
+					delete(w.containers, cid)
+					delete(w.sandboxOf, cid)
+				}
+			}
+		} else {
+			w.pods[id] = podOf(id, sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
+		}
+		w.publishLocked(true, "")
+		return
+	}
+	if typ == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
+		w.mu.Lock()
+		delete(w.containers, id)
+		delete(w.sandboxOf, id)
+		w.publishLocked(true, "")
+		w.mu.Unlock()
+		return
+	}
+	c, sandboxID, err := w.fetchContainer(ctx, rs, id)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case status.Code(err) == codes.NotFound || (err == nil && c == nil):
+		delete(w.containers, id)
+		delete(w.sandboxOf, id)
+	case err != nil:
+		w.log.Warn("container event: lookup failed, the next relist repairs it", "container", id, "err", err)
+		return
+	default:
+		w.containers[id], w.sandboxOf[id] = c, sandboxID
+		if sb != nil {
+			w.pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
+		}
+	}
+	w.publishLocked(true, "")
+}
+
+func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServiceClient, id string) (*Container, string, error) {
+	resp, err := rs.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{Id: id}})
+	if err != nil {
+		return nil, "", fmt.Errorf("listing container %s: %w", id, err)
+	}
+	if len(resp.GetContainers()) == 0 {
+		return nil, "", nil
+	}
+	item := resp.GetContainers()[0]
+	c := containerOf(item)
+	if err := containerDetails(ctx, rs, c); err != nil {
+		return nil, "", err
+	}
+	return c, item.GetPodSandboxId(), nil
+}
+
+func (w *Watcher) setConnected(connected bool, runtimeName string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.snap.Connected == connected && (runtimeName == "" || w.snap.Runtime == runtimeName) {
+		return
+	}
+	w.publishLocked(connected, runtimeName)
+}
+
+func (w *Watcher) countReconnect() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reconnects++
+}
+
+// publishLocked builds a new immutable snapshot from the view.
+func (w *Watcher) publishLocked(connected bool, runtimeName string) {
+	if runtimeName == "" {
+		runtimeName = w.snap.Runtime
+	}
+	byID := make(map[string]*Pod, len(w.pods))
+	snap := &Snapshot{Taken: time.Now(), Connected: connected, Runtime: runtimeName, Pods: make([]*Pod, 0, len(w.pods))}
+	for id, p := range w.pods {
+		cp := *p
+		cp.Containers = nil
+		byID[id] = &cp
+		snap.Pods = append(snap.Pods, &cp)
+	}
+	for cid, c := range w.containers {
+		if p := byID[w.sandboxOf[cid]]; p != nil {
+			cc := *c
+			p.Containers = append(p.Containers, &cc)
+		}
+	}
+	for _, p := range snap.Pods {
+		slices.SortFunc(p.Containers, func(a, b *Container) int {
+			return cmp.Or(cmp.Compare(a.Name, b.Name), a.CreatedAt.Compare(b.CreatedAt))
+		})
+	}
+	slices.SortFunc(snap.Pods, func(a, b *Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SandboxID, b.SandboxID))
+	})
+	w.snap = snap
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
