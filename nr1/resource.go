@@ -20,6 +20,13 @@ const (
 // Domain is the extended-resource domain of every NR1 resource name.
 const Domain = "neureality.ai"
 
+// AnnotationPrefix prefixes the annotations the device plugin's Allocate puts on a
+// container, one per resource: nr1.neureality.ai/<short-name>: "<units>".
+const AnnotationPrefix = "nr1.neureality.ai/"
+
+// Annotation is the Allocate annotation key of r.
+func (r Resource) Annotation() string { return AnnotationPrefix + r.Short() }
+
 // All lists the resources in their canonical order.
 var All = [NumResources]Resource{ComputeDMAMemory, CPUDMAMemory, DockerPartition, HypervisorQueue}
 

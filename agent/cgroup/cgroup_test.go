@@ -12,8 +12,8 @@ import (
 
 func TestRelative(t *testing.T) {
 	tests := map[string]string{
-		"/kubepods/besteffort/pod123/abc": "kubepods/besteffort/pod123/abc",
-		"/kubepods/pod123/abc":            "kubepods/pod123/abc",
+		"/kubepods/besteffort/pod123/abc":                    "kubepods/besteffort/pod123/abc",
+		"/kubepods/pod123/abc":                               "kubepods/pod123/abc",
 		"kubepods-burstable-pod1_2.slice:cri-containerd:abc": "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-abc.scope",
 		"kubepods-pod9.slice:crio:def":                       "kubepods.slice/kubepods-pod9.slice/crio-def.scope",
 	}

@@ -16,10 +16,6 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
-// AnnotationPrefix prefixes the annotations Allocate puts on a container, one per
-// resource: nr1.neureality.ai/<short-name>: "<units>".
-const AnnotationPrefix = "nr1.neureality.ai/"
-
 // HealthSource gives the NR1's health and a channel closed when it next changes.
 type HealthSource interface {
 	Load() (device.Health, <-chan struct{})
@@ -115,7 +111,7 @@ func (p *Plugin) Allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 		units := strconv.Itoa(len(creq.DevicesIds))
 		cresp := &pluginapi.ContainerAllocateResponse{
 			Envs:        map[string]string{p.resource.EnvVar(): units},
-			Annotations: map[string]string{AnnotationPrefix + p.resource.Short(): units},
+			Annotations: map[string]string{p.resource.Annotation(): units},
 		}
 		if err := p.addFiles(cresp); err != nil {
 			return nil, err

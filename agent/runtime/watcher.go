@@ -325,4 +325,3 @@ func (w *Watcher) publishLocked(connected bool, runtimeName string) {
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
-
