@@ -3,14 +3,19 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/neureality-sdk/nr1-agent/agent/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -19,8 +24,8 @@ import (
 // Run starts the agent and blocks until ctx ends or a part fails. Everything that can be
 // checked before serving is checked first, so a bad setup stops the agent at startup.
 func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logger) error {
-	inv := device.NewInventory(cfg.NR1, cfg.Paths.Sysfs)
-	capacity, sources, err := inv.Capacity()
+	nr1Device := device.NewInventory(cfg.NR1, cfg.Paths.Sysfs)
+	capacity, sources, err := nr1Device.Capacity()
 	if err != nil {
 		return err
 	}
@@ -31,23 +36,51 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		log.Info("NR1 capacity", "resource", r.Name(), "units", capacity[r], "source", sources[r])
 	}
 
-	monitor := device.NewMonitor(inv, cfg.DevicePlugin.HealthInterval.Duration, log)
+	monitor := device.NewMonitor(nr1Device, cfg.DevicePlugin.HealthInterval.Duration, log)
 	plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
 	for _, r := range nr1.All {
-		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], inv.Files(r), monitor))
+		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], nr1Device.Files(r), monitor))
 	}
 	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, log)
+
+	cgroups, err := cgroup.Detect(cfg.Paths.Cgroupfs)
+	if err != nil {
+		return fmt.Errorf("paths.cgroupfs: %w", err)
+	}
+	log.Info("cgroups", "mode", cgroups.Mode.String(), "v2", cgroups.V2)
+	watcher := runtime.NewWatcher(runtime.Options{
+		Endpoint: cfg.Runtime.Endpoint, Resync: cfg.Runtime.Resync.Duration, Poll: cfg.Sampling.Interval.Duration,
+	}, log)
+	podResources, err := allocation.Dial(cfg.PodResourcesSocket())
+	if err != nil {
+		return err
+	}
+	defer podResources.Close()
+	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, log)
+	inv := inventory.NewBuilder(watcher, tracker, cgroups, log)
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewBuildInfo(version), metrics.NewDeviceCollector(state))
-	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered)
+	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher))
+	server.Handle("/debug/cgs", debugCGs(inv.Build))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return monitor.Run(ctx) })
 	g.Go(func() error { return manager.Run(ctx) })
+	g.Go(func() error { return watcher.Run(ctx) })
+	g.Go(func() error { return tracker.Run(ctx) })
 	g.Go(func() error { return server.Run(ctx) })
 	return g.Wait()
+}
+
+func runtimeConnected(w *runtime.Watcher) metrics.ReadinessCheck {
+	return func() error {
+		if s, _ := w.Load(); !s.Connected {
+			return errors.New("container runtime not connected")
+		}
+		return nil
+	}
 }
 
 // deviceState is the device side's state as metrics and readiness read it.

@@ -21,21 +21,28 @@ type ReadinessCheck func() error
 
 // Server serves /metrics, /healthz and /readyz.
 type Server struct {
-	addr  string
-	reg   *prometheus.Registry
-	ready []ReadinessCheck
-	log   *slog.Logger
+	addr   string
+	reg    *prometheus.Registry
+	ready  []ReadinessCheck
+	log    *slog.Logger
+	extras map[string]http.Handler
 }
 
 // NewServer serves reg on addr; /readyz passes when every check does.
 func NewServer(addr string, reg *prometheus.Registry, log *slog.Logger, ready ...ReadinessCheck) *Server {
-	return &Server{addr: addr, reg: reg, ready: ready, log: log}
+	return &Server{addr: addr, reg: reg, ready: ready, log: log, extras: map[string]http.Handler{}}
 }
+
+// Handle adds a GET endpoint, such as /debug/cgs.
+func (s *Server) Handle(path string, h http.Handler) { s.extras[path] = h }
 
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}))
+	for path, h := range s.extras {
+		mux.Handle("GET "+path, h)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		var why []string

@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -31,14 +32,31 @@ type Config struct {
 	Paths        Paths         `json:"paths"`
 	Log          Log           `json:"log"`
 	DevicePlugin DevicePlugin  `json:"devicePlugin"`
+	Runtime      Runtime       `json:"runtime"`
+	Sampling     Sampling      `json:"sampling"`
 	NR1          device.Config `json:"nr1"`
+}
+
+// Runtime configures the CRI watcher.
+type Runtime struct {
+	// Endpoint is the CRI socket, e.g. unix:///run/containerd/containerd.sock; empty
+	// detects containerd or CRI-O at their standard sockets.
+	Endpoint string `json:"endpoint"`
+	// Resync is how often the full container list is read besides events.
+	Resync Duration `json:"resync"`
+}
+
+// Sampling configures how often the node is measured.
+type Sampling struct {
+	Interval Duration `json:"interval"`
 }
 
 // Paths are the host roots the agent reads, so tests and containers can move them.
 type Paths struct {
-	Procfs  string `json:"procfs"`
-	Sysfs   string `json:"sysfs"`
-	Kubelet string `json:"kubelet"`
+	Procfs   string `json:"procfs"`
+	Sysfs    string `json:"sysfs"`
+	Kubelet  string `json:"kubelet"`
+	Cgroupfs string `json:"cgroupfs"`
 }
 
 // Log configures the structured logger.
@@ -81,14 +99,21 @@ func Default() Config {
 		APIVersion:  APIVersion,
 		Kind:        Kind,
 		MetricsAddr: ":9470",
-		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet"},
+		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
 			HealthInterval: Duration{5 * time.Second},
 			Resync:         Duration{5 * time.Second},
 		},
-		NR1: device.DefaultConfig(),
+		Runtime:  Runtime{Resync: Duration{30 * time.Second}},
+		Sampling: Sampling{Interval: Duration{time.Second}},
+		NR1:      device.DefaultConfig(),
 	}
+}
+
+// PodResourcesSocket is the kubelet's pod-resources API socket.
+func (c *Config) PodResourcesSocket() string {
+	return filepath.Join(c.Paths.Kubelet, "pod-resources", "kubelet.sock")
 }
 
 // DevicePluginsDir is the kubelet's device-plugins directory.
@@ -109,7 +134,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
 	}
-	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet} {
+	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs} {
 		if !filepath.IsAbs(p) {
 			field(name, "must be an absolute path, got %q", p)
 		}
@@ -127,6 +152,15 @@ func (c *Config) Validate() error {
 	}
 	if c.DevicePlugin.Resync.Duration <= 0 {
 		field("devicePlugin.resync", "must be positive, got %s", c.DevicePlugin.Resync)
+	}
+	if e := c.Runtime.Endpoint; e != "" && !strings.HasPrefix(e, "unix:///") {
+		field("runtime.endpoint", "must be unix:///path/to/socket, got %q", e)
+	}
+	if c.Runtime.Resync.Duration <= 0 {
+		field("runtime.resync", "must be positive, got %s", c.Runtime.Resync)
+	}
+	if c.Sampling.Interval.Duration < 100*time.Millisecond {
+		field("sampling.interval", "must be at least 100ms, got %s", c.Sampling.Interval)
 	}
 	if err := c.NR1.Validate("nr1"); err != nil {
 		errs = append(errs, err)

@@ -1,0 +1,205 @@
+package inventory
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/neureality-sdk/nr1-agent/agent/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// fakeKubelet serves the pod-resources API as the kubelet does: one ContainerDevices
+// entry per device ID.
+type fakeKubelet struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	mu   sync.Mutex
+	pods []*podresourcesapi.PodResources
+}
+
+func (k *fakeKubelet) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return &podresourcesapi.ListPodResourcesResponse{PodResources: k.pods}, nil
+}
+
+// devices is how the kubelet reports n units of resource: one entry per ID.
+func devices(resource string, n int) []*podresourcesapi.ContainerDevices {
+	out := make([]*podresourcesapi.ContainerDevices, n)
+	for i := range out {
+		out[i] = &podresourcesapi.ContainerDevices{ResourceName: resource, DeviceIds: []string{fmt.Sprint(i)}}
+	}
+	return out
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type world struct {
+	cri     *fakecri.Server
+	kubelet *fakeKubelet
+	cgroups cgroup.Hierarchy
+	builder *Builder
+	watcher *runtime.Watcher
+	tracker *allocation.Tracker
+}
+
+// cgroupDir makes a fake v2 cgroup directory holding pids.
+func cgroupDir(t *testing.T, h cgroup.Hierarchy, cgroupsPath string, pids ...int) string {
+	t.Helper()
+	p, err := h.Resolve(cgroupsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(p.V2, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var b []byte
+	for _, pid := range pids {
+		b = fmt.Appendf(b, "%d\n", pid)
+	}
+	if err := os.WriteFile(filepath.Join(p.V2, "cgroup.procs"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p.V2
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	dir := t.TempDir()
+	w := &world{cri: fakecri.New(filepath.Join(dir, "cri.sock")), kubelet: &fakeKubelet{}}
+	w.cgroups = cgroup.Hierarchy{Root: filepath.Join(dir, "cgroup"), Mode: cgroup.Unified, V2: filepath.Join(dir, "cgroup")}
+
+	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb1", UID: "uid-1", Namespace: "default", Name: "resnet50"}, true)
+	w.cri.PutContainer(fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
+		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "3", "nr1.neureality.ai/docker_partition": "2392", "nr1.neureality.ai/ai_hypervisor_queue": "7"}}, true)
+	w.cri.PutContainer(fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102, CgroupsPath: "/kubepods/besteffort/poduid-1/c-g"}, true)
+	cgroupDir(t, w.cgroups, "/kubepods/besteffort/poduid-1/c-hh", 101, 110)
+	cgroupDir(t, w.cgroups, "/kubepods/besteffort/poduid-1/c-g", 102)
+	if err := w.cri.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.cri.Stop)
+
+	hh := &podresourcesapi.ContainerResources{Name: "health-handler"}
+	hh.Devices = append(hh.Devices, devices("neureality.ai/compute_dma_memory_in_mb", 3)...)
+	hh.Devices = append(hh.Devices, devices("neureality.ai/docker_partition_in_mb", 2392)...)
+	hh.Devices = append(hh.Devices, devices("neureality.ai/ai_hypervisor_queue", 7)...)
+	hh.Devices = append(hh.Devices, devices("vendor.example/gpu", 1)...)
+	w.kubelet.pods = []*podresourcesapi.PodResources{{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{hh, {Name: "graph"}}}}
+	socket := filepath.Join(dir, "pod-resources.sock")
+	lis, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(srv, w.kubelet)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	client, err := allocation.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	w.tracker = allocation.NewTracker(client, time.Hour, discard())
+	w.watcher = runtime.NewWatcher(runtime.Options{Endpoint: "unix://" + w.cri.Socket, Resync: time.Hour}, discard())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.watcher.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	w.builder = NewBuilder(w.watcher, w.tracker, w.cgroups, discard())
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		if s, _ := w.watcher.Load(); s.Connected {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("watcher never connected")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return w
+}
+
+func inode(t *testing.T, dir string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+func TestCGAllocationIsTheSumOverContainers(t *testing.T) {
+	w := newWorld(t)
+	before := w.builder.Build(time.Now()).CG("uid-1")
+	if before == nil || before.AllocationKnown {
+		t.Fatalf("before the kubelet answers, allocation must be unknown: %+v", before)
+	}
+	w.tracker.Refresh(context.Background())
+	s := w.builder.Build(time.Now())
+	cg := s.CG("uid-1")
+	if !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) || cg.QoS != "BestEffort" {
+		t.Fatalf("CG %+v", cg)
+	}
+	if len(cg.Containers) != 2 || cg.Containers[0].Name != "graph" || cg.Containers[1].Name != "health-handler" {
+		t.Fatalf("containers %+v", cg.Containers)
+	}
+	hh := cg.Containers[1]
+	if hh.Allocation != (nr1.Amounts{3, 0, 2392, 7}) || !cg.Containers[0].Allocation.IsZero() {
+		t.Errorf("per-container allocation: hh %v graph %v", hh.Allocation, cg.Containers[0].Allocation)
+	}
+	wantDir := filepath.Join(w.cgroups.V2, "kubepods/besteffort/poduid-1/c-hh")
+	if hh.Cgroup.V2 != wantDir || hh.CgroupID != inode(t, wantDir) || !slices.Equal(hh.PIDs, []int{101, 110}) {
+		t.Errorf("health-handler cgroup %+v id %d pids %v", hh.Cgroup, hh.CgroupID, hh.PIDs)
+	}
+	if w.builder.Mismatches() != 0 {
+		t.Errorf("%d mismatches for agreeing annotations", w.builder.Mismatches())
+	}
+}
+
+func TestAnnotationDisagreementIsCountedAndKubeletWins(t *testing.T) {
+	w := newWorld(t)
+	w.cri.PutContainer(fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
+		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "30", "nr1.neureality.ai/ai_hypervisor_queue": "7"}}, false)
+	w.cri.PutContainer(fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-g", Annotations: map[string]string{"nr1.neureality.ai/ai_hypervisor_queue": "many"}}, false)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s, _ := w.watcher.Load()
+		if p := s.Pod("uid-1"); p != nil && len(p.Containers) == 2 && p.Containers[1].Annotations["nr1.neureality.ai/compute_dma_memory"] == "30" &&
+			p.Containers[0].Annotations["nr1.neureality.ai/ai_hypervisor_queue"] == "many" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("events not applied")
+		}
+	}
+	w.tracker.Refresh(context.Background())
+	cg := w.builder.Build(time.Now()).CG("uid-1")
+	if cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) {
+		t.Errorf("allocation %v: the pod-resources figure must win", cg.Allocation)
+	}
+	if got := w.builder.Mismatches(); got != 2 {
+		t.Errorf("mismatches %d, want 2 (a disagreement and a malformed annotation)", got)
+	}
+	w.builder.Build(time.Now())
+	if got := w.builder.Mismatches(); got != 2 {
+		t.Errorf("the same disagreement counted again: %d", got)
+	}
+}

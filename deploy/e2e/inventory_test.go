@@ -1,0 +1,101 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// agentDebug reads the agent's /debug/cgs.
+func agentDebug(t *testing.T, c kubernetes.Interface) (*inventory.Snapshot, error) {
+	t.Helper()
+	pods, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
+	if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		return nil, fmt.Errorf("agent pod: %v", err)
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + pods.Items[0].Status.PodIP + ":9470/debug/cgs")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var s inventory.Snapshot
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+func TestAgentKnowsTheResNetCG(t *testing.T) {
+	c := client(t)
+	pod := createPod(t, c, podFromFile(t, "resnet50-cg.yaml"))
+	eventually(t, 60*time.Second, "resnet50 Running", func() error {
+		p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod = p
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	var cg *inventory.CG
+	eventually(t, 10*time.Second, "the agent's view of resnet50", func() error {
+		s, err := agentDebug(t, c)
+		if err != nil {
+			return err
+		}
+		cg = s.CG(string(pod.UID))
+		if cg == nil || !cg.AllocationKnown || len(cg.Containers) != 2 {
+			return fmt.Errorf("CG %+v", cg)
+		}
+		for _, ctr := range cg.Containers {
+			if ctr.State != "running" || len(ctr.PIDs) == 0 {
+				return fmt.Errorf("container %s: state %s pids %v", ctr.Name, ctr.State, ctr.PIDs)
+			}
+		}
+		return nil
+	})
+	if cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) {
+		t.Errorf("CG allocation %v, want 3/0/2392/7", cg.Allocation)
+	}
+	for _, ctr := range cg.Containers {
+		want := nr1.Amounts{}
+		if ctr.Name == "health-handler" {
+			want = nr1.Amounts{3, 0, 2392, 7}
+		}
+		if ctr.Allocation != want {
+			t.Errorf("container %s allocation %v, want %v", ctr.Name, ctr.Allocation, want)
+		}
+		// Every process the agent attributes to the container is in the container's cgroup
+		// as /proc says, and the cgroup id is that directory's inode.
+		for _, pid := range ctr.PIDs {
+			b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+			if err != nil {
+				t.Fatalf("pid %d of %s: %v", pid, ctr.Name, err)
+			}
+			if !strings.Contains(string(b), ctr.ID) || !strings.Contains(string(b), "pod"+string(pod.UID)) {
+				t.Errorf("pid %d of %s is in cgroups\n%s", pid, ctr.Name, b)
+			}
+		}
+		if fi, err := os.Stat(ctr.Cgroup.V2); err != nil || inodeOf(fi) != ctr.CgroupID {
+			t.Errorf("container %s: cgroup %s id %d: %v", ctr.Name, ctr.Cgroup.V2, ctr.CgroupID, err)
+		}
+	}
+}
