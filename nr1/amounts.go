@@ -1,6 +1,7 @@
 package nr1
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 )
@@ -68,4 +69,33 @@ func (a Amounts) String() string {
 		fmt.Fprintf(&b, "%s=%d", r.Short(), a[r])
 	}
 	return b.String()
+}
+
+// MarshalJSON writes the amounts as an object keyed by short name.
+func (a Amounts) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, r := range All {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%q:%d", r.Short(), a[r])
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads an object keyed by short or full resource names.
+func (a *Amounts) UnmarshalJSON(b []byte) error {
+	var m map[string]int64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("amounts: %w", err)
+	}
+	*a = Amounts{}
+	for k, v := range m {
+		r, err := ParseResource(k)
+		if err != nil {
+			return fmt.Errorf("amounts: %w", err)
+		}
+		a[r] = v
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package nr1
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,17 @@ func TestAmounts(t *testing.T) {
 	}
 	if !(Amounts{}).IsZero() || resnet.IsZero() {
 		t.Error("IsZero wrong")
+	}
+	b, err := json.Marshal(resnet)
+	if err != nil || string(b) != `{"compute_dma_memory":3,"cpu_dma_memory":0,"docker_partition":2392,"ai_hypervisor_queue":7}` {
+		t.Errorf("JSON %s %v", b, err)
+	}
+	var back Amounts
+	if err := json.Unmarshal(b, &back); err != nil || back != resnet {
+		t.Errorf("JSON round trip %v %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"gpu":1}`), &back); err == nil {
+		t.Error("unknown resource accepted")
 	}
 	if s := resnet.String(); s != "compute_dma_memory=3 cpu_dma_memory=0 docker_partition=2392 ai_hypervisor_queue=7" {
 		t.Errorf("String = %q", s)

@@ -78,14 +78,32 @@ func (m *Manager) Run(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(m.resync)
 	defer tick.Stop()
+	// A failed registration is retried soon, backing off: the kubelet's socket appears
+	// (bind) a moment before the kubelet accepts on it (listen), so the first try after
+	// its creation event can be refused.
+	retry := time.NewTimer(time.Hour)
+	defer retry.Stop()
+	backoff := retryMin
 	for {
-		m.reconcile(ctx, s)
+		if m.reconcile(ctx, s) {
+			backoff = retryMin
+		} else {
+			retry.Reset(backoff)
+			backoff = min(backoff*2, m.resync)
+		}
 		select {
+		case <-retry.C:
 		case <-ctx.Done():
 			return nil
-		case _, ok := <-watcher.Events:
+		case ev, ok := <-watcher.Events:
 			if !ok {
 				return fmt.Errorf("watching %s: event stream closed", m.dir)
+			}
+			// A kubelet removes its socket before making a new one. Forget the old one at
+			// once: the new one may get the same inode and (coarse) ctime.
+			if filepath.Base(ev.Name) == KubeletSocketName && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+				s.kubelet = fileID{}
+				clear(s.registered)
 			}
 		case werr := <-watcher.Errors:
 			m.log.Warn("device-plugins dir watch error", "dir", m.dir, "err", werr)
@@ -94,14 +112,18 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
+const retryMin = 50 * time.Millisecond
+
 type managerState struct {
 	eps        []*endpoint
 	registered []bool
 	kubelet    fileID
 }
 
-// reconcile brings the sockets and registrations in line with what is on disk.
-func (m *Manager) reconcile(ctx context.Context, s *managerState) {
+// reconcile brings the sockets and registrations in line with what is on disk. It
+// reports false when something is left to retry.
+func (m *Manager) reconcile(ctx context.Context, s *managerState) bool {
+	settled := true
 	if s.registered == nil {
 		s.registered = make([]bool, len(m.plugins))
 	}
@@ -118,6 +140,7 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) {
 		e, err := serve(p, filepath.Join(m.dir, SocketName(p.Resource())))
 		if err != nil {
 			m.log.Error("serving device plugin", "resource", p.Resource().Name(), "err", err)
+			settled = false
 			continue
 		}
 		s.eps[i] = e
@@ -141,6 +164,7 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) {
 			}
 			if err := e.register(ctx, kubelet); err != nil {
 				m.log.Warn("device plugin registration failed, will retry", "resource", e.plugin.Resource().Name(), "err", err)
+				settled = false
 				continue
 			}
 			s.registered[i] = true
@@ -149,6 +173,7 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) {
 		}
 	}
 	m.setRegistered(s.registered)
+	return settled
 }
 
 func (m *Manager) setRegistered(registered []bool) {
