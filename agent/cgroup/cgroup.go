@@ -163,7 +163,7 @@ func Procs(dir string) ([]int, error) {
 			if errors.Is(err, os.ErrNotExist) && p != dir {
 				return nil
 			}
-			return err
+			return fmt.Errorf("reading cgroup.procs: %w", err)
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		for sc.Scan() {

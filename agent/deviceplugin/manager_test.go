@@ -90,8 +90,6 @@ func (h *harness) stop() {
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-
-
 func allNames() []string {
 	var names []string
 	for _, r := range nr1.All {

@@ -26,8 +26,11 @@ import (
 func agentDebug(t *testing.T, c kubernetes.Interface) (*inventory.Snapshot, error) {
 	t.Helper()
 	pods, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
-	if err != nil || len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
-		return nil, fmt.Errorf("agent pod: %v", err)
+	if err != nil {
+		return nil, fmt.Errorf("agent pod: %w", err)
+	}
+	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
+		return nil, fmt.Errorf("%d agent pods, or no pod IP yet", len(pods.Items))
 	}
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + pods.Items[0].Status.PodIP + ":9470/debug/cgs")
 	if err != nil {

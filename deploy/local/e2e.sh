@@ -36,4 +36,4 @@ echo "== e2e: stack up in $((SECONDS - start)) s"
 "$stack" deploy
 eval "$("$stack" env)"
 cd "$repo"
-go test -tags e2e -count=1 -timeout 20m -v ./deploy/e2e/
+go test -tags e2e -count=1 -timeout 20m -v ./deploy/e2e/ ./agent/runtime/
