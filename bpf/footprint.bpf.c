@@ -1,0 +1,116 @@
+//go:build ignore
+
+// Footprint of the NR1 device files, per process and cgroup: the task_file iterator
+// reports every fd open on a target, the task_vma iterator every mapping of one. Each
+// match is written as a record to the iterator's output; user space sums them per
+// cgroup and tells shared file descriptions apart by their file pointer.
+
+#include "headers/nr1_vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#define S_IFMT 00170000
+#define S_IFCHR 0020000
+
+char LICENSE[] SEC("license") = "GPL";
+
+// A target is a character device by its device number (a runtime makes its own node in
+// each container), or a regular file by (device, inode), which a bind mount keeps.
+struct target_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 rdev;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, struct target_key);
+	__type(value, __u32); // the target's index in user space's list
+} targets SEC(".maps");
+
+enum { KIND_FD = 0, KIND_VMA = 1 };
+
+struct record {
+	__u64 cgroup_id;
+	__u64 file;   // the struct file, to tell open file descriptions apart
+	__u64 start;  // vma: first address
+	__u64 size;   // vma: bytes
+	__u64 pgoff;  // vma: offset in the file, in pages
+	__u32 pid;
+	__u32 fd;
+	__u32 target;
+	__u32 kind;
+};
+
+// Force the record type into BTF for bpf2go.
+const struct record *unused_record __attribute__((unused));
+
+static __always_inline __u32 *match(struct file *file)
+{
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	struct target_key key = {};
+
+	if (!inode)
+		return 0;
+	if ((BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFCHR) {
+		key.rdev = BPF_CORE_READ(inode, i_rdev);
+	} else {
+		key.ino = BPF_CORE_READ(inode, i_ino);
+		key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	}
+	return bpf_map_lookup_elem(&targets, &key);
+}
+
+static __always_inline void fill(struct record *r, struct task_struct *task, struct file *file, __u32 target, __u32 kind)
+{
+	r->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	r->pid = BPF_CORE_READ(task, tgid);
+	r->file = (__u64)file;
+	r->target = target;
+	r->kind = kind;
+}
+
+SEC("iter/task_file")
+int nr1_task_file(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct record r = {};
+	__u32 *target;
+
+	if (!task || !file)
+		return 0;
+	target = match(file);
+	if (!target)
+		return 0;
+	fill(&r, task, file, *target, KIND_FD);
+	r.fd = ctx->fd;
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}
+
+SEC("iter/task_vma")
+int nr1_task_vma(struct bpf_iter__task_vma *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct vm_area_struct *vma = ctx->vma;
+	struct record r = {};
+	struct file *file;
+	__u32 *target;
+
+	if (!task || !vma)
+		return 0;
+	file = BPF_CORE_READ(vma, vm_file);
+	if (!file)
+		return 0;
+	target = match(file);
+	if (!target)
+		return 0;
+	fill(&r, task, file, *target, KIND_VMA);
+	r.start = BPF_CORE_READ(vma, vm_start);
+	r.size = BPF_CORE_READ(vma, vm_end) - r.start;
+	r.pgoff = BPF_CORE_READ(vma, vm_pgoff);
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}

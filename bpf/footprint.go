@@ -1,0 +1,114 @@
+package bpf
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Kinds of footprint records.
+const (
+	KindFD  = 0
+	KindVMA = 1
+)
+
+// Record is one open fd or one mapping of a target file, as the iterators report it.
+type Record = footprintRecord
+
+// TargetKey identifies a target file in the kernel: a character device by its device
+// number, a regular file by (device, inode). Device numbers are the kernel's encoding.
+type TargetKey = footprintTargetKey
+
+// KernelDev converts a device number as stat reports it to the kernel's internal
+// encoding (major<<20 | minor), which is what inodes and super blocks hold.
+func KernelDev(dev uint64) uint32 {
+	return unix.Major(dev)<<20 | unix.Minor(dev)
+}
+
+// Footprint is the loaded footprint iterators.
+type Footprint struct {
+	objs  footprintObjects
+	files *link.Iter
+	vmas  *link.Iter
+}
+
+// LoadFootprint loads the task_file and task_vma iterators. It fails when the kernel
+// lacks BPF iterators or BTF.
+func LoadFootprint() (*Footprint, error) {
+	var f Footprint
+	if err := loadFootprintObjects(&f.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading footprint programs: %w", err)
+	}
+	var err error
+	if f.files, err = link.AttachIter(link.IterOptions{Program: f.objs.Nr1TaskFile}); err != nil {
+		_ = f.objs.Close()
+		return nil, fmt.Errorf("attaching task_file iterator: %w", err)
+	}
+	if f.vmas, err = link.AttachIter(link.IterOptions{Program: f.objs.Nr1TaskVma}); err != nil {
+		_ = f.files.Close()
+		_ = f.objs.Close()
+		return nil, fmt.Errorf("attaching task_vma iterator: %w", err)
+	}
+	return &f, nil
+}
+
+// Close releases the programs.
+func (f *Footprint) Close() error {
+	return errors.Join(f.vmas.Close(), f.files.Close(), f.objs.Close())
+}
+
+// SetTargets replaces the target files; the value is the caller's index of the target.
+func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
+	var (
+		key  TargetKey
+		keys []TargetKey
+	)
+	it := f.objs.Targets.Iterate()
+	var v uint32
+	for it.Next(&key, &v) {
+		keys = append(keys, key)
+	}
+	for _, k := range keys {
+		if err := f.objs.Targets.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("clearing targets: %w", err)
+		}
+	}
+	for k, v := range targets {
+		if err := f.objs.Targets.Put(k, v); err != nil {
+			return fmt.Errorf("setting target %+v: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Files runs the task_file iterator, calling fn for every fd open on a target.
+func (f *Footprint) Files(fn func(*Record)) error { return run(f.files, fn) }
+
+// VMAs runs the task_vma iterator, calling fn for every mapping of a target.
+func (f *Footprint) VMAs(fn func(*Record)) error { return run(f.vmas, fn) }
+
+
+func run(it *link.Iter, fn func(*Record)) error {
+	rd, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("running iterator: %w", err)
+	}
+	defer rd.Close()
+	br := bufio.NewReaderSize(rd, 64<<10)
+	var r Record
+	for {
+		if err := binary.Read(br, binary.NativeEndian, &r); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("reading iterator output: %w", err)
+		}
+		fn(&r)
+	}
+}

@@ -1,0 +1,105 @@
+package bpf
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// loadOrSkip loads the iterators, skipping only when the kernel lacks what they need.
+func loadOrSkip(t *testing.T) *Footprint {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("loading BPF programs needs root")
+	}
+	f, err := LoadFootprint()
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("kernel lacks BPF iterators or BTF: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return f
+}
+
+func keyOf(t *testing.T, path string) TargetKey {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFCHR {
+		return TargetKey{Rdev: KernelDev(st.Rdev)}
+	}
+	return TargetKey{Ino: st.Ino, Dev: KernelDev(st.Dev)}
+}
+
+func TestIteratorsReportFdsAndMappingsOfTargets(t *testing.T) {
+	f := loadOrSkip(t)
+	path := filepath.Join(t.TempDir(), "dma")
+	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): 7, keyOf(t, "/dev/null"): 3}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.OpenFile(path, os.O_RDWR, 0)
+	defer a.Close()
+	dup, err := syscall.Dup(int(a.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(dup)
+	null, _ := os.Open("/dev/null")
+	defer null.Close()
+	m, err := unix.Mmap(int(a.Fd()), 4096, 8192, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+
+	pid := uint32(os.Getpid())
+	var fds []Record
+	if err := f.Files(func(r *Record) {
+		if r.Pid == pid {
+			fds = append(fds, *r)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var dma, nul int
+	for _, r := range fds {
+		switch r.Target {
+		case 7:
+			dma++
+			if r.File != fds[0].File && fds[0].Target == 7 {
+				t.Errorf("dup'ed fd %d has another file description", r.Fd)
+			}
+		case 3:
+			nul++
+		}
+		if r.CgroupId == 0 || r.Kind != KindFD {
+			t.Errorf("record %+v", r)
+		}
+	}
+	if dma != 2 || nul < 1 {
+		t.Errorf("fds: %d on the DMA file (want 2: the fd and its dup), %d on /dev/null", dma, nul)
+	}
+	var vmas []Record
+	if err := f.VMAs(func(r *Record) {
+		if r.Pid == pid && r.Target == 7 {
+			vmas = append(vmas, *r)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(vmas) != 1 || vmas[0].Size != 8192 || vmas[0].Pgoff != 1 || vmas[0].Kind != KindVMA {
+		t.Errorf("mappings %+v", vmas)
+	}
+}

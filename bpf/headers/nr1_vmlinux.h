@@ -1,0 +1,91 @@
+/* The few kernel types the NR1 footprint programs read. Fields are relocated against the
+ * running kernel's BTF (CO-RE), so only names and types matter here, not layout. */
+#ifndef NR1_VMLINUX_H
+#define NR1_VMLINUX_H
+
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef int __s32;
+typedef long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+typedef __u16 umode_t;
+typedef __u32 dev_t;
+typedef _Bool bool;
+
+enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+};
+
+enum {
+	BPF_ANY = 0,
+};
+
+#pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
+
+struct seq_file;
+
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
+struct task_struct {
+	__s32 tgid;
+	struct css_set *cgroups;
+};
+
+struct super_block {
+	dev_t s_dev;
+};
+
+struct inode {
+	umode_t i_mode;
+	unsigned long i_ino;
+	dev_t i_rdev;
+	struct super_block *i_sb;
+};
+
+struct file {
+	struct inode *f_inode;
+};
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_end;
+	unsigned long vm_pgoff;
+	struct file *vm_file;
+};
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+	__u64 session_id;
+	__u64 seq_num;
+};
+
+struct bpf_iter__task_file {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	__u32 fd;
+	struct file *file;
+};
+
+struct bpf_iter__task_vma {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	struct vm_area_struct *vma;
+};
+
+#pragma clang attribute pop
+
+#endif
