@@ -1,0 +1,249 @@
+package footprint
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Procfs is the footprint source that reads /proc/PID/{cgroup,maps,fd,fdinfo}.
+type Procfs struct {
+	root     string // procfs root (--path.procfs)
+	cgroupV2 string // the cgroup v2 mount, to turn a process's cgroup path into its id
+	targets  *Targets
+}
+
+// NewProcfs returns the procfs source.
+func NewProcfs(procRoot, cgroupV2 string, targets *Targets) *Procfs {
+	return &Procfs{root: procRoot, cgroupV2: cgroupV2, targets: targets}
+}
+
+// Name is "procfs".
+func (p *Procfs) Name() string { return "procfs" }
+
+// Close releases nothing.
+func (p *Procfs) Close() error { return nil }
+
+// Scan reads every process. A process that exits during the scan is skipped.
+func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
+	start := time.Now()
+	dir, err := os.ReadDir(p.root)
+	if err != nil {
+		return nil, fmt.Errorf("procfs %s: %w", p.root, err)
+	}
+	s := &Scan{Source: p.Name()}
+	st := &scanState{ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10)}
+	for _, e := range dir {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err := p.process(st, s, pid); err != nil {
+			switch {
+			case gone(err):
+			case errors.Is(err, fs.ErrPermission):
+				s.Unreadable++
+			default:
+				return nil, err
+			}
+		}
+	}
+	p.describe(s.Handles)
+	fillFdinfo(p.root, p.targets, s.Handles)
+	s.Took = time.Since(start)
+	return s, nil
+}
+
+type scanState struct {
+	ids map[string]uint64 // cgroup path → id, for this scan
+	buf []byte
+}
+
+// gone reports errors that mean the process (or its fd) went away while we looked.
+func gone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH)
+}
+
+func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
+	base := filepath.Join(p.root, strconv.Itoa(pid))
+	cg, err := p.cgroupID(st, base)
+	if err != nil {
+		return err
+	}
+	if err := p.maps(st, s, base, pid, cg); err != nil {
+		return err
+	}
+	return p.fds(s, base, pid, cg)
+}
+
+func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(base, "cgroup"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		path, ok := bytes.CutPrefix(line, []byte("0::"))
+		if !ok {
+			continue
+		}
+		if id, ok := st.ids[string(path)]; ok {
+			return id, nil
+		}
+		var stat unix.Stat_t
+		if err := unix.Stat(filepath.Join(p.cgroupV2, string(path)), &stat); err != nil {
+			return 0, fmt.Errorf("cgroup %s: %w", path, err)
+		}
+		st.ids[string(path)] = stat.Ino
+		return stat.Ino, nil
+	}
+	return 0, nil // no v2 membership (legacy host)
+}
+
+func (p *Procfs) maps(st *scanState, s *Scan, base string, pid int, cg uint64) error {
+	f, err := os.Open(filepath.Join(base, "maps"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(st.buf[:0], 1<<20)
+	charMappings := p.targets.hasCharMapping()
+	for sc.Scan() {
+		line := sc.Bytes()
+		m, err := parseMapsLine(line)
+		if err != nil || m.ino == 0 {
+			continue
+		}
+		i, ok := p.targets.matchRegular(m.major, m.minor, m.ino)
+		if !ok && charMappings {
+			i, ok = p.mappedChar(base, m)
+		}
+		if ok {
+			s.Mappings = append(s.Mappings, Mapping{CgroupID: cg, PID: pid, Target: i, Start: m.start, Size: m.end - m.start, Offset: m.offset})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s/maps: %w", base, err)
+	}
+	return nil
+}
+
+// mappedChar stats the mapped file itself: /proc/PID/maps names a device node by the
+// node's inode, which differs in every container, not by the device number.
+func (p *Procfs) mappedChar(base string, m mapsLine) (int, bool) {
+	var st unix.Stat_t
+	name := strconv.FormatUint(m.start, 16) + "-" + strconv.FormatUint(m.end, 16)
+	if err := unix.Stat(filepath.Join(base, "map_files", name), &st); err != nil {
+		return 0, false
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return 0, false
+	}
+	return p.targets.match(st.Mode, st.Dev, st.Ino, st.Rdev)
+}
+
+func (p *Procfs) fds(s *Scan, base string, pid int, cg uint64) error {
+	dir := filepath.Join(base, "fd")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		link, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || !strings.HasPrefix(link, "/") {
+			continue // gone, or a socket, pipe or anonymous inode
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
+			continue
+		}
+		if i, ok := p.targets.match(st.Mode, st.Dev, st.Ino, st.Rdev); ok {
+			s.Handles = append(s.Handles, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i})
+		}
+	}
+	return nil
+}
+
+// describe gives fds that share an open file description the same Description, with
+// kcmp(2), which compares (and orders) the kernel's file pointers without revealing them.
+func (p *Procfs) describe(handles []Handle) {
+	idx := make([]int, len(handles))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		ha, hb := handles[a], handles[b]
+		if ha.Target != hb.Target {
+			return ha.Target - hb.Target
+		}
+		return kcmpFile(ha.PID, hb.PID, ha.FD, hb.FD)
+	})
+	var next uint64
+	for n, i := range idx {
+		if n == 0 {
+			next = 1
+		} else if prev := handles[idx[n-1]]; prev.Target != handles[i].Target || kcmpFile(prev.PID, handles[i].PID, prev.FD, handles[i].FD) != 0 {
+			next++
+		}
+		handles[i].Description = next
+	}
+}
+
+// kcmpFile orders two fds by their open file description: 0 when they share one. An fd
+// gone since the scan compares as distinct, ordered by (pid, fd).
+func kcmpFile(pid1, pid2, fd1, fd2 int) int {
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), 0 /* KCMP_FILE */, uintptr(fd1), uintptr(fd2), 0)
+	if errno != 0 {
+		if pid1 != pid2 {
+			return pid1 - pid2
+		}
+		return fd1 - fd2
+	}
+	switch r {
+	case 0:
+		return 0
+	case 1:
+		return -1
+	default:
+		return 1
+	}
+}
+
+// fillFdinfo sets Value for handles of FdinfoKey targets. An fd closed since, or a value
+// the driver wrote in a form not understood, counts zero.
+func fillFdinfo(procRoot string, targets *Targets, handles []Handle) {
+	for i := range handles {
+		t := targets.At(handles[i].Target)
+		if t.Measure != FdinfoKey {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(handles[i].PID), "fdinfo", strconv.Itoa(handles[i].FD)))
+		if err != nil {
+			continue
+		}
+		if v, _, err := fdinfoValue(b, t.Key); err == nil {
+			handles[i].Value = v
+		}
+	}
+}

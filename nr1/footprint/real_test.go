@@ -1,0 +1,67 @@
+package footprint
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+func newBPFOrSkip(tb testing.TB, p *population) *BPF {
+	tb.Helper()
+	b, err := NewBPF("/proc", p.targets)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		tb.Skipf("kernel lacks BPF iterators or BTF: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// TestSourcesAgreeOnARealPopulation: 300 processes in 10 real cgroups hold mappings and
+// handles of the simulator's files through nr1-load (grown then shrunk: partial munmap
+// and closes) and through sharers (dup'ed fds, fds inherited by a child), while other
+// processes start and exit. Each source must report per cgroup exactly what was opened
+// and mapped, and the two must agree record for record.
+func TestSourcesAgreeOnARealPopulation(t *testing.T) {
+	p := newPopulation(t)
+	if n := p.processes(t); n < 300 {
+		t.Fatalf("population of %d processes, want at least 300", n)
+	}
+	b := newBPFOrSkip(t, p)
+	proc := NewProcfs("/proc", p.cgroupV2, p.targets)
+	p.churn(t)
+
+	ctx := context.Background()
+	for round := range 3 {
+		bs, err := b.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := proc.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*Scan{bs, ps} {
+			got := s.ByCgroup(p.targets)
+			for i, id := range p.ids {
+				if got[id] != p.expected[id] {
+					t.Errorf("round %d, %s, cgroup cg%d: %v, want %v", round, s.Source, i, got[id], p.expected[id])
+				}
+			}
+		}
+		bs.Normalize()
+		ps.Normalize()
+		if !reflect.DeepEqual(bs.Mappings, ps.Mappings) {
+			t.Errorf("round %d: mappings differ: bpf %d, procfs %d", round, len(bs.Mappings), len(ps.Mappings))
+		}
+		if !reflect.DeepEqual(bs.Handles, ps.Handles) {
+			t.Errorf("round %d: handles differ: bpf %d, procfs %d", round, len(bs.Handles), len(ps.Handles))
+		}
+		t.Logf("round %d: %d mappings, %d handles; bpf %v, procfs %v", round, len(bs.Mappings), len(bs.Handles), bs.Took, ps.Took)
+	}
+}

@@ -1,0 +1,125 @@
+package footprint
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/bpf"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Target is one NR1 device file and how its use counts.
+type Target struct {
+	Resource nr1.Resource
+	Path     string
+	Measure  Measure
+	// Key is the fdinfo key for FdinfoKey targets.
+	Key string
+	// Char is true for a character device, identified by Rdev; a regular file is
+	// identified by (Dev, Ino). Device numbers are the kernel's encoding.
+	Char bool
+	Dev  uint32
+	Ino  uint64
+	Rdev uint32
+}
+
+// Targets are the resolved device files.
+type Targets struct {
+	list  []Target
+	byKey map[bpf.TargetKey]int
+}
+
+// TargetSpec is a device file to resolve.
+type TargetSpec struct {
+	Resource nr1.Resource
+	Path     string
+	Measure  Measure
+	Key      string
+}
+
+// DefaultMeasure is how a resource's device files count by default: mapped bytes for
+// DMA memory, open handles for queues.
+func DefaultMeasure(r nr1.Resource) Measure {
+	if r == nr1.HypervisorQueue {
+		return OpenHandles
+	}
+	return MappedBytes
+}
+
+// Resolve stats each device file. A file that does not exist is an error: the agent
+// must know what it measures.
+func Resolve(specs []TargetSpec) (*Targets, error) {
+	t := &Targets{byKey: map[bpf.TargetKey]int{}}
+	for _, s := range specs {
+		var st unix.Stat_t
+		if err := unix.Stat(s.Path, &st); err != nil {
+			return nil, fmt.Errorf("NR1 device file %s (%s): %w", s.Path, s.Resource.Name(), err)
+		}
+		tg := Target{Resource: s.Resource, Path: s.Path, Measure: s.Measure, Key: s.Key}
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			tg.Char, tg.Rdev = true, bpf.KernelDev(st.Rdev)
+		} else {
+			tg.Dev, tg.Ino = bpf.KernelDev(st.Dev), st.Ino
+		}
+		k := tg.key()
+		if i, dup := t.byKey[k]; dup {
+			return nil, fmt.Errorf("NR1 device files %s and %s are the same file", t.list[i].Path, s.Path)
+		}
+		t.byKey[k] = len(t.list)
+		t.list = append(t.list, tg)
+	}
+	return t, nil
+}
+
+func (t Target) key() bpf.TargetKey {
+	if t.Char {
+		return bpf.TargetKey{Rdev: t.Rdev}
+	}
+	return bpf.TargetKey{Ino: t.Ino, Dev: t.Dev}
+}
+
+// At returns target i.
+func (t *Targets) At(i int) Target { return t.list[i] }
+
+// Len is the number of targets.
+func (t *Targets) Len() int { return len(t.list) }
+
+// Keys maps each target's kernel identity to its index.
+func (t *Targets) Keys() map[bpf.TargetKey]uint32 {
+	out := make(map[bpf.TargetKey]uint32, len(t.list))
+	for i, tg := range t.list {
+		out[tg.key()] = uint32(i) //nolint:gosec // a handful of targets
+	}
+	return out
+}
+
+// match finds the target of a file by its stat identity (user-space device encoding).
+func (t *Targets) match(mode uint32, dev, ino, rdev uint64) (int, bool) {
+	var k bpf.TargetKey
+	if mode&unix.S_IFMT == unix.S_IFCHR {
+		k.Rdev = bpf.KernelDev(rdev)
+	} else {
+		k.Ino, k.Dev = ino, bpf.KernelDev(dev)
+	}
+	i, ok := t.byKey[k]
+	return i, ok
+}
+
+// matchRegular finds a regular-file target by (device, inode) as /proc/PID/maps shows
+// them (kernel encoding split into major and minor).
+func (t *Targets) matchRegular(major, minor uint32, ino uint64) (int, bool) {
+	i, ok := t.byKey[bpf.TargetKey{Ino: ino, Dev: major<<20 | minor}]
+	return i, ok
+}
+
+// hasChar reports whether a MappedBytes target is a character device: mappings of
+// those can only be told by stat-ing the mapped file.
+func (t *Targets) hasCharMapping() bool {
+	for _, tg := range t.list {
+		if tg.Char && tg.Measure == MappedBytes {
+			return true
+		}
+	}
+	return false
+}
