@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -16,6 +17,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -58,20 +60,38 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	defer podResources.Close()
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, log)
 	inv := inventory.NewBuilder(watcher, tracker, cgroups, log)
+	source, targets, err := footprintSource(cfg, cgroups.V2, log)
+	if err != nil {
+		return err
+	}
+	defer source.Close()
+	partition := sampler.NewPartitionSampler(cfg.Runtime.Endpoint, watcher, cfg.Sampling.PartitionInterval.Duration, log)
+	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, time.Now, log)
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewBuildInfo(version), metrics.NewDeviceCollector(state))
-	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher))
-	server.Handle("/debug/cgs", debugCGs(inv.Build))
+	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
+	server.Handle("/debug/cgs", debugCGs(smp))
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return monitor.Run(ctx) })
 	g.Go(func() error { return manager.Run(ctx) })
 	g.Go(func() error { return watcher.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
+	g.Go(func() error { return partition.Run(ctx) })
+	g.Go(func() error { return smp.Run(ctx) })
 	g.Go(func() error { return server.Run(ctx) })
 	return g.Wait()
+}
+
+func sampled(s *sampler.Sampler) metrics.ReadinessCheck {
+	return func() error {
+		if snap, _ := s.Load(); snap == nil {
+			return errors.New("no sample taken yet")
+		}
+		return nil
+	}
 }
 
 func runtimeConnected(w *runtime.Watcher) metrics.ReadinessCheck {

@@ -49,6 +49,11 @@ type Runtime struct {
 // Sampling configures how often the node is measured.
 type Sampling struct {
 	Interval Duration `json:"interval"`
+	// PartitionInterval is how often the docker partition (images and writable layers)
+	// is measured through CRI.
+	PartitionInterval Duration `json:"partitionInterval"`
+	// Source is the footprint source: auto (BPF when it loads, else procfs), bpf or procfs.
+	Source string `json:"source"`
 }
 
 // Paths are the host roots the agent reads, so tests and containers can move them.
@@ -106,7 +111,7 @@ func Default() Config {
 			Resync:         Duration{5 * time.Second},
 		},
 		Runtime:  Runtime{Resync: Duration{30 * time.Second}},
-		Sampling: Sampling{Interval: Duration{time.Second}},
+		Sampling: Sampling{Interval: Duration{time.Second}, PartitionInterval: Duration{10 * time.Second}, Source: "auto"},
 		NR1:      device.DefaultConfig(),
 	}
 }
@@ -161,6 +166,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Sampling.Interval.Duration < 100*time.Millisecond {
 		field("sampling.interval", "must be at least 100ms, got %s", c.Sampling.Interval)
+	}
+	if c.Sampling.PartitionInterval.Duration < c.Sampling.Interval.Duration {
+		field("sampling.partitionInterval", "must be at least sampling.interval, got %s", c.Sampling.PartitionInterval)
+	}
+	switch c.Sampling.Source {
+	case "auto", "bpf", "procfs":
+	default:
+		field("sampling.source", "must be auto, bpf or procfs; got %q", c.Sampling.Source)
 	}
 	if err := c.NR1.Validate("nr1"); err != nil {
 		errs = append(errs, err)

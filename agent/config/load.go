@@ -38,6 +38,7 @@ var options = []option{
 	{"cri-endpoint", "CRI socket, unix:///...; empty detects containerd or CRI-O", setString(func(c *Config) *string { return &c.Runtime.Endpoint })},
 	{"runtime.resync", "how often the full container list is read besides events", setDuration(func(c *Config) *Duration { return &c.Runtime.Resync })},
 	{"sample-interval", "how often each CG's usage is measured", setDuration(func(c *Config) *Duration { return &c.Sampling.Interval })},
+	{"sampling.source", "footprint source: auto, bpf or procfs", setString(func(c *Config) *string { return &c.Sampling.Source })},
 	{"log.level", "debug, info, warn or error", setString(func(c *Config) *string { return &c.Log.Level })},
 	{"log.format", "json or text", setString(func(c *Config) *string { return &c.Log.Format })},
 	{"device-plugin.health-interval", "how often NR1 health is probed", setDuration(func(c *Config) *Duration { return &c.DevicePlugin.HealthInterval })},

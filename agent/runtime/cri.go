@@ -28,6 +28,7 @@ type Conn struct {
 	Endpoint string
 	Runtime  string // name and version, from the Version call
 	RS       runtimeapi.RuntimeServiceClient
+	IS       runtimeapi.ImageServiceClient
 	cc       *grpc.ClientConn
 }
 
@@ -49,7 +50,7 @@ func Dial(ctx context.Context, endpoint string) (*Conn, error) {
 		_ = cc.Close()
 		return nil, fmt.Errorf("CRI endpoint %s: version: %w", endpoint, err)
 	}
-	return &Conn{Endpoint: endpoint, Runtime: v.RuntimeName + " " + v.RuntimeVersion, RS: rs, cc: cc}, nil
+	return &Conn{Endpoint: endpoint, Runtime: v.RuntimeName + " " + v.RuntimeVersion, RS: rs, IS: runtimeapi.NewImageServiceClient(cc), cc: cc}, nil
 }
 
 // DialFirst connects to endpoint, or, when it is empty, to the first of the standard

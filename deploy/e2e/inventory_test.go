@@ -22,8 +22,29 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
+// debugSnapshot is the agent's /debug/cgs: the inventory of each CG with its usage.
+type debugSnapshot struct {
+	Source       string      `json:"source"`
+	Unattributed nr1.Amounts `json:"unattributed"`
+	CGs          []*debugCG  `json:"cgs"`
+}
+
+type debugCG struct {
+	inventory.CG
+	Usage nr1.Amounts `json:"usage"`
+}
+
+func (s *debugSnapshot) CG(uid string) *debugCG {
+	for _, cg := range s.CGs {
+		if cg.UID == uid {
+			return cg
+		}
+	}
+	return nil
+}
+
 // agentDebug reads the agent's /debug/cgs.
-func agentDebug(t *testing.T, c kubernetes.Interface) (*inventory.Snapshot, error) {
+func agentDebug(t *testing.T, c kubernetes.Interface) (*debugSnapshot, error) {
 	t.Helper()
 	pods, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
 	if err != nil {
@@ -37,7 +58,10 @@ func agentDebug(t *testing.T, c kubernetes.Interface) (*inventory.Snapshot, erro
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var s inventory.Snapshot
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/debug/cgs: %s", resp.Status)
+	}
+	var s debugSnapshot
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		return nil, err
 	}
@@ -58,7 +82,7 @@ func TestAgentKnowsTheResNetCG(t *testing.T) {
 		}
 		return nil
 	})
-	var cg *inventory.CG
+	var cg *debugCG
 	eventually(t, 10*time.Second, "the agent's view of resnet50", func() error {
 		s, err := agentDebug(t, c)
 		if err != nil {

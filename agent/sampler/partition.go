@@ -1,0 +1,115 @@
+package sampler
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+)
+
+// RuntimeView is the runtime watcher's latest view.
+type RuntimeView interface {
+	Load() (*runtime.Snapshot, <-chan struct{})
+}
+
+// PartitionSampler measures the docker partition per CG from CRI: the size of each of
+// its images (ImageStatus) plus the writable layers of its containers (ContainerStats).
+// An image used by several CGs is charged to each of them in full: each would need it
+// alone, and the partition holds it once only while they share it.
+type PartitionSampler struct {
+	endpoint string
+	view     RuntimeView
+	interval time.Duration
+	log      *slog.Logger
+
+	mu    sync.Mutex
+	state PartitionUsage
+	conn  *runtime.Conn
+}
+
+// NewPartitionSampler measures every interval (10 s by default: image sizes barely move
+// and ContainerStats costs the runtime a walk of each writable layer).
+func NewPartitionSampler(endpoint string, view RuntimeView, interval time.Duration, log *slog.Logger) *PartitionSampler {
+	return &PartitionSampler{endpoint: endpoint, view: view, interval: interval, log: log}
+}
+
+// Load returns the latest measurement.
+func (p *PartitionSampler) Load() PartitionUsage {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state
+}
+
+// Run measures until ctx ends.
+func (p *PartitionSampler) Run(ctx context.Context) error {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	defer func() {
+		if p.conn != nil {
+			_ = p.conn.Close()
+		}
+	}()
+	for {
+		if err := p.Measure(ctx); err != nil {
+			p.log.Warn("docker partition measurement failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Measure measures now.
+func (p *PartitionSampler) Measure(ctx context.Context) error {
+	if p.conn == nil {
+		c, err := runtime.DialFirst(ctx, p.endpoint)
+		if err != nil {
+			return err
+		}
+		p.conn = c
+	}
+	view, _ := p.view.Load()
+	usage := PartitionUsage{Read: time.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}}
+	images := map[string]int64{}
+	for _, pod := range view.Pods {
+		seen := map[string]bool{}
+		for _, c := range pod.Containers {
+			if c.State != runtime.Running {
+				continue
+			}
+			st, err := p.conn.RS.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: c.ID})
+			if err != nil {
+				continue // gone since the view was taken
+			}
+			w := int64(st.GetStats().GetWritableLayer().GetUsedBytes().GetValue()) //nolint:gosec // bytes fit
+			usage.ByCtr[c.ID] = w
+			usage.ByCG[pod.UID] += w
+			if c.ImageRef == "" || seen[c.ImageRef] {
+				continue
+			}
+			seen[c.ImageRef] = true
+			size, ok := images[c.ImageRef]
+			if !ok {
+				img, err := p.conn.IS.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: c.ImageRef}})
+				if err != nil {
+					_ = p.conn.Close()
+					p.conn = nil
+					return err
+				}
+				size = int64(img.GetImage().GetSize()) //nolint:gosec // bytes fit
+				images[c.ImageRef] = size
+			}
+			usage.ByCG[pod.UID] += size
+		}
+	}
+	p.mu.Lock()
+	p.state = usage
+	p.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,192 @@
+// Package sampler measures, at a steady interval, what each compute graph holds of each
+// NR1 resource, per container, against what it was allocated.
+package sampler
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
+)
+
+// Snapshot is one sample of the node.
+type Snapshot struct {
+	Taken  time.Time     `json:"taken"`
+	Took   time.Duration `json:"took"`
+	Source string        `json:"source"`
+	// RuntimeConnected and AllocationRead say how certain the attribution is.
+	RuntimeConnected bool      `json:"runtimeConnected"`
+	AllocationRead   time.Time `json:"allocationRead,omitzero"`
+	// PartitionRead is when the docker partition was last measured; zero until then.
+	PartitionRead time.Time `json:"partitionRead,omitzero"`
+	CGs           []*CG     `json:"cgs"`
+	// Unattributed is what processes outside every known container hold, in base units.
+	Unattributed footprint.Usage `json:"unattributed"`
+}
+
+// CG is one compute graph's sample. Usage is in base units: bytes for the memory
+// resources and the docker partition, handles for queues.
+type CG struct {
+	*inventory.CG
+	Usage footprint.Usage `json:"usage"`
+	// Ratio is usage over allocation per resource; +Inf for usage with no allocation.
+	Ratio        Ratio                      `json:"ratio"`
+	PerContainer map[string]footprint.Usage `json:"usageByContainer"`
+	Mappings     []footprint.Mapping        `json:"mappings,omitempty"`
+	Handles      []footprint.Handle         `json:"handles,omitempty"`
+}
+
+// Inventory builds the node's view of CGs.
+type Inventory interface {
+	Build(now time.Time) *inventory.Snapshot
+}
+
+// Partition gives each container's docker-partition usage (image + writable layer),
+// measured at its own, slower interval.
+type Partition interface {
+	Load() PartitionUsage
+}
+
+// PartitionUsage is the docker partition measured per CG.
+type PartitionUsage struct {
+	Read  time.Time
+	ByCG  map[string]int64 // CG UID → bytes (distinct images + writable layers)
+	ByCtr map[string]int64 // container ID → bytes of its writable layer
+}
+
+// Sampler runs the footprint source on the inventory every interval.
+type Sampler struct {
+	inv       Inventory
+	source    footprint.Source
+	targets   *footprint.Targets
+	partition Partition
+	interval  time.Duration
+	now       func() time.Time
+	log       *slog.Logger
+
+	mu      sync.Mutex
+	latest  *Snapshot
+	changed chan struct{}
+}
+
+// New returns a sampler; now is the clock.
+func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, now func() time.Time, log *slog.Logger) *Sampler {
+	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, now: now, log: log, changed: make(chan struct{})}
+}
+
+// Load returns the latest snapshot (nil before the first) and a channel closed at the next.
+func (s *Sampler) Load() (*Snapshot, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latest, s.changed
+}
+
+// Run samples every interval until ctx ends.
+func (s *Sampler) Run(ctx context.Context) error {
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	for {
+		if snap, err := s.Sample(ctx); err != nil {
+			s.log.Warn("sample failed", "err", err)
+		} else {
+			s.publish(snap)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Sampler) publish(snap *Snapshot) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.latest = snap
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Sample takes one sample now: the inventory, then one scan of every process.
+func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
+	now := s.now()
+	inv := s.inv.Build(now)
+	scan, err := s.source.Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return Attribute(now, inv, scan, s.targets, s.partition.Load()), nil
+}
+
+type owner struct {
+	cg        *CG
+	container string
+}
+
+// Attribute joins a scan with the inventory: usage per container and CG by cgroup id;
+// what no known container holds is unattributed.
+func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage) *Snapshot {
+	snap := &Snapshot{
+		Taken: now, Took: scan.Took, Source: scan.Source, RuntimeConnected: inv.RuntimeConnected,
+		AllocationRead: inv.AllocationRead, PartitionRead: part.Read, CGs: make([]*CG, 0, len(inv.CGs)),
+	}
+	owners := map[uint64]owner{}
+	for _, icg := range inv.CGs {
+		cg := &CG{CG: icg, PerContainer: map[string]footprint.Usage{}}
+		snap.CGs = append(snap.CGs, cg)
+		for _, c := range icg.Containers {
+			if c.CgroupID != 0 {
+				owners[c.CgroupID] = owner{cg, c.Name}
+			}
+			if v, ok := part.ByCtr[c.ID]; ok {
+				u := cg.PerContainer[c.Name]
+				u[nr1.DockerPartition] += v
+				cg.PerContainer[c.Name] = u
+			}
+		}
+		cg.Usage[nr1.DockerPartition] = part.ByCG[icg.UID]
+	}
+	for id, u := range scan.ByCgroup(targets) {
+		o, ok := owners[id]
+		if !ok {
+			snap.Unattributed = snap.Unattributed.Add(u)
+			continue
+		}
+		o.cg.Usage = o.cg.Usage.Add(u)
+		o.cg.PerContainer[o.container] = o.cg.PerContainer[o.container].Add(u)
+	}
+	for _, m := range scan.Mappings {
+		if o, ok := owners[m.CgroupID]; ok {
+			o.cg.Mappings = append(o.cg.Mappings, m)
+		}
+	}
+	for _, h := range scan.Handles {
+		if o, ok := owners[h.CgroupID]; ok {
+			o.cg.Handles = append(o.cg.Handles, h)
+		}
+	}
+	for _, cg := range snap.CGs {
+		cg.Ratio = Ratios(cg.Usage, cg.Allocation)
+	}
+	return snap
+}
+
+// Ratios divides usage (base units) by allocation (resource units) per resource. Usage
+// with no allocation is over a zero allocation: +Inf.
+func Ratios(usage footprint.Usage, allocation nr1.Amounts) Ratio {
+	var r Ratio
+	for _, res := range nr1.All {
+		alloc := float64(allocation[res]) * float64(res.UnitBytes())
+		switch {
+		case alloc > 0:
+			r[res] = float64(usage[res]) / alloc
+		case usage[res] > 0:
+			r[res] = posInf
+		}
+	}
+	return r
+}

@@ -1,0 +1,136 @@
+package sampler
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
+)
+
+type fixedInventory struct{ s *inventory.Snapshot }
+
+func (f fixedInventory) Build(now time.Time) *inventory.Snapshot { f.s.Taken = now; return f.s }
+
+type fixedScan struct{ s *footprint.Scan }
+
+func (f fixedScan) Name() string                                  { return f.s.Source }
+func (f fixedScan) Scan(context.Context) (*footprint.Scan, error) { return f.s, nil }
+func (f fixedScan) Close() error                                  { return nil }
+
+type fixedPartition struct{ u PartitionUsage }
+
+func (f fixedPartition) Load() PartitionUsage { return f.u }
+
+func targets(t *testing.T) *footprint.Targets {
+	t.Helper()
+	dir := t.TempDir()
+	var specs []footprint.TargetSpec
+	for _, r := range []nr1.Resource{nr1.ComputeDMAMemory, nr1.HypervisorQueue} {
+		p := filepath.Join(dir, r.Short())
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, footprint.TargetSpec{Resource: r, Path: p, Measure: footprint.DefaultMeasure(r)})
+	}
+	tg, err := footprint.Resolve(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg
+}
+
+func fixture(t *testing.T) (*Sampler, time.Time) {
+	t.Helper()
+	inv := &inventory.Snapshot{RuntimeConnected: true, AllocationRead: time.Unix(100, 0), CGs: []*inventory.CG{
+		{UID: "u1", Namespace: "default", Name: "resnet50", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
+			Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}, {ID: "g", Name: "graph", CgroupID: 12}}},
+		{UID: "u2", Namespace: "default", Name: "greedy", AllocationKnown: true,
+			Containers: []*inventory.Container{{ID: "x", Name: "health-handler", CgroupID: 21}}},
+	}}
+	scan := &footprint.Scan{Source: "fake", Took: time.Millisecond,
+		Mappings: []footprint.Mapping{
+			{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20},
+			{CgroupID: 12, PID: 2, Target: 0, Size: 2 << 20},
+			{CgroupID: 99, PID: 9, Target: 0, Size: 5 << 20}, // a process outside every container
+		},
+		Handles: []footprint.Handle{
+			{CgroupID: 11, PID: 1, FD: 3, Target: 1, Description: 1},
+			{CgroupID: 11, PID: 1, FD: 4, Target: 1, Description: 1}, // a dup: one queue
+			{CgroupID: 11, PID: 1, FD: 5, Target: 1, Description: 2},
+			{CgroupID: 21, PID: 5, FD: 3, Target: 1, Description: 3},
+		},
+	}
+	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]int64{"u1": 2000 << 20}, ByCtr: map[string]int64{"hh": 100 << 20}}
+	now := time.Unix(200, 0)
+	return New(fixedInventory{inv}, fixedScan{scan}, targets(t), fixedPartition{part}, time.Second,
+		func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil))), now
+}
+
+func TestSampleAttributesByCgroup(t *testing.T) {
+	s, now := fixture(t)
+	snap, err := s.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.Taken.Equal(now) || snap.Source != "fake" || !snap.PartitionRead.Equal(time.Unix(90, 0)) {
+		t.Errorf("snapshot header %+v", snap)
+	}
+	resnet, greedy := snap.CGs[0], snap.CGs[1]
+	if want := (footprint.Usage{3 << 20, 0, 2000 << 20, 2}); resnet.Usage != want {
+		t.Errorf("resnet usage %v, want %v", resnet.Usage, want)
+	}
+	if hh := resnet.PerContainer["health-handler"]; hh != (footprint.Usage{1 << 20, 0, 100 << 20, 2}) {
+		t.Errorf("health-handler %v", hh)
+	}
+	if g := resnet.PerContainer["graph"]; g != (footprint.Usage{2 << 20, 0, 0, 0}) {
+		t.Errorf("graph %v", g)
+	}
+	if r := resnet.Ratio; r[nr1.ComputeDMAMemory] != 1 || math.Abs(r[nr1.HypervisorQueue]-2.0/7) > 1e-9 || r[nr1.CPUDMAMemory] != 0 {
+		t.Errorf("resnet ratios %v", r)
+	}
+	if !math.IsInf(greedy.Ratio[nr1.HypervisorQueue], 1) {
+		t.Errorf("usage without allocation: ratio %v, want +Inf", greedy.Ratio[nr1.HypervisorQueue])
+	}
+	if snap.Unattributed != (footprint.Usage{5 << 20, 0, 0, 0}) {
+		t.Errorf("unattributed %v", snap.Unattributed)
+	}
+	if len(resnet.Mappings) != 2 || len(resnet.Handles) != 3 {
+		t.Errorf("detail: %d mappings, %d handles", len(resnet.Mappings), len(resnet.Handles))
+	}
+	b, err := json.Marshal(snap)
+	if err != nil || !strings.Contains(string(b), `"ai_hypervisor_queue":"+Inf"`) {
+		t.Errorf("JSON %s: %v", b, err)
+	}
+}
+
+func TestRunPublishesEveryInterval(t *testing.T) {
+	s, _ := fixture(t)
+	s.interval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var changed <-chan struct{}
+	for n := 0; n < 3; n++ {
+		snap, ch := s.Load()
+		if n > 0 && snap == nil {
+			t.Fatal("no snapshot published")
+		}
+		changed = ch
+		select {
+		case <-changed:
+		case <-time.After(time.Second):
+			t.Fatalf("no sample %d within a second", n)
+		}
+	}
+}
