@@ -103,7 +103,10 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 		for _, c := range p.Containers {
 			seen[c.ID] = true
 			ctr := b.container(c, perContainer[c.Name])
-			if cg.AllocationKnown {
+			// Only running containers of pods the kubelet lists can be compared: the
+			// pod-resources list lags a new pod by up to an interval and drops a pod
+			// before the runtime forgets its exited containers.
+			if perContainer != nil && c.State == runtime.Running {
 				b.crossCheck(cg, c, ctr.Allocation)
 			}
 			cg.Containers = append(cg.Containers, ctr)
