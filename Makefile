@@ -16,7 +16,9 @@ export NR1_CACHE := $(CACHE)
 export NR1_BIN := $(CURDIR)/bin
 export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
-.PHONY: help build test bench lint generate run up down e2e image tools clean
+DEB_DEPS := clang llvm libbpf-dev
+
+.PHONY: help build test bench lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,8 +56,15 @@ lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
 	$(GO) vet ./...
 	$(TOOLS)/golangci-lint run ./...
 
-generate: ## regenerate generated code
+generate: ## regenerate generated code (bpf2go with clang)
 	$(GO) generate ./...
+
+generate-check: generate ## fail when committed generated code is stale
+	@git diff --exit-code --stat -- bpf/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+deps: ## install the Debian packages that make generate needs (as root)
+	@missing=$$(for p in $(DEB_DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 
 tools: $(TOOLS)/golangci-lint $(TOOLS)/benchstat ## install the pinned tools
 

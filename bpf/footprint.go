@@ -93,7 +93,6 @@ func (f *Footprint) Files(fn func(*Record)) error { return run(f.files, fn) }
 // VMAs runs the task_vma iterator, calling fn for every mapping of a target.
 func (f *Footprint) VMAs(fn func(*Record)) error { return run(f.vmas, fn) }
 
-
 func run(it *link.Iter, fn func(*Record)) error {
 	rd, err := it.Open()
 	if err != nil {

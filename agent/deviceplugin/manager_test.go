@@ -160,9 +160,9 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 		sick[i] = device.Status{Reason: "health attribute reads \"fault\""}
 	}
 	h.monitor.Update(sick)
-	k.waitFor(2*time.Second, "all devices Unhealthy", allWith(pluginapi.Unhealthy))
+	k.waitFor(10*time.Second, "all devices Unhealthy", allWith(pluginapi.Unhealthy))
 	h.monitor.Update(healthy())
-	k.waitFor(2*time.Second, "all devices Healthy again", allWith(pluginapi.Healthy))
+	k.waitFor(10*time.Second, "all devices Healthy again", allWith(pluginapi.Healthy))
 
 	// A flip of one resource sends a new list for it alone.
 	k.mu.Lock()
@@ -171,7 +171,7 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 	queueOnly := healthy()
 	queueOnly[nr1.HypervisorQueue] = device.Status{Reason: "device file gone"}
 	h.monitor.Update(queueOnly)
-	k.waitFor(2*time.Second, "queue devices Unhealthy", func() bool {
+	k.waitFor(10*time.Second, "queue devices Unhealthy", func() bool {
 		return k.lastList(nr1.HypervisorQueue.Name()).Devices[0].Health == pluginapi.Unhealthy
 	})
 	k.mu.Lock()
@@ -279,7 +279,7 @@ func TestReregistersWhenKubeletRestarts(t *testing.T) {
 		return slices.Equal(names, allNames())
 	})
 	t.Logf("re-registered all four %v after kubelet.sock was recreated", time.Since(restarted))
-	k2.waitFor(2*time.Second, "lists from the new kubelet", func() bool { return len(k2.lists) == 4 })
+	k2.waitFor(10*time.Second, "lists from the new kubelet", func() bool { return len(k2.lists) == 4 })
 }
 
 func TestReservesRemovedPluginSocket(t *testing.T) {
@@ -297,7 +297,7 @@ func TestReservesRemovedPluginSocket(t *testing.T) {
 	if _, err := os.Stat(socket); err != nil {
 		t.Fatalf("socket not served again: %v", err)
 	}
-	k.waitFor(2*time.Second, "a list over the new socket", func() bool { return len(k.lists[nr1.HypervisorQueue.Name()]) >= 2 })
+	k.waitFor(10*time.Second, "a list over the new socket", func() bool { return len(k.lists[nr1.HypervisorQueue.Name()]) >= 2 })
 }
 
 func TestStopRemovesSockets(t *testing.T) {

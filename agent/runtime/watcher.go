@@ -38,6 +38,7 @@ type Watcher struct {
 	snap       *Snapshot
 	changed    chan struct{}
 	reconnects int
+	runtime    string // name and version of the runtime last connected
 }
 
 // NewWatcher returns a watcher; Run connects it.
@@ -88,7 +89,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		w.setConnected(false, "")
+		w.setConnected(false)
 		w.log.Warn("container runtime unavailable, retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
@@ -103,6 +104,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 // connection breaks. Subscribing first means no event between the list and the
 // subscription is lost: it waits in the stream until the list is in.
 func (w *Watcher) session(ctx context.Context, conn *Conn) error {
+	w.mu.Lock()
+	w.runtime = conn.Runtime
+	w.mu.Unlock()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan *runtimeapi.ContainerEventResponse)
@@ -129,7 +133,7 @@ func (w *Watcher) session(ctx context.Context, conn *Conn) error {
 	if err := w.Relist(ctx, conn.RS); err != nil {
 		return err
 	}
-	w.setConnected(true, conn.Runtime)
+	w.setConnected(true)
 	resync := time.NewTicker(w.opts.Resync)
 	defer resync.Stop()
 	for {
@@ -202,7 +206,7 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 	}
 	w.mu.Lock()
 	w.pods, w.containers, w.sandboxOf = pods, containers, sandboxOf
-	w.publishLocked(true, "")
+	w.publishLocked(true)
 	w.mu.Unlock()
 	return nil
 }
@@ -233,14 +237,14 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 		} else {
 			w.pods[id] = podOf(id, sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
 		}
-		w.publishLocked(true, "")
+		w.publishLocked(true)
 		return
 	}
 	if typ == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT {
 		w.mu.Lock()
 		delete(w.containers, id)
 		delete(w.sandboxOf, id)
-		w.publishLocked(true, "")
+		w.publishLocked(true)
 		w.mu.Unlock()
 		return
 	}
@@ -260,7 +264,7 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 			w.pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
 		}
 	}
-	w.publishLocked(true, "")
+	w.publishLocked(true)
 }
 
 func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServiceClient, id string) (*Container, string, error) {
@@ -279,13 +283,13 @@ func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServi
 	return c, item.GetPodSandboxId(), nil
 }
 
-func (w *Watcher) setConnected(connected bool, runtimeName string) {
+func (w *Watcher) setConnected(connected bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.snap.Connected == connected && (runtimeName == "" || w.snap.Runtime == runtimeName) {
+	if w.snap.Connected == connected && w.snap.Runtime == w.runtime {
 		return
 	}
-	w.publishLocked(connected, runtimeName)
+	w.publishLocked(connected)
 }
 
 func (w *Watcher) countReconnect() {
@@ -295,12 +299,9 @@ func (w *Watcher) countReconnect() {
 }
 
 // publishLocked builds a new immutable snapshot from the view.
-func (w *Watcher) publishLocked(connected bool, runtimeName string) {
-	if runtimeName == "" {
-		runtimeName = w.snap.Runtime
-	}
+func (w *Watcher) publishLocked(connected bool) {
 	byID := make(map[string]*Pod, len(w.pods))
-	snap := &Snapshot{Taken: time.Now(), Connected: connected, Runtime: runtimeName, Pods: make([]*Pod, 0, len(w.pods))}
+	snap := &Snapshot{Taken: time.Now(), Connected: connected, Runtime: w.runtime, Pods: make([]*Pod, 0, len(w.pods))}
 	for id, p := range w.pods {
 		cp := *p
 		cp.Containers = nil

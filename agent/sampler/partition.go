@@ -2,6 +2,7 @@ package sampler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -100,7 +101,7 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				if err != nil {
 					_ = p.conn.Close()
 					p.conn = nil
-					return err
+					return fmt.Errorf("image status of %s: %w", c.ImageRef, err)
 				}
 				size = int64(img.GetImage().GetSize()) //nolint:gosec // bytes fit
 				images[c.ImageRef] = size

@@ -49,8 +49,8 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 		if err != nil {
 			continue
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("procfs scan: %w", err)
 		}
 		if err := p.process(st, s, pid); err != nil {
 			switch {
@@ -93,7 +93,7 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(base, "cgroup"))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("process cgroup: %w", err)
 	}
 	for _, line := range bytes.Split(b, []byte("\n")) {
 		path, ok := bytes.CutPrefix(line, []byte("0::"))
@@ -116,7 +116,7 @@ func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 func (p *Procfs) maps(st *scanState, s *Scan, base string, pid int, cg uint64) error {
 	f, err := os.Open(filepath.Join(base, "maps"))
 	if err != nil {
-		return err
+		return fmt.Errorf("process maps: %w", err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -163,7 +163,7 @@ func (p *Procfs) fds(s *Scan, base string, pid int, cg uint64) error {
 		if errors.Is(err, fs.ErrPermission) {
 			return nil
 		}
-		return err
+		return fmt.Errorf("process fds: %w", err)
 	}
 	for _, e := range entries {
 		fd, err := strconv.Atoi(e.Name())

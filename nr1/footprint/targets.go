@@ -89,7 +89,7 @@ func (t *Targets) Len() int { return len(t.list) }
 func (t *Targets) Keys() map[bpf.TargetKey]uint32 {
 	out := make(map[bpf.TargetKey]uint32, len(t.list))
 	for i, tg := range t.list {
-		out[tg.key()] = uint32(i) //nolint:gosec // a handful of targets
+		out[tg.key()] = uint32(i)
 	}
 	return out
 }
