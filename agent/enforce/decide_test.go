@@ -1,0 +1,270 @@
+package enforce
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+const mb = 1 << 20
+
+// cg is a ResNet-50 CG (3 / 0 / 2392 / 7) holding usage (base units), its containers
+// started long before t0.
+func cg(uid string, usage nr1.Amounts) *sampler.CG {
+	c := &sampler.CG{CG: &inventory.CG{
+		UID: uid, Namespace: "default", Name: "cg-" + uid, AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
+		Containers: []*inventory.Container{
+			{ID: uid + "-hh", Name: "health-handler", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Cgroup: cgroup.Paths{V2: "/cg/pod" + uid + "/hh"}},
+			{ID: uid + "-g", Name: "graph", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Cgroup: cgroup.Paths{V2: "/cg/pod" + uid + "/g"}},
+		},
+	}, Usage: usage, PerContainer: map[string]nr1.Amounts{"health-handler": {}, "graph": usage}}
+	c.Ratio = sampler.Ratios(usage, c.Allocation)
+	return c
+}
+
+func snap(at time.Time, cgs ...*sampler.CG) *sampler.Snapshot {
+	return &sampler.Snapshot{Taken: at, RuntimeConnected: true, AllocationRead: at, CGs: cgs}
+}
+
+// run feeds Decide one sample per second from t0, each built by at(second), and
+// returns the actions by second.
+func run(p Policy, seconds int, at func(s int) *sampler.Snapshot) map[int][]Action {
+	st := NewState(t0.Add(-time.Hour))
+	out := map[int][]Action{}
+	for s := 0; s <= seconds; s++ {
+		now := t0.Add(time.Duration(s) * time.Second)
+		if a := Decide(now, at(s), st, p); len(a) > 0 {
+			out[s] = a
+		}
+	}
+	return out
+}
+
+func kinds(by map[int][]Action) string {
+	var b strings.Builder
+	for s := 0; s <= 120; s++ {
+		for _, a := range by[s] {
+			fmt.Fprintf(&b, "%d:%s/%s", s, a.Kind, a.Resource)
+			if a.DryRun {
+				b.WriteString("(dry)")
+			}
+			if a.Hard {
+				b.WriteString("(hard)")
+			}
+			b.WriteString(" ")
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func TestDecide(t *testing.T) {
+	over := nr1.Amounts{4 * mb, 0, 0, 0}   // 4 MB of 3: ratio 1.33
+	within := nr1.Amounts{3 * mb, 0, 0, 7} // exactly the allocation
+	hog := nr1.Amounts{0, 0, 0, 20}        // 20 queues of 7: past the hard ratio
+	slightlyUnder := nr1.Amounts{29 * mb / 10, 0, 0, 0}
+	def := DefaultPolicy()
+	def.Warmup = Duration{0}
+	steady := func(u nr1.Amounts) func(int) *sampler.Snapshot {
+		return func(s int) *sampler.Snapshot { return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u)) }
+	}
+	tests := []struct {
+		name    string
+		policy  func(Policy) Policy
+		seconds int
+		at      func(int) *sampler.Snapshot
+		want    string
+	}{
+		{name: "ladder: warn, throttle after 5 s, kill after 15 s", seconds: 30, at: steady(over),
+			want: "0:warn/compute_dma_memory 5:throttle/compute_dma_memory 15:kill/compute_dma_memory"},
+		{name: "within budget: nothing", seconds: 30, at: steady(within), want: ""},
+		{name: "hard ratio: warn and kill at once", seconds: 30, at: steady(hog),
+			want: "0:warn/ai_hypervisor_queue(hard) 0:kill/ai_hypervisor_queue(hard)"},
+		{name: "dry-run: the same ladder, marked", seconds: 30, at: steady(over), policy: func(p Policy) Policy { p.Mode = DryRun; return p },
+			want: "0:warn/compute_dma_memory(dry) 5:throttle/compute_dma_memory(dry) 15:kill/compute_dma_memory(dry)"},
+		{name: "exempt namespace", seconds: 30, at: steady(over), policy: func(p Policy) Policy { p.ExemptNamespaces = []string{"default"}; return p }, want: ""},
+		{name: "agent warm-up delays the ladder", seconds: 30, at: steady(over),
+			policy: func(p Policy) Policy { p.Warmup = Duration{time.Hour + 10*time.Second}; return p },
+			want:   "10:warn/compute_dma_memory 15:throttle/compute_dma_memory 25:kill/compute_dma_memory"},
+		{name: "hysteresis: a dip not held long enough keeps the ladder going", seconds: 30,
+			at: func(s int) *sampler.Snapshot {
+				u := over
+				if s == 3 || s == 4 {
+					u = slightlyUnder // under, but not by the 5 % margin for 10 s
+				}
+				return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u))
+			},
+			want: "0:warn/compute_dma_memory 5:throttle/compute_dma_memory 15:kill/compute_dma_memory"},
+		{name: "hysteresis: back under for the hold lifts the throttle and restarts the ladder", seconds: 40,
+			at: func(s int) *sampler.Snapshot {
+				u := over
+				if s >= 8 && s < 20 {
+					u = nr1.Amounts{1 * mb, 0, 0, 0}
+				}
+				return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u))
+			},
+			want: "0:warn/compute_dma_memory 5:throttle/compute_dma_memory 18:unthrottle/compute_dma_memory 20:warn/compute_dma_memory 25:throttle/compute_dma_memory 35:kill/compute_dma_memory"},
+		{name: "several resources over at once", seconds: 30, at: steady(nr1.Amounts{4 * mb, 0, 2500 * mb, 8}),
+			want: "0:warn/compute_dma_memory 0:warn/docker_partition 0:warn/ai_hypervisor_queue 5:throttle/compute_dma_memory 15:kill/compute_dma_memory"},
+		{name: "usage without allocation is over a zero allocation", seconds: 30, at: steady(nr1.Amounts{0, 1 * mb, 0, 0}),
+			want: "0:warn/cpu_dma_memory(hard) 0:kill/cpu_dma_memory(hard)"},
+		{name: "usage without allocation, ignored by policy", seconds: 30, at: steady(nr1.Amounts{0, 1 * mb, 0, 0}),
+			policy: func(p Policy) Policy { p.NoAllocation = "ignore"; return p }, want: ""},
+		{name: "docker partition: evicted after 20 s", seconds: 30, at: steady(nr1.Amounts{0, 0, 2500 * mb, 0}),
+			want: "0:warn/docker_partition 20:evict/docker_partition"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := def
+			if tt.policy != nil {
+				p = tt.policy(p)
+			}
+			if got := kinds(run(p, tt.seconds, tt.at)); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUncertainAttributionDoesNothing(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{0}
+	st := NewState(t0.Add(-time.Hour))
+	overCG := func() *sampler.CG { return cg("a", nr1.Amounts{0, 0, 0, 20}) }
+	unknown := overCG()
+	unknown.AllocationKnown = false
+	young := overCG()
+	young.Containers[0].StartedAt = t0.Add(-time.Second)
+	cases := map[string]*sampler.Snapshot{
+		"stale sample":           snap(t0.Add(-time.Minute), overCG()),
+		"runtime disconnected":   {Taken: t0, AllocationRead: t0, CGs: []*sampler.CG{overCG()}},
+		"allocations never read": {Taken: t0, RuntimeConnected: true, CGs: []*sampler.CG{overCG()}},
+		"allocation not known":   snap(t0, unknown),
+		"container just started": snap(t0, young),
+		"no sample":              nil,
+	}
+	for name, s := range cases {
+		if a := Decide(t0, s, st, p); len(a) != 0 {
+			t.Errorf("%s: %v", name, a)
+		}
+	}
+}
+
+func TestRateLimitDefersActions(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup, p.MaxActionsPerMinute = Duration{0}, 3
+	var cgs []*sampler.CG
+	for i := range 5 {
+		cgs = append(cgs, cg(fmt.Sprint(i), nr1.Amounts{0, 0, 0, 20}))
+	}
+	st := NewState(t0.Add(-time.Hour))
+	first := Decide(t0, snap(t0, cgs...), st, p)
+	if len(first) != 3 {
+		t.Fatalf("%d actions in the first minute, want 3", len(first))
+	}
+	if again := Decide(t0.Add(time.Second), snap(t0.Add(time.Second), cgs...), st, p); len(again) != 0 {
+		t.Fatalf("actions past the budget: %v", again)
+	}
+	later := Decide(t0.Add(61*time.Second), snap(t0.Add(61*time.Second), cgs...), st, p)
+	if len(later) != 3 {
+		t.Fatalf("%d deferred actions after the minute, want 3", len(later))
+	}
+	seen := map[string]bool{}
+	for _, a := range append(first, later...) {
+		if seen[a.UID+string(a.Kind)] {
+			t.Errorf("%s of %s taken twice", a.Kind, a.UID)
+		}
+		seen[a.UID+string(a.Kind)] = true
+	}
+}
+
+func TestExemptionAndBadAnnotation(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{0}
+	exempt := cg("e", nr1.Amounts{0, 0, 0, 20})
+	exempt.Annotations = map[string]string{AnnotationKey: "disabled"}
+	bad := cg("b", nr1.Amounts{0, 0, 0, 20})
+	bad.Annotations = map[string]string{AnnotationKey: "off"}
+	st := NewState(t0.Add(-time.Hour))
+	got := Decide(t0, snap(t0, exempt, bad), st, p)
+	if len(got) != 3 || got[0].Kind != BadAnnotation || got[0].UID != "b" || got[1].UID != "b" || got[2].Kind != Kill {
+		t.Fatalf("actions %+v", got)
+	}
+	if again := Decide(t0.Add(time.Second), snap(t0.Add(time.Second), exempt, bad), st, p); len(again) != 0 {
+		t.Errorf("bad annotation reported again: %+v", again)
+	}
+}
+
+func TestKillTargetsTheConsumer(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{0}
+	c := cg("a", nr1.Amounts{0, 0, 0, 20})
+	c.PerContainer = map[string]nr1.Amounts{"health-handler": {0, 0, 0, 18}, "graph": {0, 0, 0, 2}}
+	got := Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), p)
+	kill := got[len(got)-1]
+	if kill.Kind != Kill || len(kill.Containers) != 1 || kill.Containers[0].Name != "health-handler" || kill.PodCgroup != "/cg/poda" {
+		t.Fatalf("kill %+v", kill)
+	}
+	p.KillScope = "cg"
+	got = Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), p)
+	if kill = got[len(got)-1]; len(kill.Containers) != 2 {
+		t.Fatalf("kill of the whole CG %+v", kill)
+	}
+	if !math.IsInf(cg("z", nr1.Amounts{0, 1, 0, 0}).Ratio[nr1.CPUDMAMemory], 1) {
+		t.Fatal("fixture: ratio over zero allocation is not +Inf")
+	}
+}
+
+func TestEvictionRefusedFallsBackToKillOnHardBreach(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{0}
+	st := NewState(t0.Add(-time.Hour))
+	full := cg("a", nr1.Amounts{0, 0, 5000 * mb, 0}) // past twice the partition allocation
+	got := Decide(t0, snap(t0, full), st, p)
+	if len(got) != 2 || got[1].Kind != Evict || !got[1].Hard {
+		t.Fatalf("first %+v", got)
+	}
+	st.EvictionRefused("a", nr1.DockerPartition, t0)
+	for s := 1; s < 30; s++ {
+		now := t0.Add(time.Duration(s) * time.Second)
+		if a := Decide(now, snap(now, full), st, p); len(a) != 0 {
+			t.Fatalf("at %d s, before the fallback bound: %+v", s, a)
+		}
+	}
+	now := t0.Add(30 * time.Second)
+	if a := Decide(now, snap(now, full), st, p); len(a) != 1 || a[0].Kind != Kill {
+		t.Fatalf("fallback %+v", a)
+	}
+}
+
+func TestPolicyValidate(t *testing.T) {
+	d := DefaultPolicy()
+	if err := d.Validate("enforcement"); err != nil {
+		t.Fatalf("default policy: %v", err)
+	}
+	p := DefaultPolicy()
+	p.Mode = "lenient"
+	p.Resources.DockerPartition.Ladder = []Step{{Throttle, Duration{0}}}
+	p.Resources.ComputeDMAMemory.Ladder = []Step{{Kill, Duration{0}}, {Warn, Duration{time.Second}}}
+	p.Resources.HypervisorQueue.HardRatio = 0.5
+	err := p.Validate("enforcement")
+	for _, want := range []string{
+		`enforcement.mode: must be enforce or dry-run, got "lenient"`,
+		"enforcement.resources.docker_partition.ladder[0].action: the docker partition cannot be throttled",
+		"enforcement.resources.compute_dma_memory.ladder[0].action: kill ends the CG: it must be the last step",
+		"enforcement.resources.ai_hypervisor_queue.hardRatio: must be above 1",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}

@@ -1,0 +1,183 @@
+// Package enforce decides what to do about CGs that hold more of an NR1 resource than
+// they were allocated: a pure Decide over a sample, the enforcement state and the policy,
+// and a manager that runs it at every sample and hands the actions to an Actuator.
+package enforce
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Kind is an enforcement action.
+type Kind string
+
+// The actions, mildest first.
+const (
+	Warn       Kind = "warn"
+	Throttle   Kind = "throttle"
+	Kill       Kind = "kill"
+	Evict      Kind = "evict"
+	Unthrottle Kind = "unthrottle"
+)
+
+// Mode is whether actions are carried out.
+type Mode string
+
+// The modes.
+const (
+	Enforce Mode = "enforce"
+	DryRun  Mode = "dry-run"
+)
+
+// Duration is a time.Duration written as "5s".
+type Duration struct{ time.Duration }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"5s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"5s\", got %q", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) } //nolint:wrapcheck // cannot fail
+
+// Step is one rung of a ladder: an action taken once the CG has been over for After.
+type Step struct {
+	Action Kind     `json:"action"`
+	After  Duration `json:"after"`
+}
+
+// ResourcePolicy is the ladder of one resource.
+type ResourcePolicy struct {
+	Ladder []Step `json:"ladder"`
+	// HardRatio, when usage/allocation reaches it, takes the ladder's last step at once.
+	// Zero disables it.
+	HardRatio float64 `json:"hardRatio"`
+}
+
+// Resources is the policy of each resource, keyed by short name.
+type Resources struct {
+	ComputeDMAMemory ResourcePolicy `json:"compute_dma_memory"`
+	CPUDMAMemory     ResourcePolicy `json:"cpu_dma_memory"`
+	DockerPartition  ResourcePolicy `json:"docker_partition"`
+	HypervisorQueue  ResourcePolicy `json:"ai_hypervisor_queue"`
+}
+
+// Of returns the policy of r.
+func (rs *Resources) Of(r nr1.Resource) *ResourcePolicy {
+	return [nr1.NumResources]*ResourcePolicy{&rs.ComputeDMAMemory, &rs.CPUDMAMemory, &rs.DockerPartition, &rs.HypervisorQueue}[r]
+}
+
+// Policy is the enforcement configuration.
+type Policy struct {
+	Mode Mode `json:"mode"`
+	// Warmup is how long after the agent starts nothing is done: its first samples may
+	// not yet know every container.
+	Warmup Duration `json:"warmup"`
+	// ContainerWarmup is how long after a container starts its CG is left alone.
+	ContainerWarmup Duration `json:"containerWarmup"`
+	// Margin and Hold are the hysteresis: a CG is back under once its ratio stays at or
+	// below 1-Margin for Hold; only then does its ladder start again.
+	Margin float64  `json:"margin"`
+	Hold   Duration `json:"hold"`
+	// MaxActionsPerMinute bounds actions on the node (lifting a throttle is not counted).
+	MaxActionsPerMinute int `json:"maxActionsPerMinute"`
+	// MaxSampleAge: an older sample is not acted on.
+	MaxSampleAge Duration `json:"maxSampleAge"`
+	// ExemptNamespaces are never acted on.
+	ExemptNamespaces []string `json:"exemptNamespaces"`
+	// NoAllocation is what usage by a CG with no allocation of the resource means:
+	// "enforce" (over a zero allocation) or "ignore".
+	NoAllocation string `json:"noAllocation"`
+	// KillScope is "container" (the container holding most of the resource) or "cg".
+	KillScope string `json:"killScope"`
+	// KillTimeout is the grace StopContainer gives before SIGKILL.
+	KillTimeout Duration `json:"killTimeout"`
+	// EvictFallback: when an eviction is refused (a PodDisruptionBudget) on a hard breach,
+	// the CG is killed after this long.
+	EvictFallback Duration `json:"evictFallback"`
+	// Freeze also pauses a throttled CG with the cgroup freezer.
+	Freeze    bool      `json:"freeze"`
+	Resources Resources `json:"resources"`
+}
+
+// DefaultPolicy warns at once, throttles after 5 s and kills after 15 s over an
+// allocation of DMA memory or queues (at once at twice the allocation), and evicts a CG
+// 20 s over its docker partition.
+func DefaultPolicy() Policy {
+	memory := ResourcePolicy{Ladder: []Step{{Warn, Duration{0}}, {Throttle, Duration{5 * time.Second}}, {Kill, Duration{15 * time.Second}}}, HardRatio: 2}
+	return Policy{
+		Mode: Enforce, Warmup: Duration{10 * time.Second}, ContainerWarmup: Duration{2 * time.Second},
+		Margin: 0.05, Hold: Duration{10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{5 * time.Second},
+		ExemptNamespaces: []string{"kube-system"}, NoAllocation: "enforce", KillScope: "container",
+		KillTimeout: Duration{5 * time.Second}, EvictFallback: Duration{30 * time.Second},
+		Resources: Resources{
+			ComputeDMAMemory: memory, CPUDMAMemory: memory, HypervisorQueue: memory,
+			DockerPartition: ResourcePolicy{Ladder: []Step{{Warn, Duration{0}}, {Evict, Duration{20 * time.Second}}}, HardRatio: 2},
+		},
+	}
+}
+
+// Validate reports every invalid field, prefixed with prefix.
+func (p *Policy) Validate(prefix string) error {
+	var errs []error
+	field := func(name, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s.%s: "+format, append([]any{prefix, name}, args...)...))
+	}
+	if p.Mode != Enforce && p.Mode != DryRun {
+		field("mode", "must be enforce or dry-run, got %q", p.Mode)
+	}
+	if p.Margin < 0 || p.Margin >= 1 {
+		field("margin", "must be in [0, 1), got %g", p.Margin)
+	}
+	if p.MaxActionsPerMinute < 1 {
+		field("maxActionsPerMinute", "must be at least 1, got %d", p.MaxActionsPerMinute)
+	}
+	if p.MaxSampleAge.Duration <= 0 {
+		field("maxSampleAge", "must be positive, got %s", p.MaxSampleAge)
+	}
+	if p.NoAllocation != "enforce" && p.NoAllocation != "ignore" {
+		field("noAllocation", "must be enforce or ignore, got %q", p.NoAllocation)
+	}
+	if p.KillScope != "container" && p.KillScope != "cg" {
+		field("killScope", "must be container or cg, got %q", p.KillScope)
+	}
+	for _, r := range nr1.All {
+		rp := p.Resources.Of(r)
+		name := "resources." + r.Short()
+		if rp.HardRatio != 0 && rp.HardRatio <= 1 {
+			field(name+".hardRatio", "must be above 1 (or 0 to disable), got %g", rp.HardRatio)
+		}
+		var last time.Duration
+		for i, s := range rp.Ladder {
+			switch s.Action {
+			case Warn, Throttle, Kill, Evict:
+			default:
+				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "must be warn, throttle, kill or evict, got %q", s.Action)
+			}
+			if s.Action == Throttle && r == nr1.DockerPartition {
+				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "the docker partition cannot be throttled (no device to deny)")
+			}
+			if s.After.Duration < last {
+				field(fmt.Sprintf("%s.ladder[%d].after", name, i), "must not be earlier than the step before (%s), got %s", last, s.After)
+			}
+			if (s.Action == Kill || s.Action == Evict) && i != len(rp.Ladder)-1 {
+				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "%s ends the CG: it must be the last step", s.Action)
+			}
+			last = s.After.Duration
+		}
+	}
+	return errors.Join(errs...)
+}
