@@ -61,7 +61,8 @@ type cgState struct {
 	done      [nr1.NumResources]int       // ladder steps taken
 	hard      [nr1.NumResources]bool
 	throttled bool
-	ended     bool      // killed or evicted
+	ended     bool // killed or evicted
+	endedAt   time.Time
 	refused   time.Time // when an eviction was refused
 	refusedOn nr1.Resource
 }
@@ -124,8 +125,8 @@ func decideCG(now time.Time, cg *sampler.CG, st *State, p Policy) []Action {
 		return out
 	}
 	c := st.cgs[cg.UID]
-	if c == nil {
-		c = &cgState{}
+	if c == nil || (c.ended && restartedSince(cg, c.endedAt)) {
+		c = &cgState{throttled: c != nil && c.throttled}
 		st.cgs[cg.UID] = c
 	}
 	anyOver := false
@@ -146,6 +147,17 @@ func decideCG(now time.Time, cg *sampler.CG, st *State, p Policy) []Action {
 		out = append(out, action(Unthrottle, nr1.ComputeDMAMemory, cg, p, false, "back under its allocation: throttle lifted"))
 	}
 	return out
+}
+
+// restartedSince reports a container started after t: a killed container the kubelet
+// restarted is a new chance, with a new ladder.
+func restartedSince(cg *sampler.CG, t time.Time) bool {
+	for _, c := range cg.Containers {
+		if c.State == runtime.Running && c.StartedAt.After(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func inWarmup(now time.Time, cg *sampler.CG, p Policy) bool {
@@ -192,7 +204,7 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, ratio float64, cg *sample
 			}
 			c.throttled = true
 		case Kill, Evict:
-			c.ended = true
+			c.ended, c.endedAt = true, now
 		}
 		out = append(out, a)
 		if c.ended {

@@ -88,4 +88,13 @@ struct bpf_iter__task_vma {
 
 #pragma clang attribute pop
 
+/* UAPI: the context of a cgroup device program. */
+struct bpf_cgroup_dev_ctx {
+	__u32 access_type; /* (access << 16) | type */
+	__u32 major;
+	__u32 minor;
+};
+
+#define BPF_DEVCG_DEV_CHAR 2
+
 #endif

@@ -1,0 +1,170 @@
+// Package actuate carries out enforcement actions: Events, the device-cgroup throttle
+// (and optionally the freezer), CRI StopContainer, and the Eviction API.
+package actuate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/kube"
+)
+
+// Events records Kubernetes Events on pods.
+type Events interface {
+	Event(namespace, pod, uid, eventType, reason, message string)
+}
+
+// Evictor evicts pods through the Eviction API.
+type Evictor interface {
+	Evict(ctx context.Context, namespace, pod, uid string) error
+}
+
+// Stopper stops containers through CRI.
+type Stopper interface {
+	StopContainer(ctx context.Context, id string, timeout time.Duration) error
+}
+
+// Throttler denies the NR1 character devices to a pod's cgroup, keyed by the pod's UID.
+type Throttler interface {
+	Attach(name, cgroupDir string) error
+	Detach(name string) error
+}
+
+// Freezer pauses and resumes a cgroup.
+type Freezer interface {
+	Freeze(dir string) error
+	Thaw(dir string) error
+}
+
+// Event reasons on the pod.
+const (
+	ReasonLimitExceeded = "NR1LimitExceeded"
+	ReasonThrottled     = "NR1Throttled"
+	ReasonKilled        = "NR1Killed"
+	ReasonEvicted       = "NR1Evicted"
+	ReasonDryRun        = "NR1EnforcementDryRun"
+	ReasonBadAnnotation = "NR1BadAnnotation"
+)
+
+// Actuator carries out actions. Any of its parts may be nil: an action it cannot carry
+// out is logged and reported as an error, never silently dropped.
+type Actuator struct {
+	Events      Events
+	Evictor     Evictor
+	Stopper     Stopper
+	Throttler   Throttler
+	Freezer     Freezer // nil unless the policy freezes throttled CGs
+	KillTimeout time.Duration
+	Log         *slog.Logger
+}
+
+// ErrUnavailable is returned for an action whose means the agent does not have.
+var ErrUnavailable = errors.New("not available on this node")
+
+// Act carries out one action.
+func (a *Actuator) Act(ctx context.Context, act enforce.Action) error {
+	log := a.Log.With("action", act.Kind, "namespace", act.Namespace, "pod", act.Pod, "resource", act.Resource.Name(),
+		"usage", act.Usage, "allocation", act.Allocation, "ratio", act.Ratio)
+	if act.DryRun {
+		log.Info("dry-run: enforcement action not taken", "message", act.Message)
+		a.event(act, "Warning", ReasonDryRun, fmt.Sprintf("dry-run, would %s: %s", act.Kind, act.Message))
+		return nil
+	}
+	var err error
+	switch act.Kind {
+	case enforce.Warn:
+		a.event(act, "Warning", ReasonLimitExceeded, act.Message)
+	case enforce.BadAnnotation:
+		a.event(act, "Warning", ReasonBadAnnotation, act.Message)
+	case enforce.Throttle:
+		err = a.throttle(act)
+	case enforce.Unthrottle:
+		err = a.unthrottle(act)
+	case enforce.Kill:
+		err = a.kill(ctx, act)
+	case enforce.Evict:
+		err = a.evict(ctx, act)
+	default:
+		err = fmt.Errorf("unknown action %q", act.Kind)
+	}
+	if err != nil {
+		log.Error("enforcement action failed", "err", err)
+		return err
+	}
+	log.Info("enforcement action taken", "message", act.Message)
+	return nil
+}
+
+func (a *Actuator) event(act enforce.Action, typ, reason, msg string) {
+	if a.Events != nil {
+		a.Events.Event(act.Namespace, act.Pod, act.UID, typ, reason, msg)
+	}
+}
+
+func (a *Actuator) throttle(act enforce.Action) error {
+	if a.Throttler == nil || act.PodCgroup == "" {
+		return fmt.Errorf("throttling %s/%s: %w", act.Namespace, act.Pod, ErrUnavailable)
+	}
+	if err := a.Throttler.Attach(act.UID, act.PodCgroup); err != nil {
+		return err
+	}
+	if a.Freezer != nil {
+		if err := a.Freezer.Freeze(act.PodCgroup); err != nil {
+			return err
+		}
+	}
+	a.event(act, "Warning", ReasonThrottled, act.Message+": new opens of NR1 devices are refused")
+	return nil
+}
+
+func (a *Actuator) unthrottle(act enforce.Action) error {
+	if a.Throttler == nil {
+		return nil
+	}
+	if a.Freezer != nil && act.PodCgroup != "" {
+		if err := a.Freezer.Thaw(act.PodCgroup); err != nil {
+			return err
+		}
+	}
+	if err := a.Throttler.Detach(act.UID); err != nil {
+		return err
+	}
+	a.event(act, "Normal", ReasonThrottled, act.Message)
+	return nil
+}
+
+func (a *Actuator) kill(ctx context.Context, act enforce.Action) error {
+	if a.Stopper == nil {
+		return fmt.Errorf("killing %s/%s: %w", act.Namespace, act.Pod, ErrUnavailable)
+	}
+	if a.Freezer != nil && act.PodCgroup != "" {
+		_ = a.Freezer.Thaw(act.PodCgroup) // a frozen container cannot handle its SIGTERM
+	}
+	var errs []error
+	for _, c := range act.Containers {
+		if err := a.Stopper.StopContainer(ctx, c.ID, a.KillTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("stopping container %s of %s/%s: %w", c.Name, act.Namespace, act.Pod, err))
+			continue
+		}
+		a.event(act, "Warning", ReasonKilled, fmt.Sprintf("container %s stopped: %s", c.Name, act.Message))
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Actuator) evict(ctx context.Context, act enforce.Action) error {
+	if a.Evictor == nil {
+		return fmt.Errorf("evicting %s/%s: %w (no API server)", act.Namespace, act.Pod, ErrUnavailable)
+	}
+	if err := a.Evictor.Evict(ctx, act.Namespace, act.Pod, act.UID); err != nil {
+		if errors.Is(err, kube.ErrEvictionRefused) {
+			return fmt.Errorf("%w: %w", enforce.ErrEvictionRefused, err)
+		}
+		return err
+	}
+	a.event(act, "Warning", ReasonEvicted, act.Message)
+	return nil
+}

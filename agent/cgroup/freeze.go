@@ -1,0 +1,39 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+)
+
+// Freeze pauses every process in dir (a v2 cgroup directory) and below it.
+func (h Hierarchy) Freeze(dir string) error { return h.freezer(dir, true) }
+
+// Thaw resumes the processes Freeze paused.
+func (h Hierarchy) Thaw(dir string) error { return h.freezer(dir, false) }
+
+func (h Hierarchy) freezer(dir string, freeze bool) error {
+	if h.V2 == "" {
+		return errors.New("freezing needs a cgroup v2 hierarchy (hybrid or unified)")
+	}
+	rel, err := filepath.Rel(h.V2, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("freezer: %s is not under %s", dir, h.V2)
+	}
+	m, err := cgroup2.Load("/"+rel, cgroup2.WithMountpoint(h.V2))
+	if err != nil {
+		return fmt.Errorf("freezer %s: %w", dir, err)
+	}
+	if freeze {
+		err = m.Freeze()
+	} else {
+		err = m.Thaw()
+	}
+	if err != nil {
+		return fmt.Errorf("freezer %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,96 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Device is a character device by its major and minor numbers.
+type Device = throttleDevKey
+
+// Throttle attaches the device-deny program to cgroups and keeps each attachment pinned
+// in bpffs under its name, so that it outlives the agent and a restarted agent finds it.
+type Throttle struct {
+	objs   throttleObjects
+	pinDir string
+}
+
+// LoadThrottle loads the program denying devices, with its pins under pinDir (in bpffs).
+func LoadThrottle(pinDir string, devices []Device) (*Throttle, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(pinDir), &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+		return nil, fmt.Errorf("throttle pins: %s is not in a mounted bpffs", pinDir)
+	}
+	if err := os.MkdirAll(pinDir, 0o700); err != nil {
+		return nil, fmt.Errorf("throttle pins: %w", err)
+	}
+	t := &Throttle{pinDir: pinDir}
+	if err := loadThrottleObjects(&t.objs, nil); err != nil {
+		return nil, fmt.Errorf("loading throttle program: %w", err)
+	}
+	for _, d := range devices {
+		if err := t.objs.Denied.Put(d, uint8(1)); err != nil {
+			_ = t.objs.Close()
+			return nil, fmt.Errorf("denying device %d:%d: %w", d.Major, d.Minor, err)
+		}
+	}
+	return t, nil
+}
+
+// Close releases the program; pinned attachments stay.
+func (t *Throttle) Close() error { return t.objs.Close() }
+
+func (t *Throttle) pin(name string) string { return filepath.Join(t.pinDir, name) }
+
+// Attach denies the devices to cgroupDir (a cgroup v2 directory) and everything below
+// it, pinned as name. Attaching a name already pinned does nothing.
+func (t *Throttle) Attach(name, cgroupDir string) error {
+	if _, err := os.Stat(t.pin(name)); err == nil {
+		return nil
+	}
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: ebpf.AttachCGroupDevice, Program: t.objs.Nr1Throttle})
+	if err != nil {
+		return fmt.Errorf("attaching throttle to %s: %w", cgroupDir, err)
+	}
+	defer l.Close()
+	if err := l.Pin(t.pin(name)); err != nil {
+		return fmt.Errorf("pinning throttle of %s: %w", name, err)
+	}
+	return nil
+}
+
+// Detach lifts the throttle pinned as name; lifting one that is not there does nothing.
+func (t *Throttle) Detach(name string) error {
+	l, err := link.LoadPinnedLink(t.pin(name), nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("loading throttle of %s: %w", name, err)
+	}
+	defer l.Close()
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpinning throttle of %s: %w", name, err)
+	}
+	return nil
+}
+
+// Attached lists the pinned throttles' names.
+func (t *Throttle) Attached() ([]string, error) {
+	entries, err := os.ReadDir(t.pinDir)
+	if err != nil {
+		return nil, fmt.Errorf("throttle pins: %w", err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}
