@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +16,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
@@ -67,6 +69,14 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	defer source.Close()
 	partition := sampler.NewPartitionSampler(cfg.Runtime.Endpoint, watcher, cfg.Sampling.PartitionInterval.Duration, log)
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, time.Now, log)
+	node := cfg.NodeName
+	if node == "" {
+		node, _ = os.Hostname()
+	}
+	act, throttled, closeActuator := actuator(cfg, node, cgroups, log)
+	defer closeActuator()
+	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, time.Now, throttled, log)
+	log.Info("enforcement", "mode", cfg.Enforcement.Mode)
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
@@ -81,6 +91,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	g.Go(func() error { return tracker.Run(ctx) })
 	g.Go(func() error { return partition.Run(ctx) })
 	g.Go(func() error { return smp.Run(ctx) })
+	g.Go(func() error { return enforcer.Run(ctx) })
 	g.Go(func() error { return server.Run(ctx) })
 	return g.Wait()
 }

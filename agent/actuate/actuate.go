@@ -100,7 +100,7 @@ func (a *Actuator) Act(ctx context.Context, act enforce.Action) error {
 }
 
 func (a *Actuator) event(act enforce.Action, typ, reason, msg string) {
-	if a.Events != nil {
+	if a.Events != nil && act.Pod != "" {
 		a.Events.Event(act.Namespace, act.Pod, act.UID, typ, reason, msg)
 	}
 }

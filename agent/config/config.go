@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
@@ -28,13 +29,17 @@ type Config struct {
 	// NodeName is the Kubernetes node the agent runs on; empty means the host name.
 	NodeName string `json:"nodeName"`
 	// MetricsAddr is where /metrics, /healthz and /readyz are served.
-	MetricsAddr  string        `json:"metricsAddr"`
-	Paths        Paths         `json:"paths"`
-	Log          Log           `json:"log"`
-	DevicePlugin DevicePlugin  `json:"devicePlugin"`
-	Runtime      Runtime       `json:"runtime"`
-	Sampling     Sampling      `json:"sampling"`
-	NR1          device.Config `json:"nr1"`
+	MetricsAddr  string         `json:"metricsAddr"`
+	Paths        Paths          `json:"paths"`
+	Log          Log            `json:"log"`
+	DevicePlugin DevicePlugin   `json:"devicePlugin"`
+	Runtime      Runtime        `json:"runtime"`
+	Sampling     Sampling       `json:"sampling"`
+	Enforcement  enforce.Policy `json:"enforcement"`
+	// Kubeconfig reaches the API server from outside a cluster; empty uses the pod's
+	// service account. Without an API server, Events and evictions are only logged.
+	Kubeconfig string        `json:"kubeconfig"`
+	NR1        device.Config `json:"nr1"`
 }
 
 // Runtime configures the CRI watcher.
@@ -62,6 +67,8 @@ type Paths struct {
 	Sysfs    string `json:"sysfs"`
 	Kubelet  string `json:"kubelet"`
 	Cgroupfs string `json:"cgroupfs"`
+	// Bpffs is where throttles are pinned, so that they outlive the agent.
+	Bpffs string `json:"bpffs"`
 }
 
 // Log configures the structured logger.
@@ -104,17 +111,21 @@ func Default() Config {
 		APIVersion:  APIVersion,
 		Kind:        Kind,
 		MetricsAddr: ":9470",
-		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup"},
+		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
 			HealthInterval: Duration{5 * time.Second},
 			Resync:         Duration{5 * time.Second},
 		},
-		Runtime:  Runtime{Resync: Duration{30 * time.Second}},
-		Sampling: Sampling{Interval: Duration{time.Second}, PartitionInterval: Duration{10 * time.Second}, Source: "auto"},
-		NR1:      device.DefaultConfig(),
+		Runtime:     Runtime{Resync: Duration{30 * time.Second}},
+		Sampling:    Sampling{Interval: Duration{time.Second}, PartitionInterval: Duration{10 * time.Second}, Source: "auto"},
+		Enforcement: enforce.DefaultPolicy(),
+		NR1:         device.DefaultConfig(),
 	}
 }
+
+// ThrottlePins is the bpffs directory holding the pinned throttles.
+func (c *Config) ThrottlePins() string { return filepath.Join(c.Paths.Bpffs, "nr1-agent", "throttle") }
 
 // PodResourcesSocket is the kubelet's pod-resources API socket.
 func (c *Config) PodResourcesSocket() string {
@@ -139,7 +150,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
 	}
-	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs} {
+	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs} {
 		if !filepath.IsAbs(p) {
 			field(name, "must be an absolute path, got %q", p)
 		}
@@ -174,6 +185,9 @@ func (c *Config) Validate() error {
 	case "auto", "bpf", "procfs":
 	default:
 		field("sampling.source", "must be auto, bpf or procfs; got %q", c.Sampling.Source)
+	}
+	if err := c.Enforcement.Validate("enforcement"); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.NR1.Validate("nr1"); err != nil {
 		errs = append(errs, err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 )
 
 // option is one setting that a flag and its environment twin can set.
@@ -39,6 +41,9 @@ var options = []option{
 	{"runtime.resync", "how often the full container list is read besides events", setDuration(func(c *Config) *Duration { return &c.Runtime.Resync })},
 	{"sample-interval", "how often each CG's usage is measured", setDuration(func(c *Config) *Duration { return &c.Sampling.Interval })},
 	{"sampling.source", "footprint source: auto, bpf or procfs", setString(func(c *Config) *string { return &c.Sampling.Source })},
+	{"path.bpffs", "bpffs mount, where throttles are pinned", setString(func(c *Config) *string { return &c.Paths.Bpffs })},
+	{"kubeconfig", "kubeconfig for the API server; empty: in-cluster", setString(func(c *Config) *string { return &c.Kubeconfig })},
+	{"enforcement.mode", "enforce or dry-run", func(c *Config, v string) error { c.Enforcement.Mode = enforce.Mode(v); return nil }},
 	{"log.level", "debug, info, warn or error", setString(func(c *Config) *string { return &c.Log.Level })},
 	{"log.format", "json or text", setString(func(c *Config) *string { return &c.Log.Format })},
 	{"device-plugin.health-interval", "how often NR1 health is probed", setDuration(func(c *Config) *Duration { return &c.DevicePlugin.HealthInterval })},

@@ -96,11 +96,17 @@ func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action
 		present[cg.UID] = true
 		out = append(out, decideCG(now, cg, st, p)...)
 	}
-	for uid := range st.cgs {
-		if !present[uid] {
-			delete(st.cgs, uid)
-			delete(st.badAnno, uid)
+	for uid, c := range st.cgs {
+		if present[uid] {
+			continue
 		}
+		// A CG that is gone needs no throttle; its pin (left by this run or an earlier
+		// one) is lifted so that nothing leaks.
+		if c.throttled {
+			out = append(out, Action{Kind: Unthrottle, UID: uid, Message: "CG gone: throttle removed"})
+		}
+		delete(st.cgs, uid)
+		delete(st.badAnno, uid)
 	}
 	return rateLimit(now, out, st, p)
 }

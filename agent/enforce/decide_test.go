@@ -268,3 +268,17 @@ func TestPolicyValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestGoneCGLosesItsThrottle(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{0}
+	st := NewState(t0.Add(-time.Hour))
+	st.cgs["left-by-an-earlier-run"] = &cgState{throttled: true}
+	got := Decide(t0, snap(t0, cg("a", nr1.Amounts{})), st, p)
+	if len(got) != 1 || got[0].Kind != Unthrottle || got[0].UID != "left-by-an-earlier-run" {
+		t.Fatalf("%+v", got)
+	}
+	if again := Decide(t0.Add(time.Second), snap(t0.Add(time.Second), cg("a", nr1.Amounts{})), st, p); len(again) != 0 {
+		t.Fatalf("again: %+v", again)
+	}
+}

@@ -1,0 +1,104 @@
+package actuate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+type recorder struct{ events []string }
+
+func (r *recorder) Event(ns, pod, _, typ, reason, msg string) {
+	r.events = append(r.events, fmt.Sprintf("%s/%s %s %s: %s", ns, pod, typ, reason, msg))
+}
+
+type fakes struct {
+	calls    []string
+	evictErr error
+}
+
+func (f *fakes) Evict(_ context.Context, ns, pod, _ string) error {
+	f.calls = append(f.calls, "evict "+ns+"/"+pod)
+	return f.evictErr
+}
+func (f *fakes) StopContainer(_ context.Context, id string, timeout time.Duration) error {
+	f.calls = append(f.calls, fmt.Sprintf("stop %s %v", id, timeout))
+	return nil
+}
+func (f *fakes) Attach(name, dir string) error {
+	f.calls = append(f.calls, "attach "+name+" "+dir)
+	return nil
+}
+func (f *fakes) Detach(name string) error { f.calls = append(f.calls, "detach "+name); return nil }
+
+func newActuator() (*Actuator, *recorder, *fakes) {
+	r, f := &recorder{}, &fakes{}
+	return &Actuator{Events: r, Evictor: f, Stopper: f, Throttler: f, KillTimeout: 5 * time.Second,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, r, f
+}
+
+func act(k enforce.Kind) enforce.Action {
+	return enforce.Action{Kind: k, UID: "u", Namespace: "default", Pod: "cg", PodCgroup: "/cg/podu", Resource: nr1.HypervisorQueue,
+		Containers: []enforce.Container{{ID: "c1", Name: "health-handler"}}, Message: "holds 20 of 7"}
+}
+
+func TestActionsAndTheirEvents(t *testing.T) {
+	tests := []struct {
+		kind      enforce.Kind
+		wantEvent string
+		wantCall  string
+	}{
+		{enforce.Warn, "Warning NR1LimitExceeded: holds 20 of 7", ""},
+		{enforce.Throttle, "Warning NR1Throttled: holds 20 of 7: new opens of NR1 devices are refused", "attach u /cg/podu"},
+		{enforce.Unthrottle, "Normal NR1Throttled: holds 20 of 7", "detach u"},
+		{enforce.Kill, "Warning NR1Killed: container health-handler stopped: holds 20 of 7", "stop c1 5s"},
+		{enforce.Evict, "Warning NR1Evicted: holds 20 of 7", "evict default/cg"},
+		{enforce.BadAnnotation, "Warning NR1BadAnnotation: holds 20 of 7", ""},
+	}
+	for _, tt := range tests {
+		a, r, f := newActuator()
+		if err := a.Act(context.Background(), act(tt.kind)); err != nil {
+			t.Fatalf("%s: %v", tt.kind, err)
+		}
+		if len(r.events) != 1 || r.events[0] != "default/cg "+tt.wantEvent {
+			t.Errorf("%s: events %q", tt.kind, r.events)
+		}
+		if got := strings.Join(f.calls, ";"); got != tt.wantCall {
+			t.Errorf("%s: calls %q, want %q", tt.kind, got, tt.wantCall)
+		}
+	}
+}
+
+func TestDryRunOnlyReports(t *testing.T) {
+	a, r, f := newActuator()
+	x := act(enforce.Kill)
+	x.DryRun = true
+	if err := a.Act(context.Background(), x); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.calls) != 0 || len(r.events) != 1 || !strings.Contains(r.events[0], "NR1EnforcementDryRun: dry-run, would kill") {
+		t.Errorf("calls %v events %v", f.calls, r.events)
+	}
+}
+
+func TestRefusedEvictionIsReportedAsSuch(t *testing.T) {
+	a, r, f := newActuator()
+	f.evictErr = fmt.Errorf("evicting: %w", kube.ErrEvictionRefused)
+	err := a.Act(context.Background(), act(enforce.Evict))
+	if !errors.Is(err, enforce.ErrEvictionRefused) || len(r.events) != 0 {
+		t.Fatalf("err %v events %v", err, r.events)
+	}
+	a.Stopper, a.Throttler = nil, nil
+	if err := a.Act(context.Background(), act(enforce.Kill)); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("kill without CRI: %v", err)
+	}
+}

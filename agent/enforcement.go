@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"log/slog"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/agent/actuate"
+	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/bpf"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// actuator builds what carries out enforcement on this node. Missing parts are logged
+// and leave their actions failing loudly: no API server (standalone kubelet) means
+// Events and evictions are only logged; no bpffs or BPF means no throttle.
+func actuator(cfg *config.Config, node string, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, throttled []string, closeAll func()) {
+	a = &actuate.Actuator{
+		Stopper:     &actuate.CRIStopper{Endpoint: cfg.Runtime.Endpoint},
+		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
+		Log:         log,
+	}
+	var closers []func()
+	if k, err := kube.New(cfg.Kubeconfig, node, log); err != nil {
+		log.Warn("no Kubernetes API server: enforcement Events and evictions are only logged", "err", err)
+	} else {
+		a.Events, a.Evictor = k, k
+		closers = append(closers, k.Close)
+	}
+	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(cfg, log)); err != nil {
+		log.Error("throttling unavailable", "err", err)
+	} else {
+		a.Throttler = thr
+		closers = append(closers, func() { _ = thr.Close() })
+		if throttled, err = thr.Attached(); err != nil {
+			log.Error("reading pinned throttles", "err", err)
+		} else if len(throttled) > 0 {
+			log.Info("throttles left by an earlier run", "cgs", throttled)
+		}
+	}
+	if cfg.Enforcement.Freeze {
+		a.Freezer = cgroups
+	}
+	return a, throttled, func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+}
+
+// nr1Devices are the NR1 character devices a throttle denies.
+func nr1Devices(cfg *config.Config, log *slog.Logger) []bpf.Device {
+	var out []bpf.Device
+	for _, r := range nr1.All {
+		for _, f := range cfg.NR1.Resources.Of(r).Files {
+			var st unix.Stat_t
+			if err := unix.Stat(f.Path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+				continue
+			}
+			out = append(out, bpf.Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)})
+		}
+	}
+	if len(out) == 0 {
+		log.Warn("no NR1 character device configured: a throttle denies nothing")
+	}
+	return out
+}
