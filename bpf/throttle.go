@@ -24,8 +24,13 @@ type Throttle struct {
 
 // LoadThrottle loads the program denying devices, with its pins under pinDir (in bpffs).
 func LoadThrottle(pinDir string, devices []Device) (*Throttle, error) {
+	// The nearest existing directory tells which file system the pins would land in.
+	d := pinDir
 	var st unix.Statfs_t
-	if err := unix.Statfs(filepath.Dir(pinDir), &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
+	for unix.Statfs(d, &st) != nil && d != filepath.Dir(d) {
+		d = filepath.Dir(d)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
 		return nil, fmt.Errorf("throttle pins: %s is not in a mounted bpffs", pinDir)
 	}
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {

@@ -137,6 +137,12 @@ func decideCG(now time.Time, cg *sampler.CG, st *State, p Policy) []Action {
 	}
 	anyOver := false
 	for _, r := range nr1.All {
+		// Every pod's image sits in the docker partition; only CGs (pods allocated NR1
+		// resources) are held to a partition budget. A pod holding NR1 device files
+		// without any allocation is over, whatever it is.
+		if r == nr1.DockerPartition && cg.Allocation.IsZero() {
+			continue
+		}
 		ratio := cg.Ratio[r]
 		if math.IsInf(ratio, 1) && p.NoAllocation == "ignore" {
 			ratio = 0

@@ -119,6 +119,20 @@ func TestDecide(t *testing.T) {
 			want: "0:warn/cpu_dma_memory(hard) 0:kill/cpu_dma_memory(hard)"},
 		{name: "usage without allocation, ignored by policy", seconds: 30, at: steady(nr1.Amounts{0, 1 * mb, 0, 0}),
 			policy: func(p Policy) Policy { p.NoAllocation = "ignore"; return p }, want: ""},
+		{name: "a pod with no NR1 allocation: its image is no partition breach", seconds: 30,
+			at: func(s int) *sampler.Snapshot {
+				c := cg("a", nr1.Amounts{0, 0, 50 * mb, 0})
+				c.Allocation = nr1.Amounts{}
+				c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+				return snap(t0.Add(time.Duration(s)*time.Second), c)
+			}, want: ""},
+		{name: "a pod with no NR1 allocation holding a queue is over", seconds: 30,
+			at: func(s int) *sampler.Snapshot {
+				c := cg("a", nr1.Amounts{0, 0, 50 * mb, 1})
+				c.Allocation = nr1.Amounts{}
+				c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+				return snap(t0.Add(time.Duration(s)*time.Second), c)
+			}, want: "0:warn/ai_hypervisor_queue(hard) 0:kill/ai_hypervisor_queue(hard)"},
 		{name: "docker partition: evicted after 20 s", seconds: 30, at: steady(nr1.Amounts{0, 0, 2500 * mb, 0}),
 			want: "0:warn/docker_partition 20:evict/docker_partition"},
 	}

@@ -121,7 +121,7 @@ func DefaultPolicy() Policy {
 	return Policy{
 		Mode: Enforce, Warmup: Duration{10 * time.Second}, ContainerWarmup: Duration{2 * time.Second},
 		Margin: 0.05, Hold: Duration{10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{5 * time.Second},
-		ExemptNamespaces: []string{"kube-system"}, NoAllocation: "enforce", KillScope: "container",
+		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
 		KillTimeout: Duration{5 * time.Second}, EvictFallback: Duration{30 * time.Second},
 		Resources: Resources{
 			ComputeDMAMemory: memory, CPUDMAMemory: memory, HypervisorQueue: memory,

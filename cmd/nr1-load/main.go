@@ -31,10 +31,16 @@ type load struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := run(ctx, os.Args[1:], os.Stdout)
+	signalled := ctx.Err() != nil
 	stop()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)
 		os.Exit(1)
+	}
+	if signalled {
+		// As a workload killed by SIGTERM would, so that its pod's status shows it.
+		fmt.Fprintln(os.Stderr, "nr1-load: terminated")
+		os.Exit(128 + int(syscall.SIGTERM))
 	}
 }
 
