@@ -197,10 +197,11 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, ratio float64, cg *sample
 	for c.done[r] < len(rp.Ladder) {
 		step := rp.Ladder[c.done[r]]
 		last := c.done[r] == len(rp.Ladder)-1
-		if step.After.Duration > elapsed && !(hard && last) {
-			if !hard {
-				break
-			}
+		due := step.After.Duration <= elapsed
+		if !due && !hard {
+			break
+		}
+		if !due && !last {
 			c.done[r]++ // a hard breach skips to the last step
 			continue
 		}
