@@ -80,7 +80,13 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewBuildInfo(version), metrics.NewDeviceCollector(state))
+	sampleDuration := metrics.NewSampleDuration()
+	smp.OnSample(func(s *sampler.Snapshot) { sampleDuration.Observe(s.Took.Seconds()) })
+	reg.MustRegister(metrics.NewBuildInfo(version), metrics.NewDeviceCollector(state), metrics.NewCGCollector(smp), sampleDuration,
+		metrics.NewAgentCollector(metrics.AgentState{
+			Enforcement: enforcer, Source: source.Name, Reconnects: watcher.Reconnects,
+			Registrations: manager.Registrations, Mismatches: inv.Mismatches,
+		}))
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Handle("/debug/cgs", debugCGs(smp))
 

@@ -16,23 +16,25 @@ type DeviceState interface {
 
 // DeviceCollector exports capacity, health and device-plugin registration per resource.
 type DeviceCollector struct {
-	state                         DeviceState
-	capacity, healthy, registered *prometheus.Desc
+	state                                      DeviceState
+	capacity, allocatable, healthy, registered *prometheus.Desc
 }
 
 // NewDeviceCollector collects from state.
 func NewDeviceCollector(state DeviceState) *DeviceCollector {
 	return &DeviceCollector{
-		state:      state,
-		capacity:   prometheus.NewDesc("nr1_capacity", "NR1 capacity of the node, in the resource's units (MB or queues).", []string{"resource"}, nil),
-		healthy:    prometheus.NewDesc("nr1_device_healthy", "1 when the NR1 resource is healthy.", []string{"resource"}, nil),
-		registered: prometheus.NewDesc("nr1_device_plugin_registered", "1 when the resource's device plugin is registered with the kubelet.", []string{"resource"}, nil),
+		state:       state,
+		capacity:    prometheus.NewDesc("nr1_capacity", "NR1 capacity of the node, in the resource's units (MB or queues).", []string{"resource"}, nil),
+		allocatable: prometheus.NewDesc("nr1_allocatable", "NR1 units the device plugin advertises as allocatable: the capacity while healthy, else 0.", []string{"resource"}, nil),
+		healthy:     prometheus.NewDesc("nr1_device_healthy", "1 when the NR1 resource is healthy.", []string{"resource"}, nil),
+		registered:  prometheus.NewDesc("nr1_device_plugin_registered", "1 when the resource's device plugin is registered with the kubelet.", []string{"resource"}, nil),
 	}
 }
 
 // Describe sends the descriptors.
 func (c *DeviceCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.capacity
+	ch <- c.allocatable
 	ch <- c.healthy
 	ch <- c.registered
 }
@@ -42,6 +44,7 @@ func (c *DeviceCollector) Collect(ch chan<- prometheus.Metric) {
 	capacity, health := c.state.Capacity(), c.state.Health()
 	for _, r := range nr1.All {
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(capacity[r]), r.Short())
+		ch <- prometheus.MustNewConstMetric(c.allocatable, prometheus.GaugeValue, boolValue(health[r].Healthy)*float64(capacity[r]), r.Short())
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, boolValue(health[r].Healthy), r.Short())
 		ch <- prometheus.MustNewConstMetric(c.registered, prometheus.GaugeValue, boolValue(c.state.Registered(r)), r.Short())
 	}

@@ -34,6 +34,12 @@ func TestDeviceMetricsAtScrapeTime(t *testing.T) {
 # HELP nr1_build_info Build of the running nr1-agent.
 # TYPE nr1_build_info gauge
 nr1_build_info{version="v1.2.3"} 1
+# HELP nr1_allocatable NR1 units the device plugin advertises as allocatable: the capacity while healthy, else 0.
+# TYPE nr1_allocatable gauge
+nr1_allocatable{resource="ai_hypervisor_queue"} 65536
+nr1_allocatable{resource="compute_dma_memory"} 0
+nr1_allocatable{resource="cpu_dma_memory"} 0
+nr1_allocatable{resource="docker_partition"} 0
 # HELP nr1_capacity NR1 capacity of the node, in the resource's units (MB or queues).
 # TYPE nr1_capacity gauge
 nr1_capacity{resource="ai_hypervisor_queue"} 65536

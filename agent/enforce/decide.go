@@ -49,10 +49,11 @@ type Action struct {
 // agent's life: after a restart the ladder starts again from warm-up, and throttles are
 // found again in bpffs by the actuator.
 type State struct {
-	Started time.Time
-	cgs     map[string]*cgState
-	recent  []time.Time
-	badAnno map[string]string
+	Started  time.Time
+	Breaches [nr1.NumResources]int // times a CG went over, per resource
+	cgs      map[string]*cgState
+	recent   []time.Time
+	badAnno  map[string]string
 }
 
 type cgState struct {
@@ -149,6 +150,9 @@ func decideCG(now time.Time, cg *sampler.CG, st *State, p Policy) []Action {
 		}
 		if ratio > 1 {
 			anyOver = true
+			if c.over[r].IsZero() {
+				st.Breaches[r]++
+			}
 			out = append(out, c.over1(now, r, ratio, cg, p)...)
 			continue
 		}

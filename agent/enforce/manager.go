@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // Actuator carries out an action.
@@ -34,8 +35,14 @@ type Manager struct {
 
 	mu     sync.Mutex
 	state  *State
-	counts map[Kind]int
-	failed map[Kind]int
+	counts map[Count]int
+}
+
+// Count keys the manager's action counters.
+type Count struct {
+	Kind   Kind
+	DryRun bool
+	Failed bool
 }
 
 // NewManager starts enforcement now; throttled lists the CGs (by UID) a previous run of
@@ -45,22 +52,25 @@ func NewManager(samples Samples, policy Policy, act Actuator, now func() time.Ti
 	for _, uid := range throttled {
 		st.cgs[uid] = &cgState{throttled: true}
 	}
-	return &Manager{samples: samples, policy: policy, act: act, now: now, log: log, state: st,
-		counts: map[Kind]int{}, failed: map[Kind]int{}}
+	return &Manager{samples: samples, policy: policy, act: act, now: now, log: log, state: st, counts: map[Count]int{}}
 }
 
-// Counts returns the actions taken (dry-run included) and failed, by kind.
-func (m *Manager) Counts() (taken, failed map[Kind]int) {
+// Counts returns the actions handed to the actuator since start.
+func (m *Manager) Counts() map[Count]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	taken, failed = make(map[Kind]int, len(m.counts)), make(map[Kind]int, len(m.failed))
+	out := make(map[Count]int, len(m.counts))
 	for k, v := range m.counts {
-		taken[k] = v
+		out[k] = v
 	}
-	for k, v := range m.failed {
-		failed[k] = v
-	}
-	return taken, failed
+	return out
+}
+
+// Breaches returns how many times a CG went over, per resource.
+func (m *Manager) Breaches() [nr1.NumResources]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state.Breaches
 }
 
 // Throttled reports whether the CG with uid is throttled.
@@ -96,13 +106,9 @@ func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
 	for _, a := range actions {
 		err := m.act.Act(ctx, a)
 		m.mu.Lock()
-		if err != nil {
-			m.failed[a.Kind]++
-			if errors.Is(err, ErrEvictionRefused) {
-				m.state.EvictionRefused(a.UID, a.Resource, now)
-			}
-		} else {
-			m.counts[a.Kind]++
+		m.counts[Count{Kind: a.Kind, DryRun: a.DryRun, Failed: err != nil}]++
+		if errors.Is(err, ErrEvictionRefused) {
+			m.state.EvictionRefused(a.UID, a.Resource, now)
 		}
 		m.mu.Unlock()
 	}

@@ -68,10 +68,14 @@ type Sampler struct {
 	now       func() time.Time
 	log       *slog.Logger
 
-	mu      sync.Mutex
-	latest  *Snapshot
-	changed chan struct{}
+	mu       sync.Mutex
+	latest   *Snapshot
+	changed  chan struct{}
+	observer func(*Snapshot)
 }
+
+// OnSample calls fn with every sample taken, before it is published.
+func (s *Sampler) OnSample(fn func(*Snapshot)) { s.observer = fn }
 
 // New returns a sampler; now is the clock.
 func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, now func() time.Time, log *slog.Logger) *Sampler {
@@ -93,6 +97,9 @@ func (s *Sampler) Run(ctx context.Context) error {
 		if snap, err := s.Sample(ctx); err != nil {
 			s.log.Warn("sample failed", "err", err)
 		} else {
+			if s.observer != nil {
+				s.observer(snap)
+			}
 			s.publish(snap)
 		}
 		select {

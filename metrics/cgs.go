@@ -1,0 +1,75 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Samples gives the latest sample.
+type Samples interface {
+	Load() (*sampler.Snapshot, <-chan struct{})
+}
+
+// CGCollector exports every CG's allocation, usage and ratio from the latest sample at
+// scrape time: a new CG has series before it consumes anything, and a deleted pod's
+// series are gone at the next scrape. Memory is exported in MB (2^20 bytes), like the
+// allocations; queues as counts. No label carries a PID, buffer or handle.
+type CGCollector struct {
+	samples                               Samples
+	allocated, usage, ratio, unattributed *prometheus.Desc
+}
+
+// NewCGCollector collects from samples.
+func NewCGCollector(samples Samples) *CGCollector {
+	ctr := []string{"namespace", "pod", "container", "resource"}
+	return &CGCollector{
+		samples:      samples,
+		allocated:    prometheus.NewDesc("nr1_allocated", "NR1 units allocated to a container by the kubelet (MB or queues).", ctr, nil),
+		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
+		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
+		unattributed: prometheus.NewDesc("nr1_unattributed_usage", "NR1 units held by processes outside every known container (MB or queues).", []string{"resource"}, nil),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *CGCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.allocated
+	ch <- c.usage
+	ch <- c.ratio
+	ch <- c.unattributed
+}
+
+// Collect builds the series from the latest sample.
+func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
+	snap, _ := c.samples.Load()
+	if snap == nil {
+		return
+	}
+	for _, r := range nr1.All {
+		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.GaugeValue, units(r, snap.Unattributed[r]), r.Short())
+	}
+	for _, cg := range snap.CGs {
+		if !cg.AllocationKnown {
+			continue
+		}
+		for _, ctr := range cg.Containers {
+			used := cg.PerContainer[ctr.Name]
+			for _, r := range nr1.All {
+				ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+				ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, units(r, used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+			}
+		}
+		for _, r := range nr1.All {
+			ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, cg.Ratio[r], cg.Namespace, cg.Name, r.Short())
+		}
+	}
+}
+
+func units(r nr1.Resource, base int64) float64 {
+	if r.UnitBytes() > 1 {
+		return float64(base) / float64(r.UnitBytes())
+	}
+	return float64(base)
+}

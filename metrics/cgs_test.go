@@ -1,0 +1,132 @@
+package metrics
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+type fixedSamples struct{ s *sampler.Snapshot }
+
+func (f *fixedSamples) Load() (*sampler.Snapshot, <-chan struct{}) { return f.s, nil }
+
+type fixedEnforcement struct{}
+
+func (fixedEnforcement) Counts() map[enforce.Count]int {
+	return map[enforce.Count]int{
+		{Kind: enforce.Warn}: 3, {Kind: enforce.Kill}: 1, {Kind: enforce.Warn, DryRun: true}: 2,
+		{Kind: enforce.Evict, Failed: true}: 1,
+	}
+}
+func (fixedEnforcement) Breaches() [nr1.NumResources]int { return [nr1.NumResources]int{2, 0, 1, 1} }
+
+const mb = 1 << 20
+
+// fixture: the ResNet-50 CG within budget, a greedy CG with queues and no allocation,
+// and a pod whose allocation is not known yet.
+func fixture() *sampler.Snapshot {
+	resnet := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true,
+		Allocation: nr1.Amounts{3, 0, 2392, 7},
+		Containers: []*inventory.Container{{Name: "graph", ID: "g"}, {Name: "health-handler", ID: "hh", Allocation: nr1.Amounts{3, 0, 2392, 7}}}},
+		Usage: nr1.Amounts{3 * mb, 0, 1200 * mb, 7},
+		PerContainer: map[string]nr1.Amounts{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
+	resnet.Ratio = sampler.Ratios(resnet.Usage, resnet.Allocation)
+	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true,
+		Containers: []*inventory.Container{{Name: "main", ID: "m"}}},
+		Usage: nr1.Amounts{0, 0, 0, 2}, PerContainer: map[string]nr1.Amounts{"main": {0, 0, 0, 2}}}
+	greedy.Ratio = sampler.Ratios(greedy.Usage, greedy.Allocation)
+	unknown := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3"}}
+	return &sampler.Snapshot{CGs: []*sampler.CG{resnet, greedy, unknown}, Unattributed: nr1.Amounts{5 * mb, 0, 0, 1}}
+}
+
+func registry(samples Samples) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCGCollector(samples), NewAgentCollector(AgentState{
+		Enforcement: fixedEnforcement{}, Source: func() string { return "bpf" },
+		Reconnects: func() int { return 1 }, Registrations: func() int { return 8 }, Mismatches: func() int64 { return 0 },
+	}))
+	return reg
+}
+
+// scrape renders the registry as /metrics does.
+func scrape(t *testing.T, reg *prometheus.Registry) []byte {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	enc := expfmt.NewEncoder(&b, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Bytes()
+}
+
+func TestGoldenMetrics(t *testing.T) {
+	reg := registry(&fixedSamples{fixture()})
+	got := scrape(t, reg)
+	const golden = "testdata/metrics.golden"
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, bytes.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), `nr1_usage_ratio{namespace="ml",pod="greedy",resource="ai_hypervisor_queue"} +Inf`) {
+		t.Error("usage without allocation is not +Inf")
+	}
+	if strings.Contains(string(got), `pod="starting"`) {
+		t.Error("a CG whose allocation is unknown has series")
+	}
+}
+
+func TestDeletedPodSeriesGoAtTheNextScrape(t *testing.T) {
+	samples := &fixedSamples{fixture()}
+	reg := registry(samples)
+	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 12 {
+		t.Fatalf("%d nr1_usage series, want 12 (3 containers × 4 resources)", n)
+	}
+	next := fixture()
+	next.CGs = next.CGs[1:] // resnet50 deleted
+	samples.s = next
+	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 4 {
+		t.Fatalf("%d nr1_usage series after the pod went, want 4", n)
+	}
+}
+
+// TestPromtoolAcceptsTheMetrics runs the real promtool on a scrape.
+func TestPromtoolAcceptsTheMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: install Debian's prometheus package (make deps)")
+	}
+	got := scrape(t, registry(&fixedSamples{fixture()}))
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = bytes.NewReader(got)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
