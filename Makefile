@@ -16,7 +16,7 @@ export NR1_CACHE := $(CACHE)
 export NR1_BIN := $(CURDIR)/bin
 export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
-DEB_DEPS := clang llvm libbpf-dev
+DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager
 
 .PHONY: help build test bench lint generate generate-check deps run up down e2e image tools clean
 
@@ -62,7 +62,7 @@ generate: ## regenerate generated code (bpf2go with clang)
 generate-check: generate ## fail when committed generated code is stale
 	@git diff --exit-code --stat -- bpf/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-deps: ## install the Debian packages that make generate needs (as root)
+deps: ## install the Debian packages make generate and the tests need (as root)
 	@missing=$$(for p in $(DEB_DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
 

@@ -61,8 +61,16 @@ func (c *AgentCollector) Collect(ch chan<- prometheus.Metric) {
 			keys = append(keys, k)
 		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i].Kind < keys[j].Kind })
+		// Every series exists from the start at zero, so that increase() sees the first
+		// action: a counter born at 1 shows no increase.
 		actions := map[[2]string]int{}
 		failures := map[string]int{}
+		for _, k := range enforce.Kinds {
+			for _, dry := range []string{"false", "true"} {
+				actions[[2]string{string(k), dry}] = 0
+			}
+			failures[string(k)] = 0
+		}
 		for _, k := range keys {
 			if k.Failed {
 				failures[string(k.Kind)] += counts[k]

@@ -56,8 +56,13 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, ctr := range cg.Containers {
 			used := cg.PerContainer[ctr.Name]
+			// A container given nothing (the CG's allocation sits on health-handler) has
+			// no allocation series; every container has usage series, zeros included.
+			allocated := !ctr.Allocation.IsZero()
 			for _, r := range nr1.All {
-				ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+				if allocated {
+					ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+				}
 				ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, units(r, used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
 			}
 		}

@@ -104,3 +104,5 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Errorf("/readyz when ready: %d", code)
 	}
 }
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

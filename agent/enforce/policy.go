@@ -24,6 +24,9 @@ const (
 	Unthrottle Kind = "unthrottle"
 )
 
+// Kinds lists every action kind, for counters that must exist before the first action.
+var Kinds = []Kind{Warn, Throttle, Kill, Evict, Unthrottle, BadAnnotation}
+
 // Mode is whether actions are carried out.
 type Mode string
 

@@ -1,0 +1,165 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// daemon starts a server binary for the test's lifetime.
+func daemon(t *testing.T, name string, args ...string) {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s not found: install Debian's prometheus and prometheus-alertmanager (make deps)", name)
+	}
+	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(log.Name())
+			t.Logf("%s log:\n%s", name, b)
+		}
+	})
+}
+
+func getJSON(u string, v any) error {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// TestPrometheusAndAlertmanager scrapes the agent with a real Prometheus running the
+// project's rules, and follows the alerts to a real Alertmanager.
+func TestPrometheusAndAlertmanager(t *testing.T) {
+	c := client(t)
+	dir := t.TempDir()
+	const am, prom = "127.0.0.1:19093", "127.0.0.1:19090"
+	amConfig := filepath.Join(dir, "alertmanager.yml")
+	writeFile(t, amConfig, []byte("route:\n  receiver: log\n  group_wait: 1s\n  group_interval: 1s\nreceivers:\n  - name: log\n"))
+	daemon(t, "prometheus-alertmanager", "--config.file="+amConfig, "--storage.path="+filepath.Join(dir, "am"),
+		"--web.listen-address="+am, "--cluster.listen-address=")
+
+	agents, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("agent pods: %v", err)
+	}
+	agent := agents.Items[0]
+	rules, err := filepath.Abs(filepath.Join(repo, "deploy", "prometheus", "nr1-agent.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	promConfig := filepath.Join(dir, "prometheus.yml")
+	writeFile(t, promConfig, []byte(fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+alerting:
+  alertmanagers:
+    - static_configs:
+        - targets: [%q]
+scrape_configs:
+  - job_name: nr1-agent
+    static_configs:
+      - targets: ["%s:9470"]
+        labels: {instance: %q}
+`, rules, am, agent.Status.PodIP, agent.Spec.NodeName)))
+	daemon(t, "prometheus", "--config.file="+promConfig, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"), "--web.listen-address="+prom)
+
+	query := func(q string) (int, error) {
+		var r struct {
+			Data struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		err := getJSON("http://"+prom+"/api/v1/query?query="+url.QueryEscape(q), &r)
+		return len(r.Data.Result), err
+	}
+	running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
+	eventually(t, 60*time.Second, "Prometheus has nr1_usage and nr1_allocated of the example CG", func() error {
+		for _, q := range []string{`nr1_usage{pod="resnet50",resource="ai_hypervisor_queue"} == 7`, `nr1_allocated{pod="resnet50",container="health-handler",resource="compute_dma_memory"} == 3`} {
+			if n, err := query(q); err != nil || n != 1 {
+				return fmt.Errorf("%s: %d results, %v", q, n, err)
+			}
+		}
+		return nil
+	})
+
+	// Over its allocation and exempt: the agent leaves it, the alert fires.
+	exempt := loadPod("alert-exempt", "--queues=10")
+	exempt.Annotations = map[string]string{"nr1.neureality.ai/enforcement": "disabled"}
+	running(t, c, createPod(t, c, exempt))
+	alertState := func(name string) (string, error) {
+		var r struct {
+			Data struct {
+				Alerts []struct {
+					Labels map[string]string `json:"labels"`
+					State  string            `json:"state"`
+				} `json:"alerts"`
+			} `json:"data"`
+		}
+		if err := getJSON("http://"+prom+"/api/v1/alerts", &r); err != nil {
+			return "", err
+		}
+		for _, a := range r.Data.Alerts {
+			if a.Labels["alertname"] == name {
+				return a.State, nil
+			}
+		}
+		return "", nil
+	}
+	eventually(t, 90*time.Second, "NR1CGOverAllocation firing", func() error {
+		if s, err := alertState("NR1CGOverAllocation"); err != nil || s != "firing" {
+			return fmt.Errorf("state %q %v", s, err)
+		}
+		return nil
+	})
+
+	// A queue hog is killed: the kill alert reaches Alertmanager.
+	running(t, c, createPod(t, c, loadPod("alert-hog", "--queues=2", "--step=3s:queues=20")))
+	eventually(t, 90*time.Second, "NR1EnforcementKillOrEviction in Alertmanager", func() error {
+		var alerts []struct {
+			Labels map[string]string `json:"labels"`
+			Status struct {
+				State string `json:"state"`
+			} `json:"status"`
+		}
+		if err := getJSON("http://"+am+"/api/v2/alerts", &alerts); err != nil {
+			return err
+		}
+		for _, a := range alerts {
+			if a.Labels["alertname"] == "NR1EnforcementKillOrEviction" && a.Labels["action"] == "kill" && a.Status.State == "active" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d alerts, none NR1EnforcementKillOrEviction", len(alerts))
+	})
+}

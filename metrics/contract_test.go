@@ -1,0 +1,111 @@
+package metrics
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/yaml"
+)
+
+// exported lists every metric name the agent exports, from its collectors' descriptors.
+func exported(t *testing.T) map[string]bool {
+	t.Helper()
+	collectors := []prometheus.Collector{
+		NewDeviceCollector(&fakeDevices{}), NewCGCollector(&fixedSamples{}), NewAgentCollector(AgentState{}),
+		NewBuildInfo("v"),
+	}
+	names := map[string]bool{}
+	nameRE := regexp.MustCompile(`fqName: "([^"]+)"`)
+	for _, c := range collectors {
+		ch := make(chan *prometheus.Desc, 32)
+		c.Describe(ch)
+		close(ch)
+		for d := range ch {
+			names[nameRE.FindStringSubmatch(d.String())[1]] = true
+		}
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		names["nr1_sample_duration_seconds"+suffix] = true
+	}
+	return names
+}
+
+var metricRE = regexp.MustCompile(`\bnr1_[a-z0-9_]+`)
+
+func checkNames(t *testing.T, where string, exprs []string, names map[string]bool) {
+	t.Helper()
+	if len(exprs) == 0 {
+		t.Fatalf("%s: no queries found", where)
+	}
+	for _, e := range exprs {
+		for _, m := range metricRE.FindAllString(e, -1) {
+			if !names[m] {
+				t.Errorf("%s uses %s, which the agent does not export (query %q)", where, m, e)
+			}
+		}
+	}
+}
+
+func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile("../deploy/grafana/nr1-agent.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	var exprs []string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	checkNames(t, "dashboard", exprs, exported(t))
+}
+
+func TestAlertRules(t *testing.T) {
+	const rules = "../deploy/prometheus/nr1-agent.rules.yaml"
+	b, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Rules []struct{ Alert, Expr string }
+		}
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var exprs []string
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			exprs = append(exprs, r.Expr)
+		}
+	}
+	checkNames(t, "alert rules", exprs, exported(t))
+
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatal("promtool not found: install Debian's prometheus package (make deps)")
+	}
+	for _, args := range [][]string{{"check", "rules", rules}, {"test", "rules", "../deploy/prometheus/nr1-agent.rules.test.yaml"}} {
+		if out, err := exec.Command(promtool, args...).CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
