@@ -3,12 +3,10 @@
 package config
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -86,24 +84,7 @@ type DevicePlugin struct {
 }
 
 // Duration is a time.Duration written as "5s" in the configuration file.
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON reads a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"5s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration such as \"5s\", got %q", s)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(d.String())), nil }
+type Duration = enforce.Duration
 
 // Default is the configuration with nothing set.
 func Default() Config {
@@ -114,11 +95,11 @@ func Default() Config {
 		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
-			HealthInterval: Duration{5 * time.Second},
-			Resync:         Duration{5 * time.Second},
+			HealthInterval: Duration{Duration: 5 * time.Second},
+			Resync:         Duration{Duration: 5 * time.Second},
 		},
-		Runtime:     Runtime{Resync: Duration{30 * time.Second}},
-		Sampling:    Sampling{Interval: Duration{time.Second}, PartitionInterval: Duration{10 * time.Second}, Source: "auto"},
+		Runtime:     Runtime{Resync: Duration{Duration: 30 * time.Second}},
+		Sampling:    Sampling{Interval: Duration{Duration: time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto"},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
 	}

@@ -117,6 +117,23 @@ func podEvents(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) []corev1.E
 	return evs.Items
 }
 
+// running waits until pod runs and returns its latest state.
+func running(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	eventually(t, 60*time.Second, pod.Name+" Running", func() error {
+		p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		pod = p
+		if p.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return nil
+	})
+	return pod
+}
+
 // run runs a command of the local stack's, failing the test with its output.
 func run(t *testing.T, name string, args ...string) []byte {
 	t.Helper()

@@ -73,18 +73,7 @@ func TestAgentRunsAsDaemonSetPod(t *testing.T) {
 
 func TestResNetCGIsScheduledAdmittedAndGetsItsBudget(t *testing.T) {
 	c := client(t)
-	pod := createPod(t, c, podFromFile(t, "resnet50-cg.yaml"))
-	eventually(t, 60*time.Second, "resnet50 Running", func() error {
-		p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		pod = p
-		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s %s", p.Status.Phase, p.Status.Reason)
-		}
-		return nil
-	})
+	pod := running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
 	scheduled := false
 	for _, ev := range podEvents(t, c, pod) {
 		if ev.Reason == "Scheduled" && (ev.Source.Component == "default-scheduler" || ev.ReportingController == "default-scheduler") {

@@ -52,22 +52,6 @@ func waitReason(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, reason st
 	return found
 }
 
-func running(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
-	t.Helper()
-	eventually(t, 60*time.Second, pod.Name+" Running", func() error {
-		p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		pod = p
-		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
-	return pod
-}
-
 func terminated(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) *corev1.ContainerStateTerminated {
 	t.Helper()
 	var term *corev1.ContainerStateTerminated

@@ -93,18 +93,7 @@ func imageSize(t *testing.T, image string) int64 {
 // within two sampling intervals (two partition intervals for the docker partition).
 func TestFootprintFollowsTheWorkload(t *testing.T) {
 	c := client(t)
-	pod := createPod(t, c, loadPod("footprint", "--compute-dma-mb=1", "--queues=2", "--step=5s:compute=3,queues=7,write=100"))
-	eventually(t, 60*time.Second, "footprint pod Running", func() error {
-		p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		pod = p
-		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
+	pod := running(t, c, createPod(t, c, loadPod("footprint", "--compute-dma-mb=1", "--queues=2", "--step=5s:compute=3,queues=7,write=100")))
 	const interval, partitionInterval = time.Second, 10 * time.Second
 	observe := func(what string, timeout time.Duration, ok func(u nr1.Amounts) bool) (time.Time, nr1.Amounts) {
 		var seen nr1.Amounts

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -70,18 +69,7 @@ func agentDebug(t *testing.T, c kubernetes.Interface) (*debugSnapshot, error) {
 
 func TestAgentKnowsTheResNetCG(t *testing.T) {
 	c := client(t)
-	pod := createPod(t, c, podFromFile(t, "resnet50-cg.yaml"))
-	eventually(t, 60*time.Second, "resnet50 Running", func() error {
-		p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		pod = p
-		if p.Status.Phase != corev1.PodRunning {
-			return fmt.Errorf("phase %s", p.Status.Phase)
-		}
-		return nil
-	})
+	pod := running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
 	var cg *debugCG
 	eventually(t, 10*time.Second, "the agent's view of resnet50", func() error {
 		s, err := agentDebug(t, c)
