@@ -42,7 +42,7 @@ func fixture() *sampler.Snapshot {
 	resnet := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true,
 		Allocation: nr1.Amounts{3, 0, 2392, 7},
 		Containers: []*inventory.Container{{Name: "graph", ID: "g"}, {Name: "health-handler", ID: "hh", Allocation: nr1.Amounts{3, 0, 2392, 7}}}},
-		Usage: nr1.Amounts{3 * mb, 0, 1200 * mb, 7},
+		Usage:        nr1.Amounts{3 * mb, 0, 1200 * mb, 7},
 		PerContainer: map[string]nr1.Amounts{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
 	resnet.Ratio = sampler.Ratios(resnet.Usage, resnet.Allocation)
 	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true,
