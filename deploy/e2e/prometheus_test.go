@@ -106,8 +106,12 @@ scrape_configs:
 	running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
 	eventually(t, 60*time.Second, "Prometheus has nr1_usage and nr1_allocated of the example CG", func() error {
 		for _, q := range []string{`nr1_usage{pod="resnet50",resource="ai_hypervisor_queue"} == 7`, `nr1_allocated{pod="resnet50",container="health-handler",resource="compute_dma_memory"} == 3`} {
-			if n, err := query(q); err != nil || n != 1 {
-				return fmt.Errorf("%s: %d results, %v", q, n, err)
+			n, err := query(q)
+			if err != nil {
+				return fmt.Errorf("%s: %w", q, err)
+			}
+			if n != 1 {
+				return fmt.Errorf("%s: %d results", q, n)
 			}
 		}
 		return nil
@@ -137,8 +141,12 @@ scrape_configs:
 		return "", nil
 	}
 	eventually(t, 90*time.Second, "NR1CGOverAllocation firing", func() error {
-		if s, err := alertState("NR1CGOverAllocation"); err != nil || s != "firing" {
-			return fmt.Errorf("state %q %v", s, err)
+		s, err := alertState("NR1CGOverAllocation")
+		if err != nil {
+			return err
+		}
+		if s != "firing" {
+			return fmt.Errorf("state %q", s)
 		}
 		return nil
 	})
