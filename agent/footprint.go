@@ -16,7 +16,16 @@ func footprintSource(cfg *config.Config, cgroupV2 string, log *slog.Logger) (foo
 	var specs []footprint.TargetSpec
 	for _, r := range nr1.All {
 		for _, f := range cfg.NR1.Resources.Of(r).Files {
-			specs = append(specs, footprint.TargetSpec{Resource: r, Path: f.Path, Measure: footprint.DefaultMeasure(r)})
+			m := footprint.DefaultMeasure(r)
+			switch f.Measure {
+			case "mappedBytes":
+				m = footprint.MappedBytes
+			case "openHandles":
+				m = footprint.OpenHandles
+			case "fdinfo":
+				m = footprint.FdinfoKey
+			}
+			specs = append(specs, footprint.TargetSpec{Resource: r, Path: f.Path, Measure: m, Key: f.FdinfoKey})
 		}
 	}
 	targets, err := footprint.Resolve(specs)

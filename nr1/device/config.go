@@ -63,6 +63,12 @@ type File struct {
 	Path string `json:"path"`
 	// ContainerPath is where the container sees it; empty means Path.
 	ContainerPath string `json:"containerPath,omitempty"`
+	// Measure is how a process's use of the file counts: mappedBytes, openHandles, or
+	// fdinfo (the value of FdinfoKey in /proc/PID/fdinfo, drm-usage-stats format, for
+	// drivers that report per-client usage). Empty: the resource's default (mapped
+	// bytes for DMA memory, open handles for queues).
+	Measure   string `json:"measure,omitempty"`
+	FdinfoKey string `json:"fdinfoKey,omitempty"`
 }
 
 // InContainer is the path the container sees.
@@ -132,6 +138,18 @@ func (c *Config) Validate(prefix string) error {
 			}
 			if f.ContainerPath != "" && !path.IsAbs(f.ContainerPath) {
 				field(fmt.Sprintf("%s.files[%d].containerPath", name, i), "must be an absolute path, got %q", f.ContainerPath)
+			}
+			switch f.Measure {
+			case "", "mappedBytes", "openHandles":
+				if f.FdinfoKey != "" {
+					field(fmt.Sprintf("%s.files[%d].fdinfoKey", name, i), "is only used with measure fdinfo")
+				}
+			case "fdinfo":
+				if f.FdinfoKey == "" {
+					field(fmt.Sprintf("%s.files[%d].fdinfoKey", name, i), "must name the fdinfo key to sum, e.g. drm-memory-dma")
+				}
+			default:
+				field(fmt.Sprintf("%s.files[%d].measure", name, i), "must be mappedBytes, openHandles or fdinfo; got %q", f.Measure)
 			}
 		}
 	}

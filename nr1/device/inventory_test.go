@@ -186,7 +186,7 @@ func TestValidate(t *testing.T) {
 	cfg := DefaultConfig()
 	neg := int64(-3)
 	cfg.Resources.CPUDMAMemory.Capacity = &neg
-	cfg.Resources.HypervisorQueue.Files = []File{{Path: "dev/q"}}
+	cfg.Resources.HypervisorQueue.Files = []File{{Path: "dev/q"}, {Path: "/dev/q2", Measure: "fdinfo"}, {Path: "/dev/q3", Measure: "bytes"}}
 	cfg.Resources.ComputeDMAMemory.Partition = &Partition{Path: "/x"}
 	cfg.Resources.DockerPartition = Resource{}
 	cfg.SysfsDevice = "/abs"
@@ -194,6 +194,8 @@ func TestValidate(t *testing.T) {
 	for _, want := range []string{
 		"nr1.resources.cpu_dma_memory.capacity: must not be negative, got -3",
 		`nr1.resources.ai_hypervisor_queue.files[0].path: must be an absolute path, got "dev/q"`,
+		"nr1.resources.ai_hypervisor_queue.files[1].fdinfoKey: must name the fdinfo key to sum",
+		`nr1.resources.ai_hypervisor_queue.files[2].measure: must be mappedBytes, openHandles or fdinfo; got "bytes"`,
 		"nr1.resources.compute_dma_memory.partition: only the docker_partition",
 		"nr1.resources.docker_partition: has no capacity source",
 		`nr1.sysfsDevice: must be a relative path inside the sysfs root, got "/abs"`,

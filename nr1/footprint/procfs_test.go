@@ -19,7 +19,8 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	dma := filepath.Join(dir, "compute_dma")
 	queue := filepath.Join(dir, "queue")
 	other := filepath.Join(dir, "other")
-	for _, p := range []string{dma, queue, other} {
+	client := filepath.Join(dir, "drm_client") // a driver reporting per-client usage in fdinfo
+	for _, p := range []string{dma, queue, other, client} {
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -27,6 +28,7 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	targets, err := Resolve([]TargetSpec{
 		{Resource: nr1.ComputeDMAMemory, Path: dma, Measure: MappedBytes},
 		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
+		{Resource: nr1.CPUDMAMemory, Path: client, Measure: FdinfoKey, Key: "drm-memory-dma"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +52,9 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
 	mk(100, "pod-a/c1", fmt.Sprintf("1000-4000 rw-s 00000000 %s %d %s\n5000-6000 rw-s 00003000 %s %d %s\n7000-8000 r--p 0 %s %d /other\n",
 		dev, st.Ino, dma, dev, st.Ino, dma, dev, st.Ino+1000), map[int]string{3: queue, 4: queue, 5: other})
-	mk(200, "pod-b/c1", "", map[int]string{7: queue})
+	mk(200, "pod-b/c1", "", map[int]string{7: queue, 8: client})
+	must(t, os.MkdirAll(filepath.Join(proc, "200", "fdinfo"), 0o755))
+	must(t, os.WriteFile(filepath.Join(proc, "200", "fdinfo", "8"), []byte("pos:\t0\ndrm-driver:\tnr1\ndrm-memory-dma:\t2048 KiB\n"), 0o644))
 	must(t, os.MkdirAll(filepath.Join(proc, "self"), 0o755)) // not a PID: skipped
 	must(t, os.MkdirAll(filepath.Join(proc, "300"), 0o755))  // exited mid-scan: no files, skipped
 
@@ -63,7 +67,7 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	if got := by[idA]; got[nr1.ComputeDMAMemory] != 0x4000 || got[nr1.HypervisorQueue] != 2 {
 		t.Errorf("pod-a usage %v", got)
 	}
-	if got := by[idB]; got[nr1.HypervisorQueue] != 1 || got[nr1.ComputeDMAMemory] != 0 {
+	if got := by[idB]; got[nr1.HypervisorQueue] != 1 || got[nr1.ComputeDMAMemory] != 0 || got[nr1.CPUDMAMemory] != 2<<20 {
 		t.Errorf("pod-b usage %v", got)
 	}
 	if len(s.Mappings) != 2 || s.Mappings[1].Offset != 0x3000 || s.Mappings[1].PID != 100 {
