@@ -16,7 +16,7 @@ import (
 func BenchmarkMetrics100CGs(b *testing.B) {
 	snap := &sampler.Snapshot{}
 	for i := range 100 {
-		cg := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: fmt.Sprintf("cg-%03d", i), UID: fmt.Sprint(i), AllocationKnown: true,
+		cg := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: fmt.Sprintf("cg-%03d", i), UID: fmt.Sprint(i), AllocationKnown: true, Ready: true,
 			Allocation: nr1.Amounts{3, 0, 2392, 7},
 			Containers: []*inventory.Container{{Name: "health-handler", Allocation: nr1.Amounts{3, 0, 2392, 7}}, {Name: "graph"}}},
 			Usage:        nr1.Amounts{3 * mb, 0, 1000 * mb, 7},

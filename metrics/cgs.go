@@ -50,10 +50,15 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range nr1.All {
 		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.GaugeValue, units(r, snap.Unattributed[r]), r.Short())
 	}
+	seen := make(map[[2]string]bool, len(snap.CGs))
 	for _, cg := range snap.CGs {
-		if !cg.AllocationKnown {
+		// An ended sandbox the runtime still keeps shares its name with the pod's new
+		// one: only ready sandboxes have series, once per pod name.
+		key := [2]string{cg.Namespace, cg.Name}
+		if !cg.AllocationKnown || !cg.Ready || seen[key] {
 			continue
 		}
+		seen[key] = true
 		for _, ctr := range cg.Containers {
 			used := cg.PerContainer[ctr.Name]
 			// A container given nothing (the CG's allocation sits on health-handler) has

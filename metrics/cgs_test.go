@@ -39,18 +39,21 @@ const mb = 1 << 20
 // fixture: the ResNet-50 CG within budget, a greedy CG with queues and no allocation,
 // and a pod whose allocation is not known yet.
 func fixture() *sampler.Snapshot {
-	resnet := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true,
+	resnet := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true, Ready: true,
 		Allocation: nr1.Amounts{3, 0, 2392, 7},
 		Containers: []*inventory.Container{{Name: "graph", ID: "g"}, {Name: "health-handler", ID: "hh", Allocation: nr1.Amounts{3, 0, 2392, 7}}}},
 		Usage:        nr1.Amounts{3 * mb, 0, 1200 * mb, 7},
 		PerContainer: map[string]nr1.Amounts{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
 	resnet.Ratio = sampler.Ratios(resnet.Usage, resnet.Allocation)
-	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true,
+	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
 		Containers: []*inventory.Container{{Name: "main", ID: "m"}}},
 		Usage: nr1.Amounts{0, 0, 0, 2}, PerContainer: map[string]nr1.Amounts{"main": {0, 0, 0, 2}}}
 	greedy.Ratio = sampler.Ratios(greedy.Usage, greedy.Allocation)
 	unknown := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3"}}
-	return &sampler.Snapshot{CGs: []*sampler.CG{resnet, greedy, unknown}, Unattributed: nr1.Amounts{5 * mb, 0, 0, 1}}
+	// The sandbox of an earlier resnet50 the runtime still keeps: same name, not ready.
+	ended := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
+		Containers: []*inventory.Container{{Name: "health-handler", ID: "old"}}}, PerContainer: map[string]nr1.Amounts{}}
+	return &sampler.Snapshot{CGs: []*sampler.CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Amounts{5 * mb, 0, 0, 1}}
 }
 
 func registry(samples Samples) *prometheus.Registry {
@@ -110,7 +113,7 @@ func TestDeletedPodSeriesGoAtTheNextScrape(t *testing.T) {
 		t.Fatalf("%d nr1_usage series, want 12 (3 containers × 4 resources)", n)
 	}
 	next := fixture()
-	next.CGs = next.CGs[1:] // resnet50 deleted
+	next.CGs = next.CGs[2:] // resnet50 deleted
 	samples.s = next
 	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 4 {
 		t.Fatalf("%d nr1_usage series after the pod went, want 4", n)

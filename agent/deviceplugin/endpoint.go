@@ -7,9 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -24,6 +26,8 @@ type endpoint struct {
 	server *grpc.Server
 	id     fileID        // the socket this endpoint created
 	stop   chan struct{} // ends the ListAndWatch streams
+	// streams counts open ListAndWatch streams: a kubelet connected to this endpoint.
+	streams atomic.Int32
 }
 
 // serve listens on socket, replacing a stale file left there.
@@ -86,6 +90,12 @@ func (e *endpoint) register(ctx context.Context, kubeletSocket string) error {
 		Options:      &pluginapi.DevicePluginOptions{},
 	})
 	if err != nil {
+		// A kubelet (1.37) refuses a second registration at a socket path it is already
+		// connected to. When it is connected to this very endpoint, the plugin is
+		// registered; otherwise its old connection ends soon and a retry goes through.
+		if strings.Contains(err.Error(), "already connected") && e.connected() {
+			return nil
+		}
 		return fmt.Errorf("registering %s with kubelet at %s: %w", e.plugin.Resource().Name(), kubeletSocket, err)
 	}
 	return nil
@@ -96,8 +106,13 @@ func (e *endpoint) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*p
 }
 
 func (e *endpoint) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	e.streams.Add(1)
+	defer e.streams.Add(-1)
 	return e.plugin.ListAndWatch(stream, e.stop)
 }
+
+// connected reports whether a kubelet is reading this endpoint's device list.
+func (e *endpoint) connected() bool { return e.streams.Load() > 0 }
 
 func (e *endpoint) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	return e.plugin.Allocate(req)
@@ -108,20 +123,21 @@ func (e *endpoint) PreStartContainer(context.Context, *pluginapi.PreStartContain
 }
 
 // fileID tells a file from the one that replaced it at the same path. The inode alone
-// does not: a file system may give a new socket the inode of the one just removed.
+// does not (a file system may give a new socket the inode of the one just removed), and
+// the change time changes with a chmod: the birth time is what stays.
 type fileID struct {
 	ino   uint64
-	ctime syscall.Timespec
+	btime unix.StatxTimestamp
 }
 
 func identify(path string) (fileID, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_INO|unix.STATX_BTIME, &st); err != nil {
 		return fileID{}, fmt.Errorf("identifying %s: %w", path, err)
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileID{}, fmt.Errorf("no inode for %s", path)
+	id := fileID{ino: st.Ino}
+	if st.Mask&unix.STATX_BTIME != 0 {
+		id.btime = st.Btime
 	}
-	return fileID{ino: st.Ino, ctime: st.Ctim}, nil
+	return id, nil
 }

@@ -317,3 +317,21 @@ func TestStopRemovesSockets(t *testing.T) {
 		t.Errorf("the kubelet's socket must be left alone: %v", err)
 	}
 }
+
+// TestChmodOfKubeletSocketIsNotARestart: a kubelet that changes its socket's mode (the
+// change time moves) is the same kubelet; registering again would be refused by a
+// kubelet already connected to the plugin.
+func TestChmodOfKubeletSocketIsNotARestart(t *testing.T) {
+	h := startManager(t)
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+	if err := os.Chmod(filepath.Join(h.dir, KubeletSocketName), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.requests) != 4 {
+		t.Errorf("%d registrations after a chmod of kubelet.sock, want still 4", len(k.requests))
+	}
+}

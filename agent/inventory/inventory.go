@@ -32,6 +32,9 @@ type CG struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	QoS       string `json:"qos"`
+	// Ready is false for a sandbox the runtime keeps after its pod ended; a pod recreated
+	// under the same name has a new, ready one.
+	Ready bool `json:"ready"`
 	// Allocation is what the kubelet allocated to the pod's containers, summed.
 	Allocation nr1.Amounts `json:"allocation"`
 	// AllocationKnown is true when the pod-resources API has been read.
@@ -97,7 +100,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	for _, p := range rs.Pods {
 		total, perContainer := alloc.Table.Pod(p.Namespace, p.Name)
 		cg := &CG{
-			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QoS: p.QoS(), Annotations: p.Annotations,
+			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QoS: p.QoS(), Ready: p.Ready, Annotations: p.Annotations,
 			Allocation: total, AllocationKnown: !alloc.Read.IsZero(), Containers: make([]*Container, 0, len(p.Containers)),
 		}
 		for _, c := range p.Containers {
