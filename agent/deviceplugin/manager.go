@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -17,8 +18,26 @@ import (
 // KubeletSocketName is the kubelet's registration socket in the device-plugins dir.
 const KubeletSocketName = "kubelet.sock"
 
-// SocketName is the socket of the plugin for r.
-func SocketName(r nr1.Resource) string { return "nr1-" + r.Short() + ".sock" }
+// socketPrefix starts the names of the sockets of the plugin for r. Every serve gets a
+// new name: a kubelet (1.37) keys plugins by socket path and refuses a path it still
+// believes connected, and it can keep such a stale entry for good when a plugin
+// re-serves while the kubelet cleans the directory.
+func socketPrefix(r nr1.Resource) string { return "nr1-" + r.Short() + "-" }
+
+// newSocketName is short (a unix socket path has 107 bytes) and new at every serve,
+// across agent restarts too: seconds since the epoch, then a sequence number.
+func (m *Manager) newSocketName(r nr1.Resource) string {
+	m.serves++
+	return socketPrefix(r) + strconv.FormatInt(m.started, 36) + strconv.FormatInt(m.serves, 36) + ".sock"
+}
+
+// removeStaleSockets removes plugin sockets an earlier run left behind.
+func (m *Manager) removeStaleSockets() {
+	stale, _ := filepath.Glob(filepath.Join(m.dir, "nr1-*.sock"))
+	for _, s := range stale {
+		_ = os.Remove(s)
+	}
+}
 
 // Manager serves the plugins in the kubelet's device-plugins dir and keeps them
 // registered: when the kubelet restarts it deletes the plugins' sockets and creates a new
@@ -31,13 +50,23 @@ type Manager struct {
 
 	mu            sync.Mutex
 	registered    map[nr1.Resource]bool
+	sockets       map[nr1.Resource]string
 	registrations int
+	started       int64 // unix seconds, in socket names
+	serves        int64
+}
+
+// Socket is the path the plugin for r is served on now ("" when not served).
+func (m *Manager) Socket(r nr1.Resource) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sockets[r]
 }
 
 // NewManager returns a manager for plugins with sockets in dir (<kubelet root>/device-plugins).
 // resync bounds how long a missed filesystem event can go unnoticed.
 func NewManager(dir string, plugins []*Plugin, resync time.Duration, log *slog.Logger) *Manager {
-	return &Manager{dir: dir, plugins: plugins, resync: resync, log: log, registered: map[nr1.Resource]bool{}}
+	return &Manager{dir: dir, plugins: plugins, resync: resync, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix()}
 }
 
 // Registered reports whether the plugin for r is registered with the running kubelet.
@@ -67,6 +96,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := watcher.Add(m.dir); err != nil {
 		return fmt.Errorf("watching %s: %w", m.dir, err)
 	}
+	m.removeStaleSockets()
 	s := &managerState{eps: make([]*endpoint, len(m.plugins))}
 	defer func() {
 		for _, e := range s.eps {
@@ -75,6 +105,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 		}
 		m.setRegistered(nil)
+		m.setSockets(nil)
 	}()
 	tick := time.NewTicker(m.resync)
 	defer tick.Stop()
@@ -99,11 +130,16 @@ func (m *Manager) Run(ctx context.Context) error {
 			if !ok {
 				return fmt.Errorf("watching %s: event stream closed", m.dir)
 			}
-			// A kubelet removes its socket before making a new one. Forget the old one at
-			// once: the new one may get the same inode and (coarse) ctime.
-			if filepath.Base(ev.Name) == KubeletSocketName && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
-				s.kubelet = fileID{}
-				clear(s.registered)
+			// Events come in bursts (a starting kubelet empties the directory, then makes
+			// its socket): act once the burst is over, not in the middle of it.
+			for quiet := time.NewTimer(debounce); ok; {
+				m.noteKubeletRemoval(ev, s)
+				select {
+				case ev, ok = <-watcher.Events:
+					quiet.Reset(debounce)
+				case <-quiet.C:
+					ok = false
+				}
 			}
 		case werr := <-watcher.Errors:
 			m.log.Warn("device-plugins dir watch error", "dir", m.dir, "err", werr)
@@ -112,7 +148,19 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-const retryMin = 50 * time.Millisecond
+const (
+	retryMin = 50 * time.Millisecond
+	debounce = 50 * time.Millisecond
+)
+
+// noteKubeletRemoval forgets the kubelet at once when its socket goes: a kubelet
+// removes its socket before making a new one, which may get the same inode.
+func (m *Manager) noteKubeletRemoval(ev fsnotify.Event, s *managerState) {
+	if filepath.Base(ev.Name) == KubeletSocketName && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+		s.kubelet = fileID{}
+		clear(s.registered)
+	}
+}
 
 type managerState struct {
 	eps        []*endpoint
@@ -137,7 +185,7 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) bool {
 			s.eps[i] = nil
 		}
 		s.registered[i] = false
-		e, err := serve(p, filepath.Join(m.dir, SocketName(p.Resource())))
+		e, err := serve(p, filepath.Join(m.dir, m.newSocketName(p.Resource())))
 		if err != nil {
 			m.log.Error("serving device plugin", "resource", p.Resource().Name(), "err", err)
 			settled = false
@@ -145,6 +193,7 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) bool {
 		}
 		s.eps[i] = e
 	}
+	m.setSockets(s.eps)
 	kubelet := filepath.Join(m.dir, KubeletSocketName)
 	id, err := identify(kubelet)
 	if err != nil {
@@ -182,6 +231,17 @@ func (m *Manager) setRegistered(registered []bool) {
 	clear(m.registered)
 	for i, ok := range registered {
 		m.registered[m.plugins[i].Resource()] = ok
+	}
+}
+
+func (m *Manager) setSockets(eps []*endpoint) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.sockets)
+	for i, e := range eps {
+		if e != nil {
+			m.sockets[m.plugins[i].Resource()] = e.socket
+		}
 	}
 }
 

@@ -49,7 +49,12 @@ type harness struct {
 // The resync is long so that only filesystem events can drive what the tests see.
 func startManager(t *testing.T) *harness {
 	t.Helper()
-	root := t.TempDir()
+	// Short: unix socket paths are limited to 107 bytes.
+	root, err := os.MkdirTemp("", "dp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(root) })
 	dir := filepath.Join(root, "device-plugins")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
@@ -182,9 +187,10 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 	}
 }
 
-func dialPlugin(t *testing.T, dir string, r nr1.Resource) pluginapi.DevicePluginClient {
+func dialPlugin(t *testing.T, h *harness, r nr1.Resource) pluginapi.DevicePluginClient {
+	socket := h.manager.Socket(r)
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, SocketName(r)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +214,7 @@ func TestAllocate(t *testing.T) {
 		return out
 	}
 	// The ResNet-50 CG: 3 MB of compute DMA and 7 queues on one container.
-	dma, err := dialPlugin(t, h.dir, nr1.ComputeDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
+	dma, err := dialPlugin(t, h, nr1.ComputeDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids(nr1.ComputeDMAMemory, 3)}},
 	})
 	if err != nil {
@@ -223,7 +229,7 @@ func TestAllocate(t *testing.T) {
 		t.Errorf("compute DMA file as mount: mounts %v devices %v", c.Mounts, c.Devices)
 	}
 
-	q, err := dialPlugin(t, h.dir, nr1.HypervisorQueue).Allocate(ctx, &pluginapi.AllocateRequest{
+	q, err := dialPlugin(t, h, nr1.HypervisorQueue).Allocate(ctx, &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 			{DevicesIds: ids(nr1.HypervisorQueue, 7)},
 			{DevicesIds: ids(nr1.HypervisorQueue, 2)},
@@ -247,7 +253,7 @@ func TestAllocate(t *testing.T) {
 		t.Errorf("queue char device as device spec: devices %v mounts %v", c.Devices, c.Mounts)
 	}
 
-	_, err = dialPlugin(t, h.dir, nr1.CPUDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
+	_, err = dialPlugin(t, h, nr1.CPUDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0", "zz9"}}},
 	})
 	if status.Code(err) != codes.InvalidArgument {
@@ -257,7 +263,7 @@ func TestAllocate(t *testing.T) {
 	if err := os.Remove(h.files[nr1.ComputeDMAMemory][0].Path); err != nil {
 		t.Fatal(err)
 	}
-	_, err = dialPlugin(t, h.dir, nr1.ComputeDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
+	_, err = dialPlugin(t, h, nr1.ComputeDMAMemory).Allocate(ctx, &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"0"}}},
 	})
 	if status.Code(err) != codes.Unavailable {
@@ -287,14 +293,16 @@ func TestReservesRemovedPluginSocket(t *testing.T) {
 	k := startStubKubelet(t, h.dir)
 	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
 
-	socket := filepath.Join(h.dir, SocketName(nr1.HypervisorQueue))
+	socket := h.manager.Socket(nr1.HypervisorQueue)
 	if err := os.Remove(socket); err != nil {
 		t.Fatal(err)
 	}
 	k.waitFor(time.Second, "queue plugin registered again", func() bool {
 		return len(k.requests) == 5 && k.requests[4].ResourceName == nr1.HypervisorQueue.Name()
 	})
-	if _, err := os.Stat(socket); err != nil {
+	if now := h.manager.Socket(nr1.HypervisorQueue); now == socket {
+		t.Fatalf("served again on the same path %s", now)
+	} else if _, err := os.Stat(now); err != nil {
 		t.Fatalf("socket not served again: %v", err)
 	}
 	k.waitFor(10*time.Second, "a list over the new socket", func() bool { return len(k.lists[nr1.HypervisorQueue.Name()]) >= 2 })
@@ -305,10 +313,8 @@ func TestStopRemovesSockets(t *testing.T) {
 	k := startStubKubelet(t, h.dir)
 	k.waitFor(5*time.Second, "four lists", func() bool { return len(k.lists) == 4 })
 	h.stop()
-	for _, r := range nr1.All {
-		if _, err := os.Stat(filepath.Join(h.dir, SocketName(r))); !os.IsNotExist(err) {
-			t.Errorf("%s socket left after stop: %v", r, err)
-		}
+	if left, _ := filepath.Glob(filepath.Join(h.dir, "nr1-*.sock")); len(left) != 0 {
+		t.Errorf("sockets left after stop: %v", left)
 	}
 	if h.manager.Registered(nr1.ComputeDMAMemory) {
 		t.Error("still reported registered after stop")
