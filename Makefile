@@ -48,7 +48,7 @@ test: ## run the tests (privileged tests need root)
 	$(GO) test -race -count=1 ./...
 
 bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
+	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
 
 lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
