@@ -13,10 +13,10 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -28,7 +28,7 @@ var ErrEvictionRefused = errors.New("eviction refused by the API server")
 
 // Client talks to the API server.
 type Client struct {
-	cs          kubernetes.Interface
+	policy      policyv1client.PolicyV1Interface
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 }
@@ -48,14 +48,24 @@ func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	cfg.UserAgent = "nr1-agent"
-	cs, err := kubernetes.NewForConfig(cfg)
+	// Only the two API groups the agent uses: the full clientset and scheme would more
+	// than double the binary.
+	core, err := typedcorev1.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
+	policy, err := policyv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("kubernetes scheme: %w", err)
+	}
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events("")})
 	log.Info("kubernetes API client ready", "host", cfg.Host)
-	return &Client{cs: cs, broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nr1-agent", Host: node})}, nil
+	return &Client{policy: policy, broadcaster: b, recorder: b.NewRecorder(scheme, corev1.EventSource{Component: "nr1-agent", Host: node})}, nil
 }
 
 // Close flushes and stops the event broadcaster.
@@ -70,7 +80,7 @@ func (c *Client) Event(namespace, pod, uid, eventType, reason, message string) {
 // Evict asks the API server to evict the pod, only if it is still the one with uid.
 func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
 	u := types.UID(uid)
-	err := c.cs.PolicyV1().Evictions(namespace).Evict(ctx, &policyv1.Eviction{
+	err := c.policy.Evictions(namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod, Namespace: namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}},
 	})
