@@ -39,6 +39,9 @@ type Hierarchy struct {
 	Mode Mode
 	// V2 is the cgroup2 mount: Root itself (unified) or Root/unified (hybrid).
 	V2 string
+	// Controllers are the v1 hierarchies under Root, listed once by Detect: Resolve runs
+	// for every container at every sample.
+	Controllers []string
 }
 
 // Detect reads how cgroups are mounted under root, as the kernel reports the file
@@ -56,11 +59,11 @@ func Detect(root string) (Hierarchy, error) {
 	unified := filepath.Join(root, "unified")
 	if err := unix.Statfs(unified, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		h.Mode, h.V2 = Hybrid, unified
-		return h, nil
+		return h, h.listControllers()
 	}
 	if _, err := os.Stat(filepath.Join(root, "memory")); err == nil {
 		h.Mode = Legacy
-		return h, nil
+		return h, h.listControllers()
 	}
 	return h, fmt.Errorf("cgroupfs %s: no cgroup v1 or v2 hierarchy found", root)
 }
@@ -85,21 +88,29 @@ func (h Hierarchy) Resolve(cgroupsPath string) (Paths, error) {
 	if h.V2 != "" {
 		p.V2 = filepath.Join(h.V2, rel)
 	}
-	if h.Mode == Legacy || h.Mode == Hybrid {
-		entries, err := os.ReadDir(h.Root)
-		if err != nil {
-			return Paths{}, fmt.Errorf("cgroupfs %s: %w", h.Root, err)
-		}
-		p.V1 = map[string]string{}
-		for _, e := range entries {
-			name := e.Name()
-			if !e.IsDir() || name == "unified" || strings.Contains(name, ",") {
-				continue // skip combined-controller mounts' names; their links are listed too
-			}
-			p.V1[name] = filepath.Join(h.Root, name, rel)
+	if len(h.Controllers) > 0 {
+		p.V1 = make(map[string]string, len(h.Controllers))
+		for _, c := range h.Controllers {
+			p.V1[c] = filepath.Join(h.Root, c, rel)
 		}
 	}
 	return p, nil
+}
+
+// listControllers lists the v1 hierarchies under Root.
+func (h *Hierarchy) listControllers() error {
+	entries, err := os.ReadDir(h.Root)
+	if err != nil {
+		return fmt.Errorf("cgroupfs %s: %w", h.Root, err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || name == "unified" || strings.Contains(name, ",") {
+			continue // combined-controller mounts are also listed under each name
+		}
+		h.Controllers = append(h.Controllers, name)
+	}
+	return nil
 }
 
 // Relative converts a cgroupsPath of either driver to a path relative to a hierarchy's root.
