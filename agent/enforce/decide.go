@@ -80,9 +80,6 @@ func (s *State) EvictionRefused(uid string, r nr1.Resource, now time.Time) {
 	}
 }
 
-// Throttled reports whether Decide has throttled uid.
-func (s *State) Throttled(uid string) bool { c := s.cgs[uid]; return c != nil && c.throttled }
-
 // Decide returns the actions due now. It acts only on what it can attribute with
 // certainty: a fresh sample, a connected runtime, known allocations, and CGs whose
 // containers are past warm-up.

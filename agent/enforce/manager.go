@@ -73,13 +73,6 @@ func (m *Manager) Breaches() [nr1.NumResources]int {
 	return m.state.Breaches
 }
 
-// Throttled reports whether the CG with uid is throttled.
-func (m *Manager) Throttled(uid string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.state.Throttled(uid)
-}
-
 // Run acts on every new sample until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	var last *sampler.Snapshot
