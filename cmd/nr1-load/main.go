@@ -1,6 +1,7 @@
 // Command nr1-load is a compute-graph workload for the simulated NR1: it maps DMA
 // memory, opens hypervisor queues and fills its writable layer as told, changes that
-// over time, and reports what it holds.
+// over time, and reports what it holds. With --fork it holds the same in several
+// processes, as a CG whose runtime forks workers does.
 package main
 
 import (
@@ -26,9 +27,17 @@ type load struct {
 	out          io.Writer
 	now          func() time.Time
 	held         Holding
+	workers      []int // PIDs of the --fork workers
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == workerArg {
+		if err := workerMain(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	signalled := ctx.Err() != nil
@@ -57,6 +66,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&initial.CPUDMAMB, "cpu-dma-mb", 0, "MB of CPU DMA memory to map")
 	fs.Int64Var(&initial.Queues, "queues", 0, "hypervisor queue handles to open")
 	fs.Int64Var(&initial.WriteMB, "write-mb", 0, "MB to write into the writable layer")
+	forks := fs.Int("fork", 0, "after taking the initial holding, start this many worker processes that inherit its DMA file and queue descriptors, map the same ranges of the DMA files and hold it all until nr1-load exits (steps change only nr1-load's own holding)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
 	var steps []Step
 	fs.Func("step", "DURATION:key=value,... change the holding at that offset from start (keys compute, cpu, queues, write); repeatable", func(v string) error {
@@ -66,6 +76,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	})
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *forks < 0 {
+		return fmt.Errorf("--fork %d: must not be negative", *forks)
 	}
 	for _, p := range []string{l.write.path, l.status} {
 		if p != "" {
@@ -79,6 +92,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	start := l.now()
 	if err := l.apply(initial); err != nil {
 		return err
+	}
+	if *forks > 0 {
+		w, err := l.fork(*forks)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.stop() }() // their exit status says nothing once we are done
+		l.workers = w.pids()
+		if err := l.report(); err != nil {
+			return err
+		}
 	}
 	for _, s := range steps {
 		select {
@@ -127,20 +151,25 @@ func (l *load) reportBudget(env []string) {
 }
 
 type status struct {
-	Time string `json:"time"`
-	PID  int    `json:"pid"`
+	Time    string `json:"time"`
+	PID     int    `json:"pid"`
+	Workers []int  `json:"workers,omitempty"`
 	Holding
 }
 
 // report logs one line with a timestamp and rewrites the status file atomically.
 func (l *load) report() error {
-	st := status{Time: l.now().UTC().Format(time.RFC3339Nano), PID: os.Getpid(), Holding: l.held}
+	st := status{Time: l.now().UTC().Format(time.RFC3339Nano), PID: os.Getpid(), Workers: l.workers, Holding: l.held}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encoding status: %w", err)
 	}
-	fmt.Fprintf(l.out, "%s holding compute_dma_mb=%d cpu_dma_mb=%d queues=%d write_mb=%d\n",
-		st.Time, st.ComputeDMAMB, st.CPUDMAMB, st.Queues, st.WriteMB)
+	var forked string
+	if len(l.workers) > 0 {
+		forked = fmt.Sprintf(" workers=%d", len(l.workers))
+	}
+	fmt.Fprintf(l.out, "%s holding compute_dma_mb=%d cpu_dma_mb=%d queues=%d write_mb=%d%s\n",
+		st.Time, st.ComputeDMAMB, st.CPUDMAMB, st.Queues, st.WriteMB, forked)
 	if l.status == "" {
 		return nil
 	}
