@@ -55,12 +55,12 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	watcher := runtime.NewWatcher(runtime.Options{
 		Endpoint: cfg.Runtime.Endpoint, Resync: cfg.Runtime.Resync.Duration, Poll: cfg.Sampling.Interval.Duration,
 	}, log)
-	podResources, err := allocation.Dial(cfg.PodResourcesSocket())
+	podResources, err := allocation.Dial(cfg.PodResourcesSocket(), capacity)
 	if err != nil {
 		return err
 	}
 	defer podResources.Close()
-	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, log)
+	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, time.Now, log)
 	inv := inventory.NewBuilder(watcher, tracker, cgroups, log)
 	source, targets, err := footprintSource(cfg, cgroups.V2, log)
 	if err != nil {

@@ -17,6 +17,14 @@ func (a Amounts) Add(b Amounts) Amounts {
 	return a
 }
 
+// Max returns the larger of a and b per resource.
+func (a Amounts) Max(b Amounts) Amounts {
+	for i := range a {
+		a[i] = max(a[i], b[i])
+	}
+	return a
+}
+
 // Sub returns a - b.
 func (a Amounts) Sub(b Amounts) Amounts {
 	for i := range a {

@@ -18,88 +18,95 @@ import (
 // PodKey names a pod as the pod-resources API does.
 type PodKey struct{ Namespace, Name string }
 
-// Table is what each container of each pod was allocated.
+// Table is what each container of each pod the kubelet listed was allocated. Every
+// listed pod and container is present, those given nothing included: a pod that is
+// absent was not listed, and its allocation is unknown, never zero.
 type Table map[PodKey]map[string]nr1.Amounts
 
-// Pod returns a pod's allocation, summed over its containers, and per container.
-func (t Table) Pod(namespace, name string) (nr1.Amounts, map[string]nr1.Amounts) {
-	var total nr1.Amounts
-	for _, a := range t[PodKey{namespace, name}] {
-		total = total.Add(a)
+// Pod returns a pod's allocation per listed container; listed is false when the kubelet
+// did not list the pod.
+func (t Table) Pod(namespace, name string) (perContainer map[string]nr1.Amounts, listed bool) {
+	perContainer, listed = t[PodKey{namespace, name}]
+	return perContainer, listed
+}
+
+// bytesPerUnit bounds the encoded size of one allocated unit in a List answer: the
+// kubelet sends one ContainerDevices entry per device ID, each with the full resource
+// name (at most 40 bytes here), a device ID of a few bytes and their framing.
+const bytesPerUnit = 64
+
+// listOverhead is room for the pods, containers and other vendors' devices of a busy
+// node beside the NR1 units.
+const listOverhead = 8 << 20
+
+// MaxListBytes is the receive limit that holds a List answer in which every unit of
+// capacity is allocated.
+func MaxListBytes(capacity nr1.Amounts) int {
+	var units int64
+	for _, r := range nr1.All {
+		units += capacity[r]
 	}
-	return total, t[PodKey{namespace, name}]
+	return int(units)*bytesPerUnit + listOverhead
 }
 
 // Client reads the kubelet's pod-resources API.
 type Client struct {
-	cc     *grpc.ClientConn
-	lister podresourcesapi.PodResourcesListerClient
+	cc      *grpc.ClientConn
+	lister  podresourcesapi.PodResourcesListerClient
+	timeout time.Duration
 }
 
-// Dial connects to the pod-resources socket (<kubelet root>/pod-resources/kubelet.sock).
-// The connection is made lazily, so the kubelet may start later.
-func Dial(socket string) (*Client, error) {
+// Dial connects to the pod-resources socket (<kubelet root>/pod-resources/kubelet.sock),
+// able to receive an answer in which all of capacity is allocated. The connection is made
+// lazily, so the kubelet may start later.
+func Dial(socket string, capacity nr1.Amounts) (*Client, error) {
 	cc, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxListBytes(capacity))))
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources socket %s: %w", socket, err)
 	}
-	return &Client{cc: cc, lister: podresourcesapi.NewPodResourcesListerClient(cc)}, nil
+	return &Client{cc: cc, lister: podresourcesapi.NewPodResourcesListerClient(cc), timeout: 5 * time.Second}, nil
 }
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.cc.Close() }
 
-// List reads every container's NR1 allocation. The kubelet answers with one
+// List reads every listed container's NR1 allocation. The kubelet answers with one
 // ContainerDevices entry per device ID, so entries are summed, never taken as the total.
 func (c *Client) List(ctx context.Context) (Table, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	resp, err := c.lister.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("pod-resources List: %w", err)
 	}
+	return tableOf(resp), nil
+}
+
+func tableOf(resp *podresourcesapi.ListPodResourcesResponse) Table {
 	t := Table{}
 	for _, pod := range resp.GetPodResources() {
+		key := PodKey{pod.GetNamespace(), pod.GetName()}
+		containers := t[key]
+		if containers == nil {
+			containers = make(map[string]nr1.Amounts, len(pod.GetContainers()))
+			t[key] = containers
+		}
 		for _, ctr := range pod.GetContainers() {
-			a, found := sumDevices(ctr.GetDevices())
-			if !found {
-				continue
-			}
-			key := PodKey{pod.GetNamespace(), pod.GetName()}
-			if t[key] == nil {
-				t[key] = map[string]nr1.Amounts{}
-			}
-			t[key][ctr.GetName()] = t[key][ctr.GetName()].Add(a)
+			containers[ctr.GetName()] = containers[ctr.GetName()].Add(sumDevices(ctr.GetDevices()))
 		}
 	}
-	return t, nil
+	return t
 }
 
-// Allocatable reads the node's allocatable NR1 units as the kubelet sees them.
-func (c *Client) Allocatable(ctx context.Context) (nr1.Amounts, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	resp, err := c.lister.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
-	if err != nil {
-		return nr1.Amounts{}, fmt.Errorf("pod-resources GetAllocatableResources: %w", err)
-	}
-	a, _ := sumDevices(resp.GetDevices())
-	return a, nil
-}
-
-func sumDevices(devs []*podresourcesapi.ContainerDevices) (nr1.Amounts, bool) {
-	var (
-		a     nr1.Amounts
-		found bool
-	)
+func sumDevices(devs []*podresourcesapi.ContainerDevices) nr1.Amounts {
+	var a nr1.Amounts
 	for _, d := range devs {
 		r, err := nr1.ParseResource(d.GetResourceName())
 		if err != nil || r.Name() != d.GetResourceName() {
 			continue // another vendor's resource
 		}
 		a[r] += int64(len(d.GetDeviceIds()))
-		found = true
 	}
-	return a, found
+	return a
 }

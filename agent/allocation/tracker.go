@@ -15,7 +15,8 @@ type Lister interface {
 // State is the last allocation table read and when.
 type State struct {
 	Table Table
-	// Read is when Table was read; zero until the first successful List.
+	// Read is when Table was read; zero until the first successful List. A reader judges
+	// its age: an old table is as unknown as none.
 	Read time.Time
 	// Err is the last List's error, nil when it succeeded.
 	Err error
@@ -25,15 +26,16 @@ type State struct {
 type Tracker struct {
 	lister   Lister
 	interval time.Duration
+	now      func() time.Time
 	log      *slog.Logger
 
 	mu    sync.Mutex
 	state State
 }
 
-// NewTracker returns a tracker reading lister every interval.
-func NewTracker(lister Lister, interval time.Duration, log *slog.Logger) *Tracker {
-	return &Tracker{lister: lister, interval: interval, log: log}
+// NewTracker returns a tracker reading lister every interval; now is the clock.
+func NewTracker(lister Lister, interval time.Duration, now func() time.Time, log *slog.Logger) *Tracker {
+	return &Tracker{lister: lister, interval: interval, now: now, log: log}
 }
 
 // Load returns the latest state.
@@ -57,14 +59,16 @@ func (t *Tracker) Run(ctx context.Context) error {
 	}
 }
 
-// Refresh reads the table now. A failure keeps the last table, marked with the error.
+// Refresh reads the table now. A failure keeps the last table with its read time, so
+// that it ages into unknown, and records the error.
 func (t *Tracker) Refresh(ctx context.Context) {
 	table, err := t.lister.List(ctx)
+	read := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
 		if t.state.Err == nil {
-			t.log.Warn("pod-resources API unavailable; allocations are not certain", "err", err)
+			t.log.Warn("pod-resources API unavailable; allocations age into unknown", "err", err)
 		}
 		t.state.Err = err
 		return
@@ -72,5 +76,5 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	if t.state.Err != nil {
 		t.log.Info("pod-resources API available again")
 	}
-	t.state = State{Table: table, Read: time.Now()}
+	t.state = State{Table: table, Read: read}
 }

@@ -6,6 +6,7 @@ package inventory
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,10 +36,16 @@ type CG struct {
 	// Ready is false for a sandbox the runtime keeps after its pod ended; a pod recreated
 	// under the same name has a new, ready one.
 	Ready bool `json:"ready"`
-	// Allocation is what the kubelet allocated to the pod's containers, summed.
+	// Allocation is what the kubelet allocated to the pod: the sum over its listed
+	// containers, or its largest init container's when that is more (init containers
+	// run before the others and the kubelet hands their devices on).
 	Allocation nr1.Amounts `json:"allocation"`
-	// AllocationKnown is true when the pod-resources API has been read.
-	AllocationKnown bool              `json:"allocationKnown"`
+	// AllocationKnown is true when the kubelet listed the pod in a pod-resources answer
+	// and the Allocate annotations of its running containers agree with it. Nothing is
+	// done to a CG whose allocation is not known.
+	AllocationKnown bool `json:"allocationKnown"`
+	// AllocationUnknown says why the allocation is not known.
+	AllocationUnknown string            `json:"allocationUnknown,omitempty"`
 	Annotations     map[string]string `json:"annotations,omitempty"`
 	Containers      []*Container      `json:"containers"`
 }
@@ -55,9 +62,19 @@ type Container struct {
 	// CgroupID is the v2 cgroup id (0 on legacy hosts or when the cgroup is gone).
 	CgroupID uint64 `json:"cgroupID,omitempty"`
 	PIDs     []int  `json:"pids,omitempty"`
-	// Allocation is what the pod-resources API says this container was given.
+	// Allocation is what this container was given, from AllocationSource.
 	Allocation nr1.Amounts `json:"allocation"`
+	// AllocationSource is "pod-resources" for a container the kubelet lists and
+	// "annotations" for one it does not (init containers), read from its Allocate
+	// annotations; empty when neither says anything.
+	AllocationSource string `json:"allocationSource,omitempty"`
 }
+
+// The sources of a container's allocation.
+const (
+	FromPodResources = "pod-resources"
+	FromAnnotations  = "annotations"
+)
 
 // RuntimeSource is the runtime watcher as the inventory reads it.
 type RuntimeSource interface {
@@ -98,33 +115,23 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	snap := &Snapshot{Taken: now, RuntimeConnected: rs.Connected, AllocationRead: alloc.Read, CGs: make([]*CG, 0, len(rs.Pods))}
 	seen := make(map[string]bool)
 	for _, p := range rs.Pods {
-		total, perContainer := alloc.Table.Pod(p.Namespace, p.Name)
 		cg := &CG{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QoS: p.QoS(), Ready: p.Ready, Annotations: p.Annotations,
-			Allocation: total, AllocationKnown: !alloc.Read.IsZero(), Containers: make([]*Container, 0, len(p.Containers)),
+			Containers: make([]*Container, 0, len(p.Containers)),
 		}
 		for _, c := range p.Containers {
 			seen[c.ID] = true
-			ctr := b.container(c, perContainer[c.Name])
-			// Only running containers of pods the kubelet lists can be compared: the
-			// pod-resources list lags a new pod by up to an interval and drops a pod
-			// before the runtime forgets its exited containers.
-			if perContainer != nil && c.State == runtime.Running {
-				b.crossCheck(cg, c, ctr.Allocation)
-			}
-			cg.Containers = append(cg.Containers, ctr)
+			cg.Containers = append(cg.Containers, b.container(c))
 		}
+		b.allocate(cg, p, alloc)
 		snap.CGs = append(snap.CGs, cg)
 	}
 	b.forget(seen)
 	return snap
 }
 
-func (b *Builder) container(c *runtime.Container, alloc nr1.Amounts) *Container {
-	ctr := &Container{
-		ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: c.State, StartedAt: c.StartedAt,
-		Allocation: alloc,
-	}
+func (b *Builder) container(c *runtime.Container) *Container {
+	ctr := &Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: c.State, StartedAt: c.StartedAt}
 	if c.State != runtime.Running || c.CgroupsPath == "" {
 		return ctr
 	}
@@ -146,28 +153,77 @@ func (b *Builder) container(c *runtime.Container, alloc nr1.Amounts) *Container 
 	return ctr
 }
 
-// crossCheck compares the Allocate annotations with the pod-resources figure, logging
-// each disagreement once.
-func (b *Builder) crossCheck(cg *CG, c *runtime.Container, fromKubelet nr1.Amounts) {
-	annotated, found, err := allocation.FromAnnotations(c.Annotations)
+// allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.
+func (b *Builder) allocate(cg *CG, p *runtime.Pod, alloc allocation.State) {
+	if alloc.Read.IsZero() {
+		cg.AllocationUnknown = "the kubelet's pod-resources API has not been read yet"
+		return
+	}
+	listed, ok := alloc.Table.Pod(p.Namespace, p.Name)
+	if !ok {
+		// A restarting kubelet answers before it has read its pods again: a pod it does
+		// not list is unknown, never given nothing.
+		cg.AllocationUnknown = "pod not in the kubelet's pod-resources answer"
+		return
+	}
+	var sum, initMax nr1.Amounts
+	for _, a := range listed {
+		sum = sum.Add(a)
+	}
+	var problems []string
+	for i, c := range p.Containers {
+		ctr := cg.Containers[i]
+		annotated, found, err := allocation.FromAnnotations(c.Annotations)
+		if a, ok := listed[c.Name]; ok {
+			ctr.Allocation, ctr.AllocationSource = a, FromPodResources
+			// Only running containers are compared: the runtime keeps exited instances
+			// whose annotations may come from an earlier allocation.
+			if c.State == runtime.Running {
+				if problem := b.crossCheck(cg, c, a, annotated, found, err); problem != "" && err == nil {
+					problems = append(problems, problem)
+				}
+			}
+			continue
+		}
+		// The kubelet does not list init containers; what Allocate gave them is on their
+		// annotations.
+		switch {
+		case err != nil && c.State == runtime.Running:
+			problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
+		case found && err == nil:
+			ctr.Allocation, ctr.AllocationSource = annotated, FromAnnotations
+			initMax = initMax.Max(annotated)
+		}
+	}
+	if len(problems) > 0 {
+		cg.AllocationUnknown = strings.Join(problems, "; ")
+		return
+	}
+	cg.Allocation, cg.AllocationKnown = sum.Max(initMax), true
+}
+
+// crossCheck compares a container's Allocate annotations with the kubelet's figure and
+// returns the disagreement, logging each one once. Unreadable annotations are reported
+// but leave the kubelet's figure standing.
+func (b *Builder) crossCheck(cg *CG, c *runtime.Container, fromKubelet, annotated nr1.Amounts, found bool, err error) string {
 	var problem string
 	switch {
 	case err != nil:
 		problem = err.Error()
 	case found && annotated != fromKubelet:
-		problem = fmt.Sprintf("annotations say %v, pod-resources says %v", annotated, fromKubelet)
+		problem = fmt.Sprintf("container %s: Allocate annotations say %v, pod-resources says %v", c.Name, annotated, fromKubelet)
 	default:
-		return
+		return ""
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.reported[c.ID] == problem {
-		return
+	if b.reported[c.ID] != problem {
+		b.reported[c.ID] = problem
+		b.mismatches.Add(1)
+		b.log.Warn("container's Allocate annotations disagree with the kubelet; its CG is left alone until they agree",
+			"namespace", cg.Namespace, "pod", cg.Name, "container", c.Name, "problem", problem)
 	}
-	b.reported[c.ID] = problem
-	b.mismatches.Add(1)
-	b.log.Warn("container's Allocate annotations disagree with the kubelet; using the kubelet's",
-		"namespace", cg.Namespace, "pod", cg.Name, "container", c.Name, "problem", problem)
+	return problem
 }
 
 func (b *Builder) forget(seen map[string]bool) {

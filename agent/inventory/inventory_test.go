@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -112,12 +114,12 @@ func newWorld(t *testing.T) *world {
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 
-	client, err := allocation.Dial(socket)
+	client, err := allocation.Dial(socket, nr1.Amounts{116244, 512, 13417, 65536})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	w.tracker = allocation.NewTracker(client, time.Hour, discard())
+	w.tracker = allocation.NewTracker(client, time.Hour, time.Now, discard())
 	w.watcher = runtime.NewWatcher(runtime.Options{Endpoint: "unix://" + w.cri.Socket, Resync: time.Hour}, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -173,33 +175,112 @@ func TestCGAllocationIsTheSumOverContainers(t *testing.T) {
 	}
 }
 
-func TestAnnotationDisagreementIsCountedAndKubeletWins(t *testing.T) {
-	w := newWorld(t)
-	w.cri.PutContainer(fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
-		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
-		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "30", "nr1.neureality.ai/ai_hypervisor_queue": "7"}}, false)
-	w.cri.PutContainer(fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102,
-		CgroupsPath: "/kubepods/besteffort/poduid-1/c-g", Annotations: map[string]string{"nr1.neureality.ai/ai_hypervisor_queue": "many"}}, false)
+// putContainers replaces the fake runtime's containers of the example pod and waits for
+// the watcher to see them.
+func (w *world) putContainers(t *testing.T, ctrs ...fakecri.Container) {
+	t.Helper()
+	for _, c := range ctrs {
+		w.cri.PutContainer(c, false)
+	}
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		s, _ := w.watcher.Load()
-		if p := s.Pod("uid-1"); p != nil && len(p.Containers) == 2 && p.Containers[1].Annotations["nr1.neureality.ai/compute_dma_memory"] == "30" &&
-			p.Containers[0].Annotations["nr1.neureality.ai/ai_hypervisor_queue"] == "many" {
-			break
+		if p := s.Pod("uid-1"); p != nil && seenAll(p, ctrs) {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("events not applied")
 		}
 	}
+}
+
+func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
+	for _, want := range ctrs {
+		found := false
+		for _, c := range p.Containers {
+			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *world) setPods(pods ...*podresourcesapi.PodResources) {
+	w.kubelet.mu.Lock()
+	defer w.kubelet.mu.Unlock()
+	w.kubelet.pods = pods
+}
+
+func TestDisagreementLeavesTheAllocationUnknown(t *testing.T) {
+	w := newWorld(t)
+	w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
+		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "30", "nr1.neureality.ai/ai_hypervisor_queue": "7"}})
 	w.tracker.Refresh(context.Background())
 	cg := w.builder.Build(time.Now()).CG("uid-1")
-	if cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) {
-		t.Errorf("allocation %v: the pod-resources figure must win", cg.Allocation)
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "annotations say") {
+		t.Errorf("known %v (%q): when the two sources disagree nothing may be assumed", cg.AllocationKnown, cg.AllocationUnknown)
 	}
-	if got := w.builder.Mismatches(); got != 2 {
-		t.Errorf("mismatches %d, want 2 (a disagreement and a malformed annotation)", got)
+	if got := w.builder.Mismatches(); got != 1 {
+		t.Errorf("mismatches %d, want 1", got)
 	}
 	w.builder.Build(time.Now())
-	if got := w.builder.Mismatches(); got != 2 {
+	if got := w.builder.Mismatches(); got != 1 {
 		t.Errorf("the same disagreement counted again: %d", got)
+	}
+}
+
+func TestMalformedAnnotationIsCountedAndKubeletWins(t *testing.T) {
+	w := newWorld(t)
+	w.putContainers(t, fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-g", Annotations: map[string]string{"nr1.neureality.ai/ai_hypervisor_queue": "many"}})
+	w.tracker.Refresh(context.Background())
+	cg := w.builder.Build(time.Now()).CG("uid-1")
+	if !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) {
+		t.Errorf("allocation %v known %v (%s): the pod-resources figure must stand", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
+	}
+	if got := w.builder.Mismatches(); got != 1 {
+		t.Errorf("mismatches %d, want 1", got)
+	}
+}
+
+// A restarting kubelet answers before it has read its pods again: the pod is missing,
+// or listed without its devices. Neither reads as "allocated nothing".
+func TestRestartingKubeletLeavesTheAllocationUnknown(t *testing.T) {
+	w := newWorld(t)
+	w.setPods()
+	w.tracker.Refresh(context.Background())
+	cg := w.builder.Build(time.Now()).CG("uid-1")
+	if cg.AllocationKnown || !cg.Allocation.IsZero() || !strings.Contains(cg.AllocationUnknown, "not in the kubelet's") {
+		t.Errorf("pod missing from the answer: known %v allocation %v (%q)", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default",
+		Containers: []*podresourcesapi.ContainerResources{{Name: "health-handler"}, {Name: "graph"}}})
+	w.tracker.Refresh(context.Background())
+	cg = w.builder.Build(time.Now()).CG("uid-1")
+	if cg.AllocationKnown {
+		t.Errorf("pod listed without the devices its Allocate annotations name: known with %v", cg.Allocation)
+	}
+}
+
+// The kubelet does not list init containers: what Allocate gave one is on its
+// annotations, and the pod's allocation is at least the largest init container's.
+func TestInitContainerIsJudgedByWhatItWasGiven(t *testing.T) {
+	w := newWorld(t)
+	w.putContainers(t, fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "prepare", PID: 103,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-init",
+		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "5", "nr1.neureality.ai/ai_hypervisor_queue": "1"}})
+	w.tracker.Refresh(context.Background())
+	cg := w.builder.Build(time.Now()).CG("uid-1")
+	if !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{5, 0, 2392, 7}) {
+		t.Fatalf("allocation %v known %v (%s), want the larger of the init container's and the sum", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
+	}
+	for _, c := range cg.Containers {
+		if c.Name == "prepare" && (c.Allocation != (nr1.Amounts{5, 0, 0, 1}) || c.AllocationSource != FromAnnotations) {
+			t.Errorf("init container allocation %v from %q", c.Allocation, c.AllocationSource)
+		}
 	}
 }

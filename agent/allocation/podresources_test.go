@@ -1,0 +1,131 @@
+package allocation
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// devices is how the kubelet reports n units of resource: one entry per device ID.
+func devices(resource string, first, n int) []*podresourcesapi.ContainerDevices {
+	out := make([]*podresourcesapi.ContainerDevices, n)
+	for i := range out {
+		out[i] = &podresourcesapi.ContainerDevices{ResourceName: resource, DeviceIds: []string{strconv.FormatInt(int64(first+i), 36)}}
+	}
+	return out
+}
+
+func TestTableListsEveryPodAndContainer(t *testing.T) {
+	hh := &podresourcesapi.ContainerResources{Name: "health-handler"}
+	hh.Devices = append(hh.Devices, devices(nr1.ComputeDMAMemory.Name(), 0, 3)...)
+	hh.Devices = append(hh.Devices, devices(nr1.HypervisorQueue.Name(), 0, 7)...)
+	hh.Devices = append(hh.Devices, devices("vendor.example/gpu", 0, 1)...)
+	resp := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
+		{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{hh, {Name: "graph"}}},
+		{Namespace: "web", Name: "nginx", Containers: []*podresourcesapi.ContainerResources{{Name: "nginx"}}},
+	}}
+	table := tableOf(resp)
+
+	got, listed := table.Pod("ml", "resnet50")
+	if !listed {
+		t.Fatal("resnet50 not listed")
+	}
+	if want := (nr1.Amounts{3, 0, 0, 7}); got["health-handler"] != want {
+		t.Errorf("health-handler = %v, want %v", got["health-handler"], want)
+	}
+	if a, ok := got["graph"]; !ok || !a.IsZero() {
+		t.Errorf("graph = %v (present %v), want listed with nothing", a, ok)
+	}
+	// A pod given nothing is listed with zero: known to hold no allocation.
+	if got, listed := table.Pod("web", "nginx"); !listed || !got["nginx"].IsZero() {
+		t.Errorf("nginx = %v (listed %v), want listed with nothing", got, listed)
+	}
+	// A pod the kubelet did not list is unknown, not zero.
+	if _, listed := table.Pod("ml", "not-listed"); listed {
+		t.Error("a pod the kubelet did not list reads as listed")
+	}
+}
+
+type lister struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	resp *podresourcesapi.ListPodResourcesResponse
+}
+
+func (l *lister) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return l.resp, nil
+}
+
+// fullNode is a node on which every unit of capacity is allocated, one unit per pod
+// where the resource allows, as a busy node would have it.
+func fullNode(capacity nr1.Amounts, pods int) *podresourcesapi.ListPodResourcesResponse {
+	resp := &podresourcesapi.ListPodResourcesResponse{}
+	for p := range pods {
+		ctr := &podresourcesapi.ContainerResources{Name: "health-handler"}
+		for _, r := range nr1.All {
+			per := capacity[r] / int64(pods)
+			first := int64(p) * per
+			if p == pods-1 {
+				per = capacity[r] - first
+			}
+			ctr.Devices = append(ctr.Devices, devices(r.Name(), int(first), int(per))...)
+		}
+		resp.PodResources = append(resp.PodResources, &podresourcesapi.PodResources{
+			Namespace: "namespace-with-a-long-name", Name: "cg-" + strconv.Itoa(p) + "-with-a-long-generated-suffix",
+			Containers: []*podresourcesapi.ContainerResources{ctr, {Name: "sidecar"}},
+		})
+	}
+	return resp
+}
+
+// The List answer of a node with all of its capacity allocated reaches the client: the
+// kubelet sends one entry per device ID, and a receive limit too small would leave
+// every allocation unknown on exactly the busiest nodes.
+func TestFullyAllocatedNodeIsReceived(t *testing.T) {
+	for _, capacity := range []nr1.Amounts{
+		{116244, 512, 13417, 65536},      // a typical NR1
+		{238327, 238327, 238327, 238327}, // the largest capacity with 3-character IDs
+	} {
+		resp := fullNode(capacity, 100)
+		size := proto.Size(resp)
+		if size > MaxListBytes(capacity) {
+			t.Fatalf("capacity %v: a full answer is %d bytes, over the receive limit %d", capacity, size, MaxListBytes(capacity))
+		}
+		t.Logf("capacity %v: full answer %.1f MiB, limit %.1f MiB", capacity, float64(size)/(1<<20), float64(MaxListBytes(capacity))/(1<<20))
+
+		socket := filepath.Join(t.TempDir(), "kubelet.sock")
+		lis, err := net.Listen("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer(grpc.MaxSendMsgSize(64 << 20))
+		podresourcesapi.RegisterPodResourcesListerServer(srv, &lister{resp: resp})
+		go func() { _ = srv.Serve(lis) }()
+		c, err := Dial(socket, capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table, err := c.List(context.Background())
+		_ = c.Close()
+		srv.Stop()
+		if err != nil {
+			t.Fatalf("capacity %v: %v", capacity, err)
+		}
+		var total nr1.Amounts
+		for _, pod := range table {
+			for _, a := range pod {
+				total = total.Add(a)
+			}
+		}
+		if total != capacity {
+			t.Errorf("capacity %v: the table sums to %v", capacity, total)
+		}
+	}
+}
