@@ -129,25 +129,41 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	return Attribute(now, inv, scan, s.targets, s.partition.Load()), nil
 }
 
+// owner is who a container cgroup's records count for: its CG's tally group and its
+// container's.
 type owner struct {
-	cg        *CG
-	container string
+	cg                *CG
+	cgGroup, ctrGroup int
 }
 
-// Attribute joins a scan with the inventory: usage per container and CG by cgroup id;
-// what no known container holds is unattributed.
+// group is one sum of the tally: a CG, a container of a CG (perContainer), or the
+// unattributed (no CG).
+type group struct {
+	cg           *CG
+	perContainer bool
+	container    string
+}
+
+// Attribute joins a scan with the inventory by cgroup id. A CG's usage is the union of
+// all its containers' records and a container's the union of its own: a range mapped by
+// two containers of a pod is held once by the pod, yet each container holds it. What no
+// known container holds is unattributed, also as one union.
 func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage) *Snapshot {
 	snap := &Snapshot{
 		Taken: now, Took: scan.Took, Source: scan.Source, RuntimeConnected: inv.RuntimeConnected,
 		AllocationRead: inv.AllocationRead, PartitionRead: part.Read, CGs: make([]*CG, 0, len(inv.CGs)),
 	}
+	const unattributed = 0
+	groups := []group{unattributed: {}}
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
 		cg := &CG{CG: icg, PerContainer: map[string]footprint.Usage{}}
 		snap.CGs = append(snap.CGs, cg)
+		cgGroup := len(groups)
+		groups = append(groups, group{cg: cg})
 		for _, c := range icg.Containers {
 			if c.CgroupID != 0 {
-				owners[c.CgroupID] = owner{cg, c.Name}
+				owners[c.CgroupID] = owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name)}
 			}
 			if v, ok := part.ByCtr[c.ID]; ok {
 				u := cg.PerContainer[c.Name]
@@ -157,29 +173,53 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		}
 		cg.Usage[nr1.DockerPartition] = part.ByCG[icg.UID]
 	}
-	for id, u := range scan.ByCgroup(targets) {
-		o, ok := owners[id]
+	tally := footprint.NewTally(targets, len(groups))
+	for _, m := range scan.Mappings {
+		o, ok := owners[m.CgroupID]
 		if !ok {
-			snap.Unattributed = snap.Unattributed.Add(u)
+			tally.AddMapping(unattributed, m)
 			continue
 		}
-		o.cg.Usage = o.cg.Usage.Add(u)
-		o.cg.PerContainer[o.container] = o.cg.PerContainer[o.container].Add(u)
-	}
-	for _, m := range scan.Mappings {
-		if o, ok := owners[m.CgroupID]; ok {
-			o.cg.Mappings = append(o.cg.Mappings, m)
-		}
+		tally.AddMapping(o.cgGroup, m)
+		tally.AddMapping(o.ctrGroup, m)
+		o.cg.Mappings = append(o.cg.Mappings, m)
 	}
 	for _, h := range scan.Handles {
-		if o, ok := owners[h.CgroupID]; ok {
-			o.cg.Handles = append(o.cg.Handles, h)
+		o, ok := owners[h.CgroupID]
+		if !ok {
+			tally.AddHandle(unattributed, h)
+			continue
+		}
+		tally.AddHandle(o.cgGroup, h)
+		tally.AddHandle(o.ctrGroup, h)
+		o.cg.Handles = append(o.cg.Handles, h)
+	}
+	for g, u := range tally.Sums() {
+		switch gr := groups[g]; {
+		case g == unattributed:
+			snap.Unattributed = u
+		case !gr.perContainer:
+			gr.cg.Usage = gr.cg.Usage.Add(u)
+		case !u.IsZero():
+			gr.cg.PerContainer[gr.container] = gr.cg.PerContainer[gr.container].Add(u)
 		}
 	}
 	for _, cg := range snap.CGs {
 		cg.Ratio = Ratios(cg.Usage, cg.Allocation)
 	}
 	return snap
+}
+
+// containerGroup is the group of the CG's container of that name, added if new: a
+// restarted container keeps its name, and PerContainer is by name.
+func containerGroup(groups *[]group, cgGroup int, name string) int {
+	for g := cgGroup + 1; g < len(*groups); g++ {
+		if (*groups)[g].perContainer && (*groups)[g].container == name {
+			return g
+		}
+	}
+	*groups = append(*groups, group{cg: (*groups)[cgGroup].cg, perContainer: true, container: name})
+	return len(*groups) - 1
 }
 
 // Ratios divides usage (base units) by allocation (resource units) per resource. Usage

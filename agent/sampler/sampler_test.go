@@ -60,7 +60,7 @@ func fixture(t *testing.T) (*Sampler, time.Time) {
 	scan := &footprint.Scan{Source: "fake", Took: time.Millisecond,
 		Mappings: []footprint.Mapping{
 			{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20},
-			{CgroupID: 12, PID: 2, Target: 0, Size: 2 << 20},
+			{CgroupID: 12, PID: 2, Target: 0, Offset: 1 << 20, Size: 2 << 20},
 			{CgroupID: 99, PID: 9, Target: 0, Size: 5 << 20}, // a process outside every container
 		},
 		Handles: []footprint.Handle{
@@ -110,6 +110,74 @@ func TestSampleAttributesByCgroup(t *testing.T) {
 	b, err := json.Marshal(snap)
 	if err != nil || !strings.Contains(string(b), `"ai_hypervisor_queue":"+Inf"`) {
 		t.Errorf("JSON %s: %v", b, err)
+	}
+}
+
+// TestAttributeCountsTheUnionPerCGAndContainer: pages mapped by several processes of a
+// CG — forked workers, a second mapping, a sidecar — are held once by the CG; each
+// container holds what it maps itself.
+func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
+	const mb = 1 << 20
+	inv := &inventory.Snapshot{CGs: []*inventory.CG{
+		{UID: "u1", Name: "forking", Allocation: nr1.Amounts{3, 0, 0, 2}, Containers: []*inventory.Container{
+			{ID: "hh", Name: "health-handler", CgroupID: 11},
+			{ID: "w", Name: "worker", CgroupID: 12},
+			{ID: "side", Name: "sidecar", CgroupID: 13},
+			{ID: "w-old", Name: "worker", CgroupID: 14}, // the worker before its restart
+			{ID: "gone", Name: "gone"},                  // no cgroup: claims nothing
+		}},
+		{UID: "u2", Name: "other", Containers: []*inventory.Container{{ID: "o", Name: "main", CgroupID: 21}}},
+	}}
+	m := func(cg uint64, pid int, offMB, sizeMB uint64) footprint.Mapping {
+		return footprint.Mapping{CgroupID: cg, PID: pid, Target: 0, Start: 0x7f0000000000, Offset: offMB * mb, Size: sizeMB * mb}
+	}
+	scan := &footprint.Scan{
+		Mappings: []footprint.Mapping{
+			// 3 MB mapped once, then four workers forked.
+			m(12, 1, 0, 3), m(12, 2, 0, 3), m(12, 3, 0, 3), m(12, 4, 0, 3), m(12, 5, 0, 3),
+			m(14, 6, 0, 3),                 // the old worker, same range
+			m(13, 7, 0, 3), m(13, 7, 2, 2), // the sidecar: the same range, and 1 MB more
+			m(11, 8, 0, 1), m(11, 8, 0, 1), // the same range twice in one process
+			m(21, 9, 0, 3),                   // another CG: its own 3 MB
+			m(99, 10, 0, 2), m(98, 11, 1, 2), // outside every container: one union
+		},
+		Handles: []footprint.Handle{
+			{CgroupID: 12, PID: 1, FD: 3, Target: 1, Description: 1},
+			{CgroupID: 12, PID: 2, FD: 3, Target: 1, Description: 1}, // inherited
+			{CgroupID: 13, PID: 7, FD: 5, Target: 1, Description: 1}, // passed to the sidecar
+			{CgroupID: 13, PID: 7, FD: 6, Target: 1, Description: 2},
+			{CgroupID: 99, PID: 10, FD: 3, Target: 1, Description: 3},
+			{CgroupID: 98, PID: 11, FD: 3, Target: 1, Description: 3},
+		},
+	}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	forking, other := snap.CGs[0], snap.CGs[1]
+	if want := (footprint.Usage{4 * mb, 0, 0, 2}); forking.Usage != want {
+		t.Errorf("CG usage %v, want %v (not the 25 MB of its mappings)", forking.Usage, want)
+	}
+	for name, want := range map[string]footprint.Usage{
+		"health-handler": {1 * mb},
+		"worker":         {3 * mb, 0, 0, 1},
+		"sidecar":        {4 * mb, 0, 0, 2},
+	} {
+		if got := forking.PerContainer[name]; got != want {
+			t.Errorf("container %s: %v, want %v", name, got, want)
+		}
+	}
+	if _, ok := forking.PerContainer["gone"]; ok || len(forking.PerContainer) != 3 {
+		t.Errorf("containers %v, want health-handler, worker and sidecar", forking.PerContainer)
+	}
+	if r := forking.Ratio[nr1.ComputeDMAMemory]; math.Abs(r-4.0/3) > 1e-9 {
+		t.Errorf("ratio %v, want 4/3", r)
+	}
+	if want := (footprint.Usage{3 * mb}); other.Usage != want || other.PerContainer["main"] != want {
+		t.Errorf("other CG %v (%v), want %v", other.Usage, other.PerContainer, want)
+	}
+	if want := (footprint.Usage{3 * mb, 0, 0, 1}); snap.Unattributed != want {
+		t.Errorf("unattributed %v, want %v", snap.Unattributed, want)
+	}
+	if len(forking.Mappings) != 10 || len(forking.Handles) != 4 || len(other.Mappings) != 1 {
+		t.Errorf("detail: %d and %d mappings, %d handles", len(forking.Mappings), len(other.Mappings), len(forking.Handles))
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package footprint measures what processes hold of the NR1 device files: the bytes of
-// their mappings and their open file descriptions, per cgroup, with the detail behind
-// each figure. Two sources give identical numbers: BPF iterators (cheap) and procfs (the
-// fallback).
+// their mappings and their open file descriptions, with the detail behind each figure.
+// A scan reports records per process and cgroup; Tally sums them per group of the
+// caller's choosing. Two sources give identical records: BPF iterators (cheap) and
+// procfs (the fallback).
 package footprint
 
 import (
@@ -19,7 +20,8 @@ type Measure int
 
 // The measures.
 const (
-	// MappedBytes sums the sizes of mappings of the target.
+	// MappedBytes counts the bytes of the target's distinct file ranges mapped: pages
+	// mapped several times (fork, a second mmap, another container) are held once.
 	MappedBytes Measure = iota
 	// OpenHandles counts open file descriptions of the target: an fd shared by fork or
 	// dup is one, two opens are two.
@@ -71,40 +73,6 @@ type Source interface {
 // Usage is what a cgroup holds of each resource, in base units: bytes for memory
 // resources (mapped bytes), handles (or the fdinfo value) for the others.
 type Usage = nr1.Amounts
-
-// ByCgroup sums the scan per cgroup and resource, by each target's measure.
-func (s *Scan) ByCgroup(targets *Targets) map[uint64]Usage {
-	out := map[uint64]Usage{}
-	add := func(cgroup uint64, r nr1.Resource, v int64) {
-		u := out[cgroup]
-		u[r] += v
-		out[cgroup] = u
-	}
-	for _, m := range s.Mappings {
-		if t := targets.At(m.Target); t.Measure == MappedBytes {
-			add(m.CgroupID, t.Resource, int64(m.Size)) //nolint:gosec // a mapping's size fits
-		}
-	}
-	type desc struct{ cgroup, id uint64 }
-	seen := map[desc]bool{}
-	for _, h := range s.Handles {
-		t := targets.At(h.Target)
-		if t.Measure == MappedBytes {
-			continue
-		}
-		d := desc{h.CgroupID, h.Description}
-		if seen[d] {
-			continue
-		}
-		seen[d] = true
-		if t.Measure == OpenHandles {
-			add(h.CgroupID, t.Resource, 1)
-		} else {
-			add(h.CgroupID, t.Resource, h.Value)
-		}
-	}
-	return out
-}
 
 // Normalize sorts the detail so that two scans of the same state compare equal, and
 // renumbers descriptions by first appearance (their raw values are source-specific).

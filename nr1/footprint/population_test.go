@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,11 @@ func TestMain(m *testing.M) {
 	// Helper mode: a sharer holds queue handles and a child that inherits them.
 	if os.Getenv("NR1_FP_SHARER") != "" {
 		sharer(os.Getenv("NR1_FP_SHARER"))
+		return
+	}
+	// Helper mode: a mapper maps ranges and forks children that keep them.
+	if spec := os.Getenv("NR1_FP_MAPPER"); spec != "" {
+		mapper(spec)
 		return
 	}
 	code := func() int {
@@ -100,15 +106,19 @@ const (
 	ncgroups = 10
 )
 
-func newPopulation(tb testing.TB) *population {
+var cgroupRoots atomic.Int64
+
+// newCgroups makes a simulated NR1 and n real v2 cgroups, all removed (with whatever
+// runs in them) when tb ends. dir is a scratch directory.
+func newCgroups(tb testing.TB, n int) (p *population, dir string) {
 	tb.Helper()
 	v2 := requireRealCgroups(tb)
-	dir := tb.TempDir()
+	dir = tb.TempDir()
 	s, err := sim.Create(filepath.Join(dir, "nr1"), sim.Options{Capacity: nr1.Amounts{2048, 512, 1024, 65536}, QueueMajor: 10, QueueMinor: 200})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &population{sim: s, cgroupV2: v2, expected: map[uint64]Usage{}, stopChurn: make(chan struct{})}
+	p = &population{sim: s, cgroupV2: v2, expected: map[uint64]Usage{}, stopChurn: make(chan struct{})}
 	p.targets, err = Resolve([]TargetSpec{
 		{Resource: nr1.ComputeDMAMemory, Path: s.File(sim.ComputeDMA), Measure: MappedBytes},
 		{Resource: nr1.CPUDMAMemory, Path: s.File(sim.CPUDMA), Measure: MappedBytes},
@@ -117,8 +127,8 @@ func newPopulation(tb testing.TB) *population {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	root := filepath.Join(v2, fmt.Sprintf("nr1-footprint-test-%d", os.Getpid()))
-	for i := range ncgroups {
+	root := filepath.Join(v2, fmt.Sprintf("nr1-footprint-test-%d-%d", os.Getpid(), cgroupRoots.Add(1)))
+	for i := range n {
 		cg := filepath.Join(root, fmt.Sprintf("cg%d", i))
 		if err := os.MkdirAll(cg, 0o755); err != nil {
 			tb.Fatal(err)
@@ -148,6 +158,13 @@ func newPopulation(tb testing.TB) *population {
 		}
 		_ = os.Remove(root)
 	})
+	return p, dir
+}
+
+func newPopulation(tb testing.TB) *population {
+	tb.Helper()
+	p, dir := newCgroups(tb, ncgroups)
+	s := p.sim
 
 	statusDir := filepath.Join(dir, "status")
 	if err := os.MkdirAll(statusDir, 0o755); err != nil {
@@ -167,9 +184,11 @@ func newPopulation(tb testing.TB) *population {
 			args = append(args, "--compute-dma-mb", fmt.Sprint(h[0]), "--cpu-dma-mb", fmt.Sprint(h[1]), "--queues", fmt.Sprint(h[2]))
 		}
 		p.start(tb, cg, exec.Command(nr1Load, args...))
+		// Every load maps its files from offset 0, so the loads of a cgroup share their
+		// first MBs: the cgroup holds as much as its largest load, not their sum.
 		u := p.expected[p.ids[cg]]
-		u[nr1.ComputeDMAMemory] += h[0] << 20
-		u[nr1.CPUDMAMemory] += h[1] << 20
+		u[nr1.ComputeDMAMemory] = max(u[nr1.ComputeDMAMemory], h[0]<<20)
+		u[nr1.CPUDMAMemory] = max(u[nr1.CPUDMAMemory], h[1]<<20)
 		u[nr1.HypervisorQueue] += h[2]
 		p.expected[p.ids[cg]] = u
 	}

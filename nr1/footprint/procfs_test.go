@@ -63,7 +63,7 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	idA, idB := inode(t, filepath.Join(cgroups, "pod-a/c1")), inode(t, filepath.Join(cgroups, "pod-b/c1"))
-	by := s.ByCgroup(targets)
+	by := byCgroup(s, targets)
 	if got := by[idA]; got[nr1.ComputeDMAMemory] != 0x4000 || got[nr1.HypervisorQueue] != 2 {
 		t.Errorf("pod-a usage %v", got)
 	}

@@ -26,7 +26,8 @@ func newBPFOrSkip(tb testing.TB, p *population) *BPF {
 // handles of the simulator's files through nr1-load (grown then shrunk: partial munmap
 // and closes) and through sharers (dup'ed fds, fds inherited by a child), while other
 // processes start and exit. Each source must report per cgroup exactly what was opened
-// and mapped, and the two must agree record for record.
+// and mapped (the union of its loads' ranges, which all start at offset 0), and the two
+// must agree record for record.
 func TestSourcesAgreeOnARealPopulation(t *testing.T) {
 	p := newPopulation(t)
 	if n := p.processes(t); n < 300 {
@@ -47,7 +48,7 @@ func TestSourcesAgreeOnARealPopulation(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range []*Scan{bs, ps} {
-			got := s.ByCgroup(p.targets)
+			got := byCgroup(s, p.targets)
 			for i, id := range p.ids {
 				if got[id] != p.expected[id] {
 					t.Errorf("round %d, %s, cgroup cg%d: %v, want %v", round, s.Source, i, got[id], p.expected[id])

@@ -1,0 +1,246 @@
+package footprint
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/nr1/sim"
+)
+
+// mapperSpec tells a mapper helper (NR1_FP_MAPPER, as JSON) what to map and how many
+// children to fork keeping those mappings.
+type mapperSpec struct {
+	Maps  []mapperRange `json:"maps"`
+	Forks int           `json:"forks"`
+}
+
+type mapperRange struct {
+	File   string `json:"file"`
+	OffMB  int64  `json:"offMB"`
+	SizeMB int64  `json:"sizeMB"`
+}
+
+// mapper maps the ranges (MAP_SHARED, each page touched), forks the children, prints
+// "ready" and holds everything until its stdin closes.
+func mapper(spec string) {
+	var s mapperSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// The children die with the thread that forked them (PR_SET_PDEATHSIG): keep it.
+	runtime.LockOSThread()
+	for _, r := range s.Maps {
+		f, err := os.OpenFile(r.File, os.O_RDWR, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		m, err := unix.Mmap(int(f.Fd()), r.OffMB<<20, int(r.SizeMB<<20), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "mapping %+v: %v\n", r, err)
+			os.Exit(1)
+		}
+		for i := 0; i < len(m); i += os.Getpagesize() {
+			m[i] = 1
+		}
+		_ = f.Close() // the mapping keeps the file; no handle left to count
+	}
+	for range s.Forks {
+		if _, errno := forkHolding(); errno != 0 {
+			fmt.Fprintln(os.Stderr, "fork:", errno)
+			os.Exit(1)
+		}
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// allSignals is the mask forked children block.
+var allSignals = ^uint64(0)
+
+// forkHolding forks a child that inherits every mapping and only sleeps. A Go process
+// cannot run Go code after a bare fork (one thread, runtime locks possibly held), so the
+// child makes raw system calls only, in this function that neither grows its stack nor
+// is instrumented by the race detector.
+//
+//go:nosplit
+//go:norace
+func forkHolding() (uintptr, syscall.Errno) {
+	pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+	if errno != 0 || pid != 0 {
+		return pid, errno
+	}
+	syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0)
+	syscall.RawSyscall6(syscall.SYS_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, uintptr(unsafe.Pointer(&allSignals)), 0, 8, 0, 0)
+	for {
+		syscall.RawSyscall6(syscall.SYS_PPOLL, 0, 0, 0, 0, 0, 0)
+	}
+}
+
+// startMapper runs a mapper in cgroup cg and waits until it is ready.
+func (p *population) startMapper(t *testing.T, cg int, spec mapperSpec) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "NR1_FP_MAPPER="+string(b))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	p.start(t, cg, cmd)
+	t.Cleanup(func() { _ = stdin.Close() })
+	p.waitOutput(t, out, func(b []byte) bool { return bytes.Contains(b, []byte("ready\n")) }, fmt.Sprintf("mapper %s", b))
+}
+
+func (p *population) waitOutput(t *testing.T, out *syncBuffer, done func([]byte) bool, what string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out.mu.Lock()
+		b := bytes.Clone(out.b)
+		out.mu.Unlock()
+		if done(b) {
+			return b
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready: %q", what, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSourcesCountTheUnionOfMappedRanges: real processes in real cgroups map the same
+// ranges several times — inherited by forked children, mapped twice by one process,
+// mapped by two cgroups of one pod — and distinct or overlapping ranges. Both sources
+// must report, per cgroup and per pod, the bytes of the distinct ranges (3 MB for a
+// 3 MB mapping and its four forked children, not 15 MB), and agree record for record.
+func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
+	p, _ := newCgroups(t, 5)
+	compute, cpu, queue := p.sim.File(sim.ComputeDMA), p.sim.File(sim.CPUDMA), p.sim.File(sim.HypervisorQ)
+	const (
+		forked   = 0 // 3 MB mapped once, then 4 children forked
+		twice    = 1 // the same 3 MB mapped twice by one process
+		podA     = 2 // two cgroups of one pod each mapping the same 3 MB, and sharing
+		podB     = 3 // the same two open file descriptions
+		distinct = 4 // [0, 2) and [4, 6) MB by one process, [1, 3) by another; 1 MB of the CPU file
+		pod      = 5 // group of podA and podB
+	)
+	p.startMapper(t, forked, mapperSpec{Maps: []mapperRange{{compute, 0, 3}}, Forks: 4})
+	p.startMapper(t, twice, mapperSpec{Maps: []mapperRange{{compute, 0, 3}, {compute, 0, 3}}})
+	p.startMapper(t, podA, mapperSpec{Maps: []mapperRange{{compute, 0, 3}}})
+	p.startMapper(t, podB, mapperSpec{Maps: []mapperRange{{compute, 0, 3}}, Forks: 1})
+	p.startMapper(t, distinct, mapperSpec{Maps: []mapperRange{{compute, 0, 2}, {compute, 4, 2}, {cpu, 0, 1}}, Forks: 2})
+	p.startMapper(t, distinct, mapperSpec{Maps: []mapperRange{{compute, 1, 2}}})
+
+	// A sharer in podA whose child, holding the same two descriptions, moves to podB.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command(exe)
+	sh.Env = append(os.Environ(), "NR1_FP_SHARER="+queue)
+	out := &syncBuffer{}
+	sh.Stdout = out
+	p.start(t, podA, sh)
+	b := p.waitOutput(t, out, func(b []byte) bool { return bytes.HasSuffix(b, []byte("\n")) }, "sharer")
+	if err := os.WriteFile(filepath.Join(p.cgroups[podB], "cgroup.procs"), []byte(strings.TrimSpace(string(b))), 0o644); err != nil {
+		t.Fatalf("moving the sharer's child to the pod's other cgroup: %v", err)
+	}
+
+	const mb = 1 << 20
+	want := []Usage{
+		forked:   {3 * mb},
+		twice:    {3 * mb},
+		podA:     {3 * mb, 0, 0, 2},
+		podB:     {3 * mb, 0, 0, 2},
+		distinct: {5 * mb, 1 * mb},
+		pod:      {3 * mb, 0, 0, 2},
+	}
+	group := map[uint64]int{}
+	for i, id := range p.ids {
+		group[id] = i
+	}
+	b2 := newBPFOrSkip(t, p)
+	proc := NewProcfs("/proc", p.cgroupV2, p.targets)
+	ctx := context.Background()
+	bs, err := b2.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := proc.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*Scan{bs, ps} {
+		tl := NewTally(p.targets, len(want))
+		raw := make([]uint64, len(p.ids))
+		for _, m := range s.Mappings {
+			g, ok := group[m.CgroupID]
+			if !ok {
+				continue
+			}
+			raw[g] += m.Size
+			tl.AddMapping(g, m)
+			if g == podA || g == podB {
+				tl.AddMapping(pod, m)
+			}
+		}
+		for _, h := range s.Handles {
+			g, ok := group[h.CgroupID]
+			if !ok {
+				continue
+			}
+			tl.AddHandle(g, h)
+			if g == podA || g == podB {
+				tl.AddHandle(pod, h)
+			}
+		}
+		got := tl.Sums()
+		for g := range want {
+			if got[g] != want[g] {
+				t.Errorf("%s, group %d: %v, want %v", s.Source, g, got[g], want[g])
+			}
+		}
+		// The records behind: what summing mapping sizes reported.
+		if raw[forked] != 15*mb || raw[twice] != 6*mb || raw[distinct] != 17*mb {
+			t.Errorf("%s: mapping sizes summed %d, %d, %d MB; want 15, 6, 17 (records missing?)", s.Source, raw[forked]/mb, raw[twice]/mb, raw[distinct]/mb)
+		}
+		// Only this test's processes know the simulator's files.
+		if u, want := Sum(p.targets, s.Mappings, s.Handles), (Usage{5 * mb, 1 * mb, 0, 2}); u != want { // [0, 3) and [4, 6) MB
+			t.Errorf("%s: the whole scan holds %v, want %v", s.Source, u, want)
+		}
+	}
+	bs.Normalize()
+	ps.Normalize()
+	if !reflect.DeepEqual(bs.Mappings, ps.Mappings) {
+		t.Errorf("mappings differ:\nbpf    %+v\nprocfs %+v", bs.Mappings, ps.Mappings)
+	}
+	if !reflect.DeepEqual(bs.Handles, ps.Handles) {
+		t.Errorf("handles differ:\nbpf    %+v\nprocfs %+v", bs.Handles, ps.Handles)
+	}
+}
