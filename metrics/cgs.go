@@ -1,8 +1,12 @@
 package metrics
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -59,7 +63,7 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[key] = true
-		for _, ctr := range cg.Containers {
+		for _, ctr := range running(cg) {
 			used := cg.PerContainer[ctr.Name]
 			// A container given nothing (the CG's allocation sits on health-handler) has
 			// no allocation series; every container has usage series, zeros included.
@@ -75,6 +79,30 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, cg.Ratio[r], cg.Namespace, cg.Name, r.Short())
 		}
 	}
+}
+
+// running returns one container per name, the running one started last: the runtime
+// keeps a killed or restarted container's exited instance beside its new one, and two
+// series sets for one name would fail the whole scrape.
+func running(cg *sampler.CG) []*inventory.Container {
+	byName := make(map[string]*inventory.Container, len(cg.Containers))
+	out := make([]*inventory.Container, 0, len(cg.Containers))
+	for _, ctr := range cg.Containers {
+		if ctr.State != runtime.Running {
+			continue
+		}
+		prev, ok := byName[ctr.Name]
+		switch {
+		case !ok:
+			out = append(out, ctr)
+		case ctr.StartedAt.After(prev.StartedAt):
+			out[slices.Index(out, prev)] = ctr
+		default:
+			continue
+		}
+		byName[ctr.Name] = ctr
+	}
+	return out
 }
 
 func units(r nr1.Resource, base int64) float64 {

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -41,18 +43,25 @@ const mb = 1 << 20
 func fixture() *sampler.Snapshot {
 	resnet := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true, Ready: true,
 		Allocation: nr1.Amounts{3, 0, 2392, 7},
-		Containers: []*inventory.Container{{Name: "graph", ID: "g"}, {Name: "health-handler", ID: "hh", Allocation: nr1.Amounts{3, 0, 2392, 7}}}},
+		Containers: []*inventory.Container{
+			{Name: "graph", ID: "g", State: runtime.Running},
+			// The instance the agent killed, kept by the runtime beside the restarted one.
+			{Name: "health-handler", ID: "hh-killed", State: runtime.Exited, Allocation: nr1.Amounts{3, 0, 2392, 7}},
+			{Name: "health-handler", ID: "hh", State: runtime.Running, StartedAt: time.Unix(100, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
+			// A second running instance the runtime briefly reports during a restart.
+			{Name: "health-handler", ID: "hh-old", State: runtime.Running, StartedAt: time.Unix(50, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
+		}},
 		Usage:        nr1.Amounts{3 * mb, 0, 1200 * mb, 7},
 		PerContainer: map[string]nr1.Amounts{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
 	resnet.Ratio = sampler.Ratios(resnet.Usage, resnet.Allocation)
 	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
-		Containers: []*inventory.Container{{Name: "main", ID: "m"}}},
+		Containers: []*inventory.Container{{Name: "main", ID: "m", State: runtime.Running}}},
 		Usage: nr1.Amounts{0, 0, 0, 2}, PerContainer: map[string]nr1.Amounts{"main": {0, 0, 0, 2}}}
 	greedy.Ratio = sampler.Ratios(greedy.Usage, greedy.Allocation)
 	unknown := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3"}}
 	// The sandbox of an earlier resnet50 the runtime still keeps: same name, not ready.
 	ended := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
-		Containers: []*inventory.Container{{Name: "health-handler", ID: "old"}}}, PerContainer: map[string]nr1.Amounts{}}
+		Containers: []*inventory.Container{{Name: "health-handler", ID: "old", State: runtime.Running}}}, PerContainer: map[string]nr1.Amounts{}}
 	return &sampler.Snapshot{CGs: []*sampler.CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Amounts{5 * mb, 0, 0, 1}}
 }
 
