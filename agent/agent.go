@@ -73,10 +73,18 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	act, throttled, closeActuator := actuator(cfg, node, cgroups, log)
+	act, pins, closeActuator := actuator(cfg, node, cgroups, log)
 	defer closeActuator()
-	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, time.Now, throttled, log)
-	log.Info("enforcement", "mode", cfg.Enforcement.Mode)
+	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
+	enforcement, err := checkpoint.Restore(time.Now())
+	if err != nil {
+		log.Error("enforcement checkpoint unreadable: ladders start afresh", "err", err)
+	}
+	if pins != nil {
+		enforcement.SyncThrottles(pins)
+	}
+	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, time.Now, log)
+	log.Info("enforcement", "mode", cfg.Enforcement.Mode, "checkpoint", checkpoint.Path, "throttled", enforcement.Throttled())
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
@@ -88,6 +96,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 			Registrations: manager.Registrations, Mismatches: inv.Mismatches,
 		}))
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
+	server.Live(enforcer.Healthy)
 	server.Handle("/debug/cgs", debugCGs(smp))
 
 	g, ctx := errgroup.WithContext(ctx)

@@ -15,8 +15,9 @@ import (
 
 // actuator builds what carries out enforcement on this node. Missing parts are logged
 // and leave their actions failing loudly: no API server (standalone kubelet) means
-// Events and evictions are only logged; no bpffs or BPF means no throttle.
-func actuator(cfg *config.Config, node string, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, throttled []string, closeAll func()) {
+// Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
+// the throttles attached now (nil when they cannot be read).
+func actuator(cfg *config.Config, node string, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
 		Stopper:     &actuate.CRIStopper{Endpoint: cfg.Runtime.Endpoint},
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
@@ -34,16 +35,16 @@ func actuator(cfg *config.Config, node string, cgroups cgroup.Hierarchy, log *sl
 	} else {
 		a.Throttler = thr
 		closers = append(closers, func() { _ = thr.Close() })
-		if throttled, err = thr.Attached(); err != nil {
+		if pins, err = thr.Attached(); err != nil {
 			log.Error("reading pinned throttles", "err", err)
-		} else if len(throttled) > 0 {
-			log.Info("throttles left by an earlier run", "cgs", throttled)
+		} else if len(pins) > 0 {
+			log.Info("throttles left by an earlier run", "cgs", pins)
 		}
 	}
 	if cfg.Enforcement.Freeze {
 		a.Freezer = cgroups
 	}
-	return a, throttled, func() {
+	return a, pins, func() {
 		for _, c := range closers {
 			c()
 		}

@@ -19,11 +19,15 @@ import (
 // ReadinessCheck reports why the agent is not ready yet, or nil.
 type ReadinessCheck func() error
 
+// LivenessCheck reports why the agent is wedged and must be restarted, or nil.
+type LivenessCheck func() error
+
 // Server serves /metrics, /healthz and /readyz.
 type Server struct {
 	addr   string
 	reg    *prometheus.Registry
 	ready  []ReadinessCheck
+	live   []LivenessCheck
 	log    *slog.Logger
 	extras map[string]http.Handler
 }
@@ -32,6 +36,10 @@ type Server struct {
 func NewServer(addr string, reg *prometheus.Registry, log *slog.Logger, ready ...ReadinessCheck) *Server {
 	return &Server{addr: addr, reg: reg, ready: ready, log: log, extras: map[string]http.Handler{}}
 }
+
+// Live adds a check to /healthz: failing it makes the kubelet restart the agent, so
+// only a part that cannot recover by itself belongs here.
+func (s *Server) Live(check LivenessCheck) { s.live = append(s.live, check) }
 
 // Handle adds a GET endpoint, such as /debug/cgs.
 func (s *Server) Handle(path string, h http.Handler) { s.extras[path] = h }
@@ -43,21 +51,25 @@ func (s *Server) Handler() http.Handler {
 	for path, h := range s.extras {
 		mux.Handle("GET "+path, h)
 	}
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /healthz", checks("unhealthy", s.live))
+	mux.HandleFunc("GET /readyz", checks("not ready", s.ready))
+	return mux
+}
+
+func checks[C ~func() error](failing string, cs []C) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
 		var why []string
-		for _, check := range s.ready {
+		for _, check := range cs {
 			if err := check(); err != nil {
 				why = append(why, err.Error())
 			}
 		}
 		if len(why) > 0 {
-			http.Error(w, "not ready: "+strings.Join(why, "; "), http.StatusServiceUnavailable)
+			http.Error(w, failing+": "+strings.Join(why, "; "), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
-	})
-	return mux
+	}
 }
 
 // Run serves until ctx ends.

@@ -82,6 +82,8 @@ func TestHealthAndReadiness(t *testing.T) {
 	readyErr := notYet
 	s := NewServer("127.0.0.1:0", prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)),
 		func() error { return readyErr })
+	var liveErr error
+	s.Live(func() error { return liveErr })
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	get := func(path string) (int, string) {
@@ -102,6 +104,10 @@ func TestHealthAndReadiness(t *testing.T) {
 	readyErr = nil
 	if code, _ := get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz when ready: %d", code)
+	}
+	liveErr = errors.New("enforcement stalled: one action under way for 2m0s")
+	if code, body := get("/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "enforcement stalled") {
+		t.Errorf("/healthz with a wedged part: %d %q", code, body)
 	}
 }
 

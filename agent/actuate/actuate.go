@@ -48,6 +48,7 @@ const (
 	ReasonEvicted       = "NR1Evicted"
 	ReasonDryRun        = "NR1EnforcementDryRun"
 	ReasonBadAnnotation = "NR1BadAnnotation"
+	ReasonFailed        = "NR1EnforcementFailed"
 )
 
 // Actuator carries out actions. Any of its parts may be nil: an action it cannot carry
@@ -93,6 +94,9 @@ func (a *Actuator) Act(ctx context.Context, act enforce.Action) error {
 	}
 	if err != nil {
 		log.Error("enforcement action failed", "err", err)
+		if !errors.Is(err, enforce.ErrEvictionRefused) && !errors.Is(err, enforce.ErrThrottleKept) {
+			a.event(act, "Warning", ReasonFailed, fmt.Sprintf("could not %s (retried with backoff): %v", act.Kind, err))
+		}
 		return err
 	}
 	log.Info("enforcement action taken", "message", act.Message)
@@ -152,7 +156,22 @@ func (a *Actuator) kill(ctx context.Context, act enforce.Action) error {
 		}
 		a.event(act, "Warning", ReasonKilled, fmt.Sprintf("container %s stopped: %s", c.Name, act.Message))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return a.liftAfter(act)
+}
+
+// liftAfter lifts the throttle of a killed or evicted CG: a container the kubelet
+// restarts must not be born throttled.
+func (a *Actuator) liftAfter(act enforce.Action) error {
+	if !act.LiftThrottle || a.Throttler == nil {
+		return nil
+	}
+	if err := a.Throttler.Detach(act.UID); err != nil {
+		return fmt.Errorf("lifting the throttle of %s/%s after %s: %w: %w", act.Namespace, act.Pod, act.Kind, enforce.ErrThrottleKept, err)
+	}
+	return nil
 }
 
 func (a *Actuator) evict(ctx context.Context, act enforce.Action) error {
@@ -166,5 +185,5 @@ func (a *Actuator) evict(ctx context.Context, act enforce.Action) error {
 		return err
 	}
 	a.event(act, "Warning", ReasonEvicted, act.Message)
-	return nil
+	return a.liftAfter(act)
 }

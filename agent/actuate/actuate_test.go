@@ -102,3 +102,54 @@ func TestRefusedEvictionIsReportedAsSuch(t *testing.T) {
 		t.Errorf("kill without CRI: %v", err)
 	}
 }
+
+type failingDetach struct{ fakes }
+
+func (f *failingDetach) Detach(string) error { return errors.New("bpffs: read-only") }
+
+// A kill or eviction lifts the CG's throttle after it, so that a restarted container
+// is not born throttled; a throttle that cannot be lifted leaves the kill standing.
+func TestKillLiftsTheThrottleAfterIt(t *testing.T) {
+	for _, kind := range []enforce.Kind{enforce.Kill, enforce.Evict} {
+		a, _, f := newActuator()
+		x := act(kind)
+		x.LiftThrottle = true
+		if err := a.Act(context.Background(), x); err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if got := f.calls[len(f.calls)-1]; got != "detach u" {
+			t.Errorf("%s: calls %v, want the detach last", kind, f.calls)
+		}
+	}
+	a, r, _ := newActuator()
+	fd := &failingDetach{}
+	a.Throttler = fd
+	x := act(enforce.Kill)
+	x.LiftThrottle = true
+	err := a.Act(context.Background(), x)
+	if !errors.Is(err, enforce.ErrThrottleKept) {
+		t.Errorf("detach failing after a kill: %v", err)
+	}
+	for _, ev := range r.events {
+		if strings.Contains(ev, "NR1EnforcementFailed") {
+			t.Errorf("the kill was done, yet reported failed: %v", r.events)
+		}
+	}
+}
+
+type failingStop struct{ fakes }
+
+func (f *failingStop) StopContainer(context.Context, string, time.Duration) error {
+	return errors.New("CRI: context deadline exceeded")
+}
+
+func TestFailedActionIsReported(t *testing.T) {
+	a, r, _ := newActuator()
+	a.Stopper = &failingStop{}
+	if err := a.Act(context.Background(), act(enforce.Kill)); err == nil {
+		t.Fatal("a failed stop returned no error")
+	}
+	if len(r.events) != 1 || !strings.Contains(r.events[0], "Warning NR1EnforcementFailed: could not kill (retried with backoff)") {
+		t.Errorf("events %q", r.events)
+	}
+}

@@ -67,6 +67,9 @@ type Paths struct {
 	Cgroupfs string `json:"cgroupfs"`
 	// Bpffs is where throttles are pinned, so that they outlive the agent.
 	Bpffs string `json:"bpffs"`
+	// State is the agent's own directory on the host (a hostPath), where what
+	// enforcement did is checkpointed across the agent's restarts.
+	State string `json:"state"`
 }
 
 // Log configures the structured logger.
@@ -92,7 +95,7 @@ func Default() Config {
 		APIVersion:  APIVersion,
 		Kind:        Kind,
 		MetricsAddr: ":9470",
-		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf"},
+		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf", State: "/var/lib/nr1-agent"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
 			HealthInterval: Duration{Duration: 5 * time.Second},
@@ -107,6 +110,11 @@ func Default() Config {
 
 // ThrottlePins is the bpffs directory holding the pinned throttles.
 func (c *Config) ThrottlePins() string { return filepath.Join(c.Paths.Bpffs, "nr1-agent", "throttle") }
+
+// EnforcementCheckpoint is the file holding the enforcement state.
+func (c *Config) EnforcementCheckpoint() string {
+	return filepath.Join(c.Paths.State, "enforcement.json")
+}
 
 // PodResourcesSocket is the kubelet's pod-resources API socket.
 func (c *Config) PodResourcesSocket() string {
@@ -131,7 +139,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
 	}
-	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs} {
+	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs, "paths.state": c.Paths.State} {
 		if !filepath.IsAbs(p) {
 			field(name, "must be an absolute path, got %q", p)
 		}
@@ -158,6 +166,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Sampling.Interval.Duration < 100*time.Millisecond {
 		field("sampling.interval", "must be at least 100ms, got %s", c.Sampling.Interval)
+	}
+	if c.Enforcement.MaxAllocationAge.Duration <= c.Sampling.Interval.Duration {
+		field("enforcement.maxAllocationAge", "must be longer than sampling.interval (%s), got %s: allocations are read at that interval", c.Sampling.Interval, c.Enforcement.MaxAllocationAge)
+	}
+	if c.Enforcement.MaxPartitionAge.Duration <= c.Sampling.PartitionInterval.Duration {
+		field("enforcement.maxPartitionAge", "must be longer than sampling.partitionInterval (%s), got %s", c.Sampling.PartitionInterval, c.Enforcement.MaxPartitionAge)
 	}
 	if c.Sampling.PartitionInterval.Duration < c.Sampling.Interval.Duration {
 		field("sampling.partitionInterval", "must be at least sampling.interval, got %s", c.Sampling.PartitionInterval)

@@ -42,6 +42,7 @@ var options = []option{
 	{"sample-interval", "how often each CG's usage is measured", setDuration(func(c *Config) *Duration { return &c.Sampling.Interval })},
 	{"sampling.source", "footprint source: auto, bpf or procfs", setString(func(c *Config) *string { return &c.Sampling.Source })},
 	{"path.bpffs", "bpffs mount, where throttles are pinned", setString(func(c *Config) *string { return &c.Paths.Bpffs })},
+	{"path.state", "the agent's state directory on the host, where enforcement is checkpointed", setString(func(c *Config) *string { return &c.Paths.State })},
 	{"kubeconfig", "kubeconfig for the API server; empty: in-cluster", setString(func(c *Config) *string { return &c.Kubeconfig })},
 	{"enforcement.mode", "enforce or dry-run", func(c *Config, v string) error { c.Enforcement.Mode = enforce.Mode(v); return nil }},
 	{"log.level", "debug, info, warn or error", setString(func(c *Config) *string { return &c.Log.Level })},

@@ -33,7 +33,7 @@ func cg(uid string, usage nr1.Amounts) *sampler.CG {
 }
 
 func snap(at time.Time, cgs ...*sampler.CG) *sampler.Snapshot {
-	return &sampler.Snapshot{Taken: at, RuntimeConnected: true, AllocationRead: at, CGs: cgs}
+	return &sampler.Snapshot{Taken: at, RuntimeConnected: true, AllocationRead: at, PartitionRead: at, CGs: cgs}
 }
 
 // run feeds Decide one sample per second from t0, each built by at(second), and
@@ -247,7 +247,7 @@ func TestEvictionRefusedFallsBackToKillOnHardBreach(t *testing.T) {
 	if len(got) != 2 || got[1].Kind != Evict || !got[1].Hard {
 		t.Fatalf("first %+v", got)
 	}
-	st.EvictionRefused("a", nr1.DockerPartition, t0)
+	st.Outcome(got[1], fmt.Errorf("evicting: %w", ErrEvictionRefused), t0)
 	for s := 1; s < 30; s++ {
 		now := t0.Add(time.Duration(s) * time.Second)
 		if a := Decide(now, snap(now, full), st, p); len(a) != 0 {
@@ -287,7 +287,7 @@ func TestGoneCGLosesItsThrottle(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{0}
 	st := NewState(t0.Add(-time.Hour))
-	st.cgs["left-by-an-earlier-run"] = &cgState{throttled: true}
+	st.AdoptThrottle("left-by-an-earlier-run")
 	got := Decide(t0, snap(t0, cg("a", nr1.Amounts{})), st, p)
 	if len(got) != 1 || got[0].Kind != Unthrottle || got[0].UID != "left-by-an-earlier-run" {
 		t.Fatalf("%+v", got)

@@ -3,6 +3,7 @@ package enforce
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -21,21 +22,34 @@ type Samples interface {
 	Load() (*sampler.Snapshot, <-chan struct{})
 }
 
+// Checkpointer keeps the state across the agent's restarts.
+type Checkpointer interface {
+	Save(st *State) error
+}
+
 // ErrEvictionRefused, wrapped in an actuator's error, makes the manager record the
 // refusal so that the policy's fallback can apply.
 var ErrEvictionRefused = errors.New("eviction refused")
 
-// Manager runs Decide on every new sample and hands the actions to the actuator.
-type Manager struct {
-	samples Samples
-	policy  Policy
-	act     Actuator
-	now     func() time.Time
-	log     *slog.Logger
+// actionTimeout bounds an action's calls (CRI, API server, bpffs) beyond a kill's own
+// grace period, so that a hung peer cannot wedge enforcement.
+const actionTimeout = 15 * time.Second
 
-	mu     sync.Mutex
-	state  *State
-	counts map[Count]int
+// Manager runs Decide on every new sample, hands the actions to the actuator and feeds
+// their outcomes back into the state.
+type Manager struct {
+	samples    Samples
+	policy     Policy
+	act        Actuator
+	checkpoint Checkpointer
+	now        func() time.Time
+	log        *slog.Logger
+
+	mu       sync.Mutex
+	state    *State
+	counts   map[Count]int
+	acting   time.Time // when the action under way started; zero between actions
+	deadline time.Duration
 }
 
 // Count keys the manager's action counters.
@@ -45,14 +59,10 @@ type Count struct {
 	Failed bool
 }
 
-// NewManager starts enforcement now; throttled lists the CGs (by UID) a previous run of
-// the agent left throttled, so that they are lifted when back under and never doubled.
-func NewManager(samples Samples, policy Policy, act Actuator, now func() time.Time, throttled []string, log *slog.Logger) *Manager {
-	st := NewState(now())
-	for _, uid := range throttled {
-		st.cgs[uid] = &cgState{throttled: true}
-	}
-	return &Manager{samples: samples, policy: policy, act: act, now: now, log: log, state: st, counts: map[Count]int{}}
+// NewManager runs enforcement from st (a new state, or one restored from a checkpoint),
+// saving it with checkpoint after every step that acted; now is the clock.
+func NewManager(samples Samples, policy Policy, act Actuator, st *State, checkpoint Checkpointer, now func() time.Time, log *slog.Logger) *Manager {
+	return &Manager{samples: samples, policy: policy, act: act, checkpoint: checkpoint, now: now, log: log, state: st, counts: map[Count]int{}}
 }
 
 // Counts returns the actions handed to the actuator since start.
@@ -73,6 +83,20 @@ func (m *Manager) Breaches() [nr1.NumResources]int {
 	return m.state.Breaches
 }
 
+// Healthy fails when an action has been under way well past its deadline: the loop is
+// wedged, and only a restart of the agent (by the kubelet's liveness probe) frees it.
+func (m *Manager) Healthy() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.acting.IsZero() {
+		return nil
+	}
+	if d := m.now().Sub(m.acting); d > m.deadline+actionTimeout {
+		return fmt.Errorf("enforcement stalled: one action under way for %s", d.Round(time.Second))
+	}
+	return nil
+}
+
 // Run acts on every new sample until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	var last *sampler.Snapshot
@@ -90,19 +114,42 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// Step decides and acts on one sample.
+// Step decides and acts on one sample; every action's outcome is recorded before the
+// next is taken.
 func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
 	m.mu.Lock()
-	now := m.now()
-	actions := Decide(now, snap, m.state, m.policy)
+	actions := Decide(m.now(), snap, m.state, m.policy)
 	m.mu.Unlock()
 	for _, a := range actions {
-		err := m.act.Act(ctx, a)
+		err := m.do(ctx, a)
 		m.mu.Lock()
-		m.counts[Count{Kind: a.Kind, DryRun: a.DryRun, Failed: err != nil}]++
-		if errors.Is(err, ErrEvictionRefused) {
-			m.state.EvictionRefused(a.UID, a.Resource, now)
-		}
+		failed := m.state.Outcome(a, err, m.now())
+		m.counts[Count{Kind: a.Kind, DryRun: a.DryRun, Failed: failed}]++
 		m.mu.Unlock()
 	}
+	if len(actions) > 0 && m.checkpoint != nil {
+		m.mu.Lock()
+		err := m.checkpoint.Save(m.state)
+		m.mu.Unlock()
+		if err != nil {
+			m.log.Error("enforcement state not saved: a restarted agent would start its ladders again", "err", err)
+		}
+	}
+}
+
+func (m *Manager) do(ctx context.Context, a Action) error {
+	d := actionTimeout
+	if a.Kind == Kill {
+		d += m.policy.KillTimeout.Duration
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	m.mu.Lock()
+	m.acting, m.deadline = m.now(), d
+	m.mu.Unlock()
+	err := m.act.Act(ctx, a)
+	m.mu.Lock()
+	m.acting = time.Time{}
+	m.mu.Unlock()
+	return err
 }

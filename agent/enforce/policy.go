@@ -99,6 +99,10 @@ type Policy struct {
 	MaxActionsPerMinute int `json:"maxActionsPerMinute"`
 	// MaxSampleAge: an older sample is not acted on.
 	MaxSampleAge Duration `json:"maxSampleAge"`
+	// MaxAllocationAge: allocations read from the kubelet longer ago are unknown.
+	MaxAllocationAge Duration `json:"maxAllocationAge"`
+	// MaxPartitionAge: an older docker-partition measurement is unknown.
+	MaxPartitionAge Duration `json:"maxPartitionAge"`
 	// ExemptNamespaces are never acted on.
 	ExemptNamespaces []string `json:"exemptNamespaces"`
 	// NoAllocation is what usage by a CG with no allocation of the resource means:
@@ -124,6 +128,7 @@ func DefaultPolicy() Policy {
 	return Policy{
 		Mode: Enforce, Warmup: Duration{10 * time.Second}, ContainerWarmup: Duration{2 * time.Second},
 		Margin: 0.05, Hold: Duration{10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{5 * time.Second},
+		MaxAllocationAge: Duration{5 * time.Second}, MaxPartitionAge: Duration{35 * time.Second},
 		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
 		KillTimeout: Duration{5 * time.Second}, EvictFallback: Duration{30 * time.Second},
 		Resources: Resources{
@@ -148,8 +153,13 @@ func (p *Policy) Validate(prefix string) error {
 	if p.MaxActionsPerMinute < 1 {
 		field("maxActionsPerMinute", "must be at least 1, got %d", p.MaxActionsPerMinute)
 	}
-	if p.MaxSampleAge.Duration <= 0 {
-		field("maxSampleAge", "must be positive, got %s", p.MaxSampleAge)
+	for _, age := range []struct {
+		name string
+		d    Duration
+	}{{"maxSampleAge", p.MaxSampleAge}, {"maxAllocationAge", p.MaxAllocationAge}, {"maxPartitionAge", p.MaxPartitionAge}} {
+		if age.d.Duration <= 0 {
+			field(age.name, "must be positive, got %s", age.d)
+		}
 	}
 	if p.NoAllocation != "enforce" && p.NoAllocation != "ignore" {
 		field("noAllocation", "must be enforce or ignore, got %q", p.NoAllocation)

@@ -46,8 +46,8 @@ type CG struct {
 	AllocationKnown bool `json:"allocationKnown"`
 	// AllocationUnknown says why the allocation is not known.
 	AllocationUnknown string            `json:"allocationUnknown,omitempty"`
-	Annotations     map[string]string `json:"annotations,omitempty"`
-	Containers      []*Container      `json:"containers"`
+	Annotations       map[string]string `json:"annotations,omitempty"`
+	Containers        []*Container      `json:"containers"`
 }
 
 // Container is one container of a CG.

@@ -76,21 +76,24 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 		p.conn = c
 	}
 	view, _ := p.view.Load()
-	usage := PartitionUsage{Read: time.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}}
+	usage := PartitionUsage{Read: time.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}, Failed: map[string]string{}}
 	images := map[string]int64{}
 	for _, pod := range view.Pods {
 		seen := map[string]bool{}
+		var total int64
 		for _, c := range pod.Containers {
 			if c.State != runtime.Running {
 				continue
 			}
 			st, err := p.conn.RS.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: c.ID})
 			if err != nil {
-				continue // gone since the view was taken
+				// A failed reading is unknown, not zero bytes: the CG is not judged on it.
+				usage.Failed[pod.UID] = fmt.Sprintf("ContainerStats of %s: %v", c.Name, err)
+				break
 			}
 			w := int64(st.GetStats().GetWritableLayer().GetUsedBytes().GetValue()) //nolint:gosec // bytes fit
 			usage.ByCtr[c.ID] = w
-			usage.ByCG[pod.UID] += w
+			total += w
 			if c.ImageRef == "" || seen[c.ImageRef] {
 				continue
 			}
@@ -106,7 +109,10 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				size = int64(img.GetImage().GetSize()) //nolint:gosec // bytes fit
 				images[c.ImageRef] = size
 			}
-			usage.ByCG[pod.UID] += size
+			total += size
+		}
+		if _, failed := usage.Failed[pod.UID]; !failed {
+			usage.ByCG[pod.UID] = total
 		}
 	}
 	p.mu.Lock()

@@ -36,8 +36,11 @@ type CG struct {
 	// Ratio is usage over allocation per resource; +Inf for usage with no allocation.
 	Ratio        Ratio                      `json:"ratio"`
 	PerContainer map[string]footprint.Usage `json:"usageByContainer"`
-	Mappings     []footprint.Mapping        `json:"mappings,omitempty"`
-	Handles      []footprint.Handle         `json:"handles,omitempty"`
+	// PartitionUnknown says why the docker partition of this CG is not known: it was
+	// not measured yet, or its measurement failed. Unknown is never zero.
+	PartitionUnknown string              `json:"partitionUnknown,omitempty"`
+	Mappings         []footprint.Mapping `json:"mappings,omitempty"`
+	Handles          []footprint.Handle  `json:"handles,omitempty"`
 }
 
 // Inventory builds the node's view of CGs.
@@ -56,6 +59,8 @@ type PartitionUsage struct {
 	Read  time.Time
 	ByCG  map[string]int64 // CG UID → bytes (distinct images + writable layers)
 	ByCtr map[string]int64 // container ID → bytes of its writable layer
+	// Failed says, per CG UID, why its measurement failed; such a CG has no ByCG entry.
+	Failed map[string]string
 }
 
 // Sampler runs the footprint source on the inventory every interval.
@@ -171,7 +176,13 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 				cg.PerContainer[c.Name] = u
 			}
 		}
-		cg.Usage[nr1.DockerPartition] = part.ByCG[icg.UID]
+		if v, ok := part.ByCG[icg.UID]; ok {
+			cg.Usage[nr1.DockerPartition] = v
+		} else if why, failed := part.Failed[icg.UID]; failed {
+			cg.PartitionUnknown = why
+		} else {
+			cg.PartitionUnknown = "not measured yet"
+		}
 	}
 	tally := footprint.NewTally(targets, len(groups))
 	for _, m := range scan.Mappings {

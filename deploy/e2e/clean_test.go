@@ -66,7 +66,7 @@ func TestNothingLeftAfterDown(t *testing.T) {
 	if _, err := os.Stat("/sys/class/net/nr1br0"); err == nil {
 		t.Error("CNI bridge nr1br0 left")
 	}
-	for _, dir := range []string{"/var/lib/kubelet", "/var/lib/nr1-local", "/run/nr1-sim", "/var/log/pods", "/var/log/containers"} {
+	for _, dir := range []string{"/var/lib/kubelet", "/var/lib/nr1-local", "/var/lib/nr1-agent", "/run/nr1-sim", "/var/log/pods", "/var/log/containers"} {
 		if _, err := os.Lstat(dir); err == nil {
 			t.Errorf("%s left", dir)
 		}

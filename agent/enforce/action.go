@@ -1,0 +1,112 @@
+package enforce
+
+import (
+	"fmt"
+
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Container names a container of a CG.
+type Container struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// Action is one thing to do to a CG.
+type Action struct {
+	Kind   Kind `json:"kind"`
+	DryRun bool `json:"dryRun,omitempty"`
+	// Hard is true when the hard ratio, not the ladder's delay, called for it.
+	Hard      bool   `json:"hard,omitempty"`
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	// PodCgroup is the pod's cgroup v2 directory, for throttling.
+	PodCgroup string `json:"podCgroup,omitempty"`
+	// Containers are the ones a kill stops (and an eviction's fallback would): the one
+	// most over its own allocation, or all of them by policy.
+	Containers []Container `json:"containers,omitempty"`
+	// LiftThrottle, on a kill or eviction, lifts the CG's throttle once it is done.
+	LiftThrottle bool         `json:"liftThrottle,omitempty"`
+	Resource     nr1.Resource `json:"resource"`
+	Usage        int64        `json:"usage"`      // base units
+	Allocation   int64        `json:"allocation"` // resource units
+	Ratio        float64      `json:"ratio"`
+	Message      string       `json:"message"`
+}
+
+func action(k Kind, r nr1.Resource, cg *sampler.CG, p Policy, hard bool, msg string) Action {
+	a := Action{Kind: k, DryRun: p.Mode == DryRun, Hard: hard, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
+		Resource: r, Usage: cg.Usage[r], Allocation: cg.Allocation[r], Ratio: cg.Ratio[r], Message: msg}
+	a.PodCgroup = podCgroup(cg)
+	if k == Kill || k == Evict {
+		a.Containers = targets(cg, r, p)
+	}
+	return a
+}
+
+// lift is the action lifting a CG's throttle.
+func lift(cg *sampler.CG, c *cgState, msg string) Action {
+	a := Action{Kind: Unthrottle, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name, PodCgroup: podCgroup(cg), Message: msg}
+	if a.PodCgroup == "" {
+		a.PodCgroup = c.PodCgroup
+	}
+	return a
+}
+
+func podCgroup(cg *sampler.CG) string {
+	for _, c := range cg.Containers {
+		if c.State == runtime.Running && c.Cgroup.V2 != "" {
+			return parentDir(c.Cgroup.V2)
+		}
+	}
+	return ""
+}
+
+// targets are the running containers a kill of r stops: every one by policy, or the one
+// most over its own allocation of r. Excess, not holding, decides: a health-handler
+// within what it was given is not stopped for a sidecar's extra queue.
+func targets(cg *sampler.CG, r nr1.Resource, p Policy) []Container {
+	var (
+		out               []Container
+		best              *Container
+		bestExcess, bestU int64
+	)
+	for _, c := range cg.Containers {
+		if c.State != runtime.Running {
+			continue
+		}
+		ref := Container{ID: c.ID, Name: c.Name}
+		if p.KillScope == "cg" {
+			out = append(out, ref)
+			continue
+		}
+		used := cg.PerContainer[c.Name][r]
+		excess := used - c.Allocation[r]*r.UnitBytes()
+		if best == nil || excess > bestExcess || (excess == bestExcess && used > bestU) {
+			best, bestExcess, bestU = &ref, excess, used
+		}
+	}
+	if best != nil {
+		out = append(out, *best)
+	}
+	return out
+}
+
+func human(r nr1.Resource, base int64) string {
+	if r.UnitBytes() > 1 {
+		return fmt.Sprintf("%.1f MB", float64(base)/float64(r.UnitBytes()))
+	}
+	return fmt.Sprintf("%d", base)
+}
+
+func parentDir(p string) string {
+	for i := len(p) - 1; i > 0; i-- {
+		if p[i] == '/' {
+			return p[:i]
+		}
+	}
+	return p
+}

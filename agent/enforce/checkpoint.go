@@ -1,0 +1,124 @@
+package enforce
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// checkpointVersion changes whenever the saved state changes meaning; an agent refuses
+// (and logs) a checkpoint of another version instead of misreading it.
+const checkpointVersion = 1
+
+// savedState is what a checkpoint holds: what was done to each CG and when, so that a
+// restarted agent neither repeats nor resets a ladder.
+type savedState struct {
+	CGs            map[string]*cgState `json:"cgs"`
+	Recent         []time.Time         `json:"recent,omitempty"`
+	BadAnnotations map[string]string   `json:"badAnnotations,omitempty"`
+}
+
+type checkpointFile struct {
+	Version  int             `json:"version"`
+	Checksum string          `json:"checksum"` // sha256 of State
+	State    json.RawMessage `json:"state"`
+}
+
+// FileCheckpoint keeps the state in one file, written whole and renamed into place so
+// that a crash leaves the old checkpoint or the new one, never half of one.
+type FileCheckpoint struct{ Path string }
+
+// Save writes st.
+func (f FileCheckpoint) Save(st *State) error {
+	body, err := json.Marshal(savedState{CGs: st.cgs, Recent: st.recent, BadAnnotations: st.badAnno})
+	if err != nil {
+		return fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
+	}
+	sum := sha256.Sum256(body)
+	out, err := json.Marshal(checkpointFile{Version: checkpointVersion, Checksum: hex.EncodeToString(sum[:]), State: body})
+	if err != nil {
+		return fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
+		return fmt.Errorf("enforcement checkpoint: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(f.Path), ".checkpoint-*")
+	if err != nil {
+		return fmt.Errorf("enforcement checkpoint: %w", err)
+	}
+	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after the rename
+	if _, err := tmp.Write(out); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)
+	}
+	if err := os.Rename(tmp.Name(), f.Path); err != nil {
+		return fmt.Errorf("enforcement checkpoint: %w", err)
+	}
+	return nil
+}
+
+// Restore reads the checkpoint into a state starting at started. No checkpoint is a new
+// state; a damaged one is an error, and the caller decides (the agent starts afresh and
+// says so).
+func (f FileCheckpoint) Restore(started time.Time) (*State, error) {
+	st := NewState(started)
+	b, err := os.ReadFile(f.Path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("enforcement checkpoint: %w", err)
+	}
+	var file checkpointFile
+	if err := json.Unmarshal(b, &file); err != nil {
+		return st, fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
+	}
+	if file.Version != checkpointVersion {
+		return st, fmt.Errorf("enforcement checkpoint %s: version %d, this agent reads %d", f.Path, file.Version, checkpointVersion)
+	}
+	if sum := sha256.Sum256(file.State); hex.EncodeToString(sum[:]) != file.Checksum {
+		return st, fmt.Errorf("enforcement checkpoint %s: checksum mismatch", f.Path)
+	}
+	var saved savedState
+	if err := json.Unmarshal(file.State, &saved); err != nil {
+		return st, fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
+	}
+	for uid, c := range saved.CGs {
+		if c != nil {
+			st.cgs[uid] = c
+		}
+	}
+	st.recent = saved.Recent
+	for uid, v := range saved.BadAnnotations {
+		st.badAnno[uid] = v
+	}
+	return st, nil
+}
+
+// SyncThrottles makes the state's throttles those actually attached: a pin is the
+// truth, whatever the checkpoint remembers.
+func (s *State) SyncThrottles(attached []string) {
+	pinned := make(map[string]bool, len(attached))
+	for _, uid := range attached {
+		pinned[uid] = true
+		s.AdoptThrottle(uid)
+	}
+	for uid, c := range s.cgs {
+		if c.Throttled && !pinned[uid] {
+			c.Throttled = false
+		}
+	}
+}

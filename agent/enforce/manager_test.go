@@ -1,0 +1,192 @@
+package enforce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// clock is a fake clock the test moves by hand.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// actuator records actions and fails those its fail function says.
+type actuator struct {
+	mu      sync.Mutex
+	taken   []string
+	fail    func(Action) error
+	block   chan struct{} // when set, Act waits on it (or its deadline)
+	started chan struct{} // when set, closed as Act first starts waiting
+	once    sync.Once
+}
+
+func (f *actuator) Act(ctx context.Context, a Action) error {
+	if f.block != nil {
+		f.once.Do(func() { close(f.started) })
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var err error
+	if f.fail != nil {
+		err = f.fail(a)
+	}
+	mark := ""
+	if err != nil {
+		mark = "!"
+	}
+	f.taken = append(f.taken, fmt.Sprintf("%s%s/%s", mark, a.Kind, a.Pod))
+	return err
+}
+
+func (f *actuator) Taken() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.taken, " ")
+}
+
+type samples struct{ s *sampler.Snapshot }
+
+func (s samples) Load() (*sampler.Snapshot, <-chan struct{}) { return s.s, nil }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// steps runs the manager on one sample per second of the fake clock.
+func steps(m *Manager, clk *clock, n int, usage nr1.Amounts) {
+	for range n {
+		m.Step(context.Background(), snap(clk.Now(), cg("a", usage)))
+		clk.Step(time.Second)
+	}
+}
+
+func TestManagerAdvancesOnOutcomes(t *testing.T) {
+	clk := &clock{now: t0}
+	act := &actuator{fail: func(a Action) error {
+		if a.Kind == Throttle {
+			return errors.New("bpffs: permission denied")
+		}
+		return nil
+	}}
+	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk.Now, quiet())
+	steps(m, clk, 12, nr1.Amounts{4 * mb, 0, 0, 0})
+	// The throttle fails at 5 s and is retried at 6 s, 8 s and 12 s (backoff 1, 2, 4 s);
+	// the kill is not held back by it at 15 s.
+	if got, want := act.Taken(), "warn/cg-a !throttle/cg-a !throttle/cg-a !throttle/cg-a"; got != want {
+		t.Errorf("taken %q, want %q", got, want)
+	}
+	counts := m.Counts()
+	if counts[Count{Kind: Throttle, Failed: true}] != 3 || counts[Count{Kind: Warn}] != 1 {
+		t.Errorf("counts %v", counts)
+	}
+	act.fail = nil
+	steps(m, clk, 6, nr1.Amounts{4 * mb, 0, 0, 0})
+	if got := act.Taken(); !strings.HasSuffix(got, "!throttle/cg-a throttle/cg-a kill/cg-a") {
+		t.Errorf("after recovery %q", got)
+	}
+}
+
+func TestManagerReportsAStalledAction(t *testing.T) {
+	p0 := noWarmup()
+	clk := &clock{now: t0}
+	act := &actuator{block: make(chan struct{}), started: make(chan struct{})}
+	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk.Now, quiet())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Step(context.Background(), snap(t0, cg("a", nr1.Amounts{0, 0, 0, 20})))
+	}()
+	<-act.started
+	// The action ignores its deadline (the fake clock drives the manager's view of it,
+	// the context's timer is real): past deadline and margin, the manager is unhealthy.
+	clk.Step(actionTimeout)
+	if err := m.Healthy(); err != nil {
+		t.Fatalf("unhealthy within the action's deadline: %v", err)
+	}
+	clk.Step(actionTimeout + p0.KillTimeout.Duration + time.Second)
+	if err := m.Healthy(); err == nil || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("a wedged action: %v", err)
+	}
+	close(act.block)
+	<-done
+	if err := m.Healthy(); err != nil {
+		t.Errorf("healthy again after the action returned: %v", err)
+	}
+}
+
+// A restarted agent reads the checkpoint: it neither warns again nor starts the ladder
+// from zero, and its throttles are the pinned ones.
+func TestCheckpointSurvivesARestart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "enforcement.json")
+	clk := &clock{now: t0}
+	act := &actuator{}
+	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), FileCheckpoint{Path: path}, clk.Now, quiet())
+	steps(m, clk, 7, nr1.Amounts{4 * mb, 0, 0, 0})
+	if got := act.Taken(); got != "warn/cg-a throttle/cg-a" {
+		t.Fatalf("before the restart %q", got)
+	}
+
+	st, err := FileCheckpoint{Path: path}.Restore(clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SyncThrottles([]string{"a"})
+	act2 := &actuator{}
+	p := DefaultPolicy()
+	p.Warmup = Duration{2 * time.Second}
+	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk.Now, quiet())
+	steps(m2, clk, 10, nr1.Amounts{4 * mb, 0, 0, 0})
+	// Over since 0 s; the restart at 7 s; warm-up to 9 s; the kill due at 15 s.
+	if got := act2.Taken(); got != "kill/cg-a" {
+		t.Errorf("after the restart %q, want only the kill the ladder had left", got)
+	}
+
+	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"00","state":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (FileCheckpoint{Path: path}).Restore(t0); err == nil || !strings.Contains(err.Error(), "checksum") {
+		t.Errorf("damaged checkpoint: %v", err)
+	}
+	if st, err := (FileCheckpoint{Path: filepath.Join(t.TempDir(), "none.json")}).Restore(t0); err != nil || len(st.cgs) != 0 {
+		t.Errorf("no checkpoint: %v %v", st, err)
+	}
+}
+
+// A pin is the truth about a throttle: a checkpoint that remembers one without a pin
+// is corrected, and a pin without a checkpoint entry is adopted.
+func TestSyncThrottles(t *testing.T) {
+	st := NewState(t0)
+	st.AdoptThrottle("remembered")
+	st.SyncThrottles([]string{"pinned"})
+	if got := fmt.Sprint(st.Throttled()); got != "[pinned]" {
+		t.Errorf("throttled %s", got)
+	}
+}
