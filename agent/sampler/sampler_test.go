@@ -70,7 +70,8 @@ func fixture(t *testing.T) (*Sampler, time.Time) {
 			{CgroupID: 21, PID: 5, FD: 3, Target: 1, Description: 3},
 		},
 	}
-	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]int64{"u1": 2000 << 20}, ByCtr: map[string]int64{"hh": 100 << 20}}
+	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]int64{"u1": 2000 << 20}, ByCtr: map[string]int64{"hh": 100 << 20},
+		Failed: map[string]string{"u2": "ContainerStats of health-handler: deadline exceeded"}}
 	now := time.Unix(200, 0)
 	return New(fixedInventory{inv}, fixedScan{scan}, targets(t), fixedPartition{part}, time.Second,
 		func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil))), now
@@ -97,6 +98,10 @@ func TestSampleAttributesByCgroup(t *testing.T) {
 	}
 	if r := resnet.Ratio; r[nr1.ComputeDMAMemory] != 1 || math.Abs(r[nr1.HypervisorQueue]-2.0/7) > 1e-9 || r[nr1.CPUDMAMemory] != 0 {
 		t.Errorf("resnet ratios %v", r)
+	}
+	// A failed partition reading is unknown, never zero bytes.
+	if resnet.PartitionUnknown != "" || !strings.Contains(greedy.PartitionUnknown, "deadline exceeded") {
+		t.Errorf("partition unknown: resnet %q, greedy %q", resnet.PartitionUnknown, greedy.PartitionUnknown)
 	}
 	if !math.IsInf(greedy.Ratio[nr1.HypervisorQueue], 1) {
 		t.Errorf("usage without allocation: ratio %v, want +Inf", greedy.Ratio[nr1.HypervisorQueue])
