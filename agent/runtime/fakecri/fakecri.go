@@ -48,12 +48,16 @@ type Server struct {
 	calls      map[string]int
 	// removedSandboxes remembers deleted sandboxes so their events are about sandboxes.
 	removedSandboxes map[string]bool
+	imageSizes       map[string]uint64
+	writable         map[string]uint64
+	statsErr         map[string]error
 }
 
 // New returns a fake runtime to be served on socket.
 func New(socket string) *Server {
 	return &Server{Socket: socket, sandboxes: map[string]*Sandbox{}, containers: map[string]*Container{},
-		streams: map[chan *runtimeapi.ContainerEventResponse]chan error{}, calls: map[string]int{}, removedSandboxes: map[string]bool{}}
+		streams: map[chan *runtimeapi.ContainerEventResponse]chan error{}, calls: map[string]int{}, removedSandboxes: map[string]bool{},
+		imageSizes: map[string]uint64{}, writable: map[string]uint64{}, statsErr: map[string]error{}}
 }
 
 // Start serves on the socket.
@@ -66,6 +70,7 @@ func (s *Server) Start() error {
 	s.mu.Lock()
 	s.grpc = grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(s.grpc, s)
+	runtimeapi.RegisterImageServiceServer(s.grpc, images{s: s})
 	srv := s.grpc
 	s.mu.Unlock()
 	go func() { _ = srv.Serve(lis) }()

@@ -1,0 +1,62 @@
+package fakecri
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// images is the image service: image sizes by reference.
+type images struct {
+	runtimeapi.UnimplementedImageServiceServer
+	s *Server
+}
+
+// SetImageSize makes ImageStatus of ref answer size bytes.
+func (s *Server) SetImageSize(ref string, size uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.imageSizes[ref] = size
+}
+
+// SetWritable makes ContainerStats of id answer bytes of writable layer, or fail with
+// err when it is not nil.
+func (s *Server) SetWritable(id string, bytes uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.writable[id] = bytes
+	s.statsErr[id] = err
+}
+
+// ContainerStats answers the writable layer set with SetWritable.
+func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	s.count("ContainerStats")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := req.GetContainerId()
+	if _, ok := s.containers[id]; !ok {
+		return nil, status.Errorf(codes.NotFound, "container %s not found", id)
+	}
+	if err := s.statsErr[id]; err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
+		Attributes:    &runtimeapi.ContainerAttributes{Id: id},
+		WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: &runtimeapi.UInt64Value{Value: s.writable[id]}},
+	}}, nil
+}
+
+// ImageStatus answers the size set with SetImageSize.
+func (i images) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	i.s.count("ImageStatus")
+	i.s.mu.Lock()
+	defer i.s.mu.Unlock()
+	ref := req.GetImage().GetImage()
+	size, ok := i.s.imageSizes[ref]
+	if !ok {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{Image: &runtimeapi.Image{Id: ref, Size: size}}, nil
+}

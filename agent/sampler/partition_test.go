@@ -1,0 +1,70 @@
+package sampler
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+)
+
+// fixedView is a runtime view that does not change.
+type fixedView struct{ s *runtime.Snapshot }
+
+func (v fixedView) Load() (*runtime.Snapshot, <-chan struct{}) { return v.s, nil }
+
+// A failed ContainerStats is an unknown partition for that CG, never zero bytes; the
+// other CGs are still measured.
+func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
+	cri := fakecri.New(filepath.Join(t.TempDir(), "cri.sock"))
+	for _, c := range []fakecri.Container{
+		{ID: "a1", SandboxID: "sa", Name: "health-handler", Image: "img-a"},
+		{ID: "a2", SandboxID: "sa", Name: "sidecar", Image: "img-a"},
+		{ID: "b1", SandboxID: "sb", Name: "health-handler", Image: "img-b"},
+	} {
+		cri.PutContainer(c, true)
+	}
+	cri.SetImageSize("img-a", 100<<20)
+	cri.SetImageSize("img-b", 50<<20)
+	cri.SetWritable("a1", 10<<20, nil)
+	cri.SetWritable("a2", 1<<20, nil)
+	cri.SetWritable("b1", 0, status.Error(codes.DeadlineExceeded, "stats timed out"))
+	if err := cri.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cri.Stop)
+
+	running := func(id, name, image string) *runtime.Container {
+		return &runtime.Container{ID: id, Name: name, ImageRef: image, State: runtime.Running}
+	}
+	view := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+		{UID: "ua", Containers: []*runtime.Container{running("a1", "health-handler", "img-a"), running("a2", "sidecar", "img-a")}},
+		{UID: "ub", Containers: []*runtime.Container{running("b1", "health-handler", "img-b")}},
+	}}
+	p := NewPartitionSampler("unix://"+cri.Socket, fixedView{view}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := p.Measure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := p.Load()
+	// The image once per CG, both writable layers.
+	if want := int64(100<<20 + 11<<20); got.ByCG["ua"] != want {
+		t.Errorf("ua %d bytes, want %d", got.ByCG["ua"], want)
+	}
+	if v, ok := got.ByCG["ub"]; ok {
+		t.Errorf("ub measured as %d bytes although its ContainerStats failed", v)
+	}
+	if why := got.Failed["ub"]; !strings.Contains(why, "stats timed out") {
+		t.Errorf("ub failure %q", why)
+	}
+	if got.Read.IsZero() {
+		t.Error("no read time")
+	}
+}
