@@ -52,7 +52,7 @@ func (f FileCheckpoint) Save(st *State) error {
 	if err != nil {
 		return fmt.Errorf("enforcement checkpoint: %w", err)
 	}
-	defer os.Remove(tmp.Name()) //nolint:errcheck // gone after the rename
+	defer os.Remove(tmp.Name()) // gone after the rename; left only on failure
 	if _, err := tmp.Write(out); err != nil {
 		_ = tmp.Close()
 		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)

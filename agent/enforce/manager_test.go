@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -73,10 +72,6 @@ func (f *actuator) Taken() string {
 	defer f.mu.Unlock()
 	return strings.Join(f.taken, " ")
 }
-
-type samples struct{ s *sampler.Snapshot }
-
-func (s samples) Load() (*sampler.Snapshot, <-chan struct{}) { return s.s, nil }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
