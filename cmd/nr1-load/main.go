@@ -1,7 +1,8 @@
 // Command nr1-load is a compute-graph workload for the simulated NR1: it maps DMA
 // memory, opens hypervisor queues and fills its writable layer as told, changes that
 // over time, and reports what it holds. With --fork it holds the same in several
-// processes, as a CG whose runtime forks workers does.
+// processes, as a CG whose runtime forks workers does. With --ignore-sigterm it keeps
+// running on SIGTERM, as a workload that does not shut down when asked does.
 package main
 
 import (
@@ -15,9 +16,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
+
+// ignoreSIGTERM is set by --ignore-sigterm: SIGTERM is then logged and ignored.
+var ignoreSIGTERM atomic.Bool
 
 type load struct {
 	compute, cpu dmaFile
@@ -38,7 +43,7 @@ func main() {
 		}
 		return
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := notifyContext(os.Stdout)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	signalled := ctx.Err() != nil
 	stop()
@@ -51,6 +56,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nr1-load: terminated")
 		os.Exit(128 + int(syscall.SIGTERM))
 	}
+}
+
+// notifyContext is cancelled by SIGINT, and by SIGTERM unless --ignore-sigterm is set;
+// an ignored SIGTERM is logged to out with its time.
+func notifyContext(out io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		for sig := range sigs {
+			if sig == syscall.SIGTERM && ignoreSIGTERM.Load() {
+				fmt.Fprintf(out, "%s ignoring SIGTERM\n", time.Now().UTC().Format(time.RFC3339Nano))
+				continue
+			}
+			cancel()
+		}
+	}()
+	return ctx, func() { signal.Stop(sigs); cancel() }
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
@@ -68,6 +91,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&initial.WriteMB, "write-mb", 0, "MB to write into the writable layer")
 	forks := fs.Int("fork", 0, "after taking the initial holding, start this many worker processes that inherit its DMA file and queue descriptors, map the same ranges of the DMA files and hold it all until nr1-load exits (steps change only nr1-load's own holding)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
+	ignoreTerm := fs.Bool("ignore-sigterm", false, "keep running on SIGTERM, logging it with its time: only SIGINT or SIGKILL ends nr1-load")
 	var steps []Step
 	fs.Func("step", "DURATION:key=value,... change the holding at that offset from start (keys compute, cpu, queues, write); repeatable", func(v string) error {
 		s, err := ParseStep(v)
@@ -77,6 +101,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	ignoreSIGTERM.Store(*ignoreTerm)
 	if *forks < 0 {
 		return fmt.Errorf("--fork %d: must not be negative", *forks)
 	}
