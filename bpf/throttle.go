@@ -72,24 +72,23 @@ func (t *Throttle) Attach(name, cgroupDir string) error {
 }
 
 // Detach lifts the throttle pinned as name; lifting one that is not there does nothing.
-func (t *Throttle) Detach(name string) error {
-	l, err := link.LoadPinnedLink(t.pin(name), nil)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("loading throttle of %s: %w", name, err)
-	}
-	defer l.Close()
-	if err := l.Unpin(); err != nil {
-		return fmt.Errorf("unpinning throttle of %s: %w", name, err)
-	}
-	return nil
-}
+func (t *Throttle) Detach(name string) error { return Unpin(t.pinDir, name) }
 
 // Attached lists the pinned throttles' names.
 func (t *Throttle) Attached() ([]string, error) {
-	entries, err := os.ReadDir(t.pinDir)
+	if _, err := os.Stat(t.pinDir); err != nil {
+		return nil, fmt.Errorf("throttle pins: %w", err)
+	}
+	return Pinned(t.pinDir)
+}
+
+// Pinned lists the names of the throttles pinned in pinDir, none when it does not exist.
+// It needs no program loaded: `nr1-agent cleanup` reads the pins an agent left.
+func Pinned(pinDir string) ([]string, error) {
+	entries, err := os.ReadDir(pinDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("throttle pins: %w", err)
 	}
@@ -98,4 +97,26 @@ func (t *Throttle) Attached() ([]string, error) {
 		names = append(names, e.Name())
 	}
 	return names, nil
+}
+
+// Unpin lifts the throttle pinned in pinDir as name: the link is detached from its
+// cgroup and its pin removed. It needs no program loaded; an absent pin is no error.
+func Unpin(pinDir, name string) error {
+	l, err := link.LoadPinnedLink(filepath.Join(pinDir, name), nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("loading throttle of %s: %w", name, err)
+	}
+	defer l.Close()
+	// Detaching at once lifts the throttle even while some process still holds the link;
+	// without BPF_LINK_DETACH (before Linux 5.9) the last reference going detaches it.
+	if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detaching throttle of %s: %w", name, err)
+	}
+	if err := l.Unpin(); err != nil {
+		return fmt.Errorf("unpinning throttle of %s: %w", name, err)
+	}
+	return nil
 }

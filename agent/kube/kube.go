@@ -1,6 +1,8 @@
-// Package kube is the agent's Kubernetes API client: Events on pods and the Eviction
-// API. It is optional: on a standalone kubelet there is no API server, and the agent's
-// actions are then only logged.
+// Package kube is the agent's Kubernetes API client: Events on pods, the Eviction API,
+// and the watch on its own DaemonSet that tells the agent it is being removed. It is
+// optional: on a standalone kubelet there is no API server, and the agent's actions are
+// then only logged. Every API call has a deadline, so a hung API server cannot hold up
+// the caller.
 package kube
 
 import (
@@ -8,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -26,15 +29,58 @@ import (
 // a PodDisruptionBudget would be violated.
 var ErrEvictionRefused = errors.New("eviction refused by the API server")
 
+// ErrStaticPod is returned by Evict for a static pod: the Eviction API only deletes its
+// mirror pod, which the kubelet recreates, so the caller has to stop its containers.
+var ErrStaticPod = errors.New("static pod: eviction cannot stop it")
+
+// Deadlines of API calls.
+const (
+	// callTimeout bounds an eviction, an Event's write and each call of the removal watch.
+	callTimeout = 10 * time.Second
+	// lookupTimeout bounds the pod lookup an Event waits for.
+	lookupTimeout = 2 * time.Second
+)
+
+// timeouts are the deadlines a Client sets, shortened by tests.
+type timeouts struct{ call, lookup time.Duration }
+
 // Client talks to the API server.
 type Client struct {
 	policy      policyv1client.PolicyV1Interface
+	pods        *podCache
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
+	log         *slog.Logger
+	timeouts    timeouts
 }
 
 // New connects with kubeconfig, or in-cluster when it is empty.
 func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	// Only the two API groups the agent uses: the full clientset and scheme would more
+	// than double the binary.
+	core, err := typedcorev1.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	policy, err := policyv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	// core stays a concrete type: as an interface, every one of its typed clients would
+	// be linked in.
+	c, err := newClient(core.Events(""), restPods(core.RESTClient()), policy, node, log, timeouts{call: callTimeout, lookup: lookupTimeout})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("kubernetes API client ready", "host", cfg.Host)
+	return c, nil
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
 	var (
 		cfg *rest.Config
 		err error
@@ -48,37 +94,53 @@ func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	cfg.UserAgent = "nr1-agent"
-	// Only the two API groups the agent uses: the full clientset and scheme would more
-	// than double the binary.
-	core, err := typedcorev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	policy, err := policyv1client.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
+	return cfg, nil
+}
+
+// newClient builds the client on typed clients, which tests fake.
+func newClient(events typedcorev1.EventInterface, pods podGetter, policy policyv1client.PolicyV1Interface, node string, log *slog.Logger, t timeouts) (*Client, error) {
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("kubernetes scheme: %w", err)
 	}
 	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events("")})
-	log.Info("kubernetes API client ready", "host", cfg.Host)
-	return &Client{policy: policy, broadcaster: b, recorder: b.NewRecorder(scheme, corev1.EventSource{Component: "nr1-agent", Host: node})}, nil
+	b.StartRecordingToSink(&eventSink{events: events, timeout: t.call})
+	return &Client{
+		policy:      policy,
+		pods:        newPodCache(pods),
+		broadcaster: b,
+		recorder:    b.NewRecorder(scheme, corev1.EventSource{Component: "nr1-agent", Host: node}),
+		log:         log,
+		timeouts:    t,
+	}, nil
 }
 
 // Close flushes and stops the event broadcaster.
 func (c *Client) Close() { c.broadcaster.Shutdown() }
 
-// Event records an Event on a pod.
+// Event records an Event on a pod. uid is the pod's UID as the runtime knows it; for a
+// static pod the Event goes to its mirror pod, the object the API server has.
 func (c *Client) Event(namespace, pod, uid, eventType, reason, message string) {
-	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: types.UID(uid)}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeouts.lookup)
+	defer cancel()
+	target := uid
+	if p, err := c.pods.get(ctx, namespace, pod, false); err != nil {
+		c.log.Debug("pod lookup for an Event", "pod", namespace+"/"+pod, "err", err)
+	} else if mirrorOf(p) == uid {
+		target = string(p.UID)
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: pod, UID: types.UID(target)}
 	c.recorder.Event(ref, eventType, reason, message)
 }
 
-// Evict asks the API server to evict the pod, only if it is still the one with uid.
+// Evict asks the API server to evict the pod, only if it is still the one with uid. A
+// static pod is not evicted: the error wraps ErrStaticPod.
 func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeouts.call)
+	defer cancel()
+	if p, err := c.pods.get(ctx, namespace, pod, true); err == nil && mirrorOf(p) != "" {
+		return fmt.Errorf("evicting %s/%s: %w", namespace, pod, ErrStaticPod)
+	}
 	u := types.UID(uid)
 	err := c.policy.Evictions(namespace).Evict(ctx, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod, Namespace: namespace},
@@ -92,4 +154,29 @@ func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
 	default:
 		return fmt.Errorf("evicting %s/%s: %w", namespace, pod, err)
 	}
+}
+
+// eventSink writes Events with a deadline on every call (client-go's sink has none).
+// Its errors are client-go's own: the recorder tells by their type which to retry.
+type eventSink struct {
+	events  typedcorev1.EventInterface
+	timeout time.Duration
+}
+
+func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.events.CreateWithEventNamespaceWithContext(ctx, e) //nolint:wrapcheck // see eventSink
+}
+
+func (s *eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.events.UpdateWithEventNamespaceWithContext(ctx, e) //nolint:wrapcheck // see eventSink
+}
+
+func (s *eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	return s.events.PatchWithEventNamespaceWithContext(ctx, e, data) //nolint:wrapcheck // see eventSink
 }

@@ -1,5 +1,6 @@
 // Command nr1-agent is the NR1 node agent: it advertises the NR1 resources to the
-// kubelet and enforces what each compute graph was allocated.
+// kubelet and enforces what each compute graph was allocated. `nr1-agent cleanup`
+// undoes on a node what the agent did there.
 package main
 
 import (
@@ -21,10 +22,13 @@ import (
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
 }
 
-func run(args []string, getenv func(string) string, stderr io.Writer) int {
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "cleanup" {
+		return runCleanup(args[1:], getenv, stdout, stderr)
+	}
 	cfg, err := config.Load(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -37,12 +41,37 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	log.Info("starting nr1-agent", "version", version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	removal := watchRemoval(ctx, cfg, getenv, log)
+	code := 0
 	if err := agent.Run(ctx, cfg, version, log); err != nil {
 		log.Error("nr1-agent failed", "err", err)
 		fmt.Fprintf(stderr, "nr1-agent: %v\n", err)
+		code = 1
+	}
+	if err := cleanupIfRemoved(removal, cfg, log); err != nil {
+		log.Error("undoing what the agent did on this node", "err", err)
+		code = 1
+	}
+	if code == 0 {
+		log.Info("nr1-agent stopped")
+	}
+	return code
+}
+
+// runCleanup is `nr1-agent cleanup`, with the agent's flags, environment and file.
+func runCleanup(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nr1-agent cleanup: %v\n", err)
+		return 2
+	}
+	if err := cleanup(cfg, stdout); err != nil {
+		fmt.Fprintf(stderr, "nr1-agent cleanup: %v\n", err)
 		return 1
 	}
-	log.Info("nr1-agent stopped")
 	return 0
 }
 
