@@ -179,8 +179,14 @@ func (a *Actuator) evict(ctx context.Context, act enforce.Action) error {
 		return fmt.Errorf("evicting %s/%s: %w (no API server)", act.Namespace, act.Pod, ErrUnavailable)
 	}
 	if err := a.Evictor.Evict(ctx, act.Namespace, act.Pod, act.UID); err != nil {
-		if errors.Is(err, kube.ErrEvictionRefused) {
+		switch {
+		case errors.Is(err, kube.ErrEvictionRefused):
 			return fmt.Errorf("%w: %w", enforce.ErrEvictionRefused, err)
+		case errors.Is(err, kube.ErrStaticPod) && len(act.Containers) > 0:
+			// The API server cannot remove a static pod; stopping its container is the
+			// one way to end what it holds (the kubelet restarts it).
+			a.Log.Info("static pod: killing instead of evicting", "namespace", act.Namespace, "pod", act.Pod)
+			return a.kill(ctx, act)
 		}
 		return err
 	}

@@ -153,3 +153,18 @@ func TestFailedActionIsReported(t *testing.T) {
 		t.Errorf("events %q", r.events)
 	}
 }
+
+// A static pod cannot be evicted through the API server: its container is stopped.
+func TestStaticPodIsKilledInsteadOfEvicted(t *testing.T) {
+	a, r, f := newActuator()
+	f.evictErr = fmt.Errorf("evicting: %w", kube.ErrStaticPod)
+	if err := a.Act(context.Background(), act(enforce.Evict)); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.calls, ";"); got != "evict default/cg;stop c1 5s" {
+		t.Errorf("calls %q", got)
+	}
+	if len(r.events) != 1 || !strings.Contains(r.events[0], "NR1Killed") {
+		t.Errorf("events %q", r.events)
+	}
+}
