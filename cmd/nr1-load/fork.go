@@ -94,12 +94,12 @@ func (l *load) fork(n int) (*workers, error) {
 			err = cmd.Start()
 		}
 		if err != nil {
-			w.stop()
+			_ = w.stop() // the start failure is the error to report
 			return nil, fmt.Errorf("starting worker %d: %w", i+1, err)
 		}
 		w.procs = append(w.procs, cmd)
 		if err := awaitReady(out, 10*time.Second); err != nil {
-			w.stop()
+			_ = w.stop() // the readiness failure is the error to report
 			return nil, fmt.Errorf("worker %d (pid %d): %w", i+1, cmd.Process.Pid, err)
 		}
 	}
@@ -140,7 +140,7 @@ func (w *workers) stop() error {
 	if w == nil {
 		return nil
 	}
-	w.life.Close()
+	_ = w.life.Close() // closing the write end is the signal; nothing is written
 	var errs []error
 	for _, p := range w.procs {
 		if err := p.Wait(); err != nil {
@@ -170,14 +170,14 @@ func workerMain(args []string) error {
 	}
 	for _, fd := range spec.Queues {
 		// Held as inherited: never wrapped in an *os.File, whose finalizer would close it.
-		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil { //nolint:gosec // a small fd
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
 			return fmt.Errorf("worker: queue fd %d: %w", fd, err)
 		}
 	}
 	if _, err := os.Stdout.WriteString("ready\n"); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
-	os.Stdout.Close()
+	_ = os.Stdout.Close() // the parent reads until EOF
 	// Blocks until every copy of the write end is closed: the parent stopped the
 	// workers or exited.
 	_, _ = io.Copy(io.Discard, os.NewFile(lifeFD, "life"))
