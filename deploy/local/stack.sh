@@ -6,6 +6,8 @@
 #   stack.sh deploy   deploy the agent with the local kustomize overlay and wait until the
 #                     node advertises the NR1 resources
 #   stack.sh restart-kubelet  stop and start the kubelet, as an upgrade or crash would
+#   stack.sh restart-containerd  stop and start containerd; containers keep running under
+#                     their shims
 #   stack.sh status   say what runs
 #   stack.sh env      print the environment to use kubectl/crictl against it
 set -euo pipefail
@@ -164,8 +166,7 @@ up() {
   fi
   mount --make-shared /sys/fs/bpf
 
-  start containerd containerd --config "$STATE/containerd/config.toml"
-  wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
+  start_containerd
   import_images
 
   start etcd etcd --name nr1-local --data-dir "$STATE/etcd" \
@@ -198,6 +199,18 @@ up() {
   wait_for "node $NODE Ready" 90 node_ready
   wait_for "default ServiceAccount" 60 kubectl -n default get serviceaccount default
   log "up: node $NODE ($ip); export KUBECONFIG=$KUBECONFIG"
+}
+
+start_containerd() {
+  start containerd containerd --config "$STATE/containerd/config.toml"
+  wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
+}
+
+restart_containerd() {
+  pid_alive containerd || die "containerd is not running"
+  stop_pid containerd
+  start_containerd
+  wait_for "containerd CRI" 30 crictl -r "unix://$CONTAINERD_SOCK" info
 }
 
 start_kubelet() {
@@ -322,6 +335,7 @@ case ${1:-} in
   status) status ;;
   deploy) deploy ;;
   restart-kubelet) restart_kubelet ;;
+  restart-containerd) restart_containerd ;;
   env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK" ;;
-  *) echo "usage: $0 up|down|deploy|restart-kubelet|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|deploy|restart-kubelet|restart-containerd|status|env" >&2; exit 2 ;;
 esac
