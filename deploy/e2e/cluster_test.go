@@ -134,6 +134,16 @@ func running(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) *corev1.Pod 
 	return pod
 }
 
+// isReady says whether the pod's Ready condition is true.
+func isReady(p *corev1.Pod) bool {
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // run runs a command of the local stack's, failing the test with its output.
 func run(t *testing.T, name string, args ...string) []byte {
 	t.Helper()

@@ -62,10 +62,8 @@ func TestAgentRunsAsDaemonSetPod(t *testing.T) {
 		if len(p.OwnerReferences) != 1 || p.OwnerReferences[0].Kind != "DaemonSet" || p.OwnerReferences[0].Name != "nr1-agent" {
 			return fmt.Errorf("agent pod owned by %+v, want the nr1-agent DaemonSet", p.OwnerReferences)
 		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				return nil
-			}
+		if isReady(&p) {
+			return nil
 		}
 		return fmt.Errorf("agent pod %s not Ready: %s", p.Name, p.Status.Phase)
 	})

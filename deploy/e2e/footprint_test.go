@@ -19,24 +19,34 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
+// nr1LoadImage is the workload image, imported offline.
+const nr1LoadImage = "nr1.local/nr1-load:dev"
+
+// nr1Requests is a container's resources with a as requests and limits.
+func nr1Requests(a nr1.Amounts) corev1.ResourceRequirements {
+	rl := corev1.ResourceList{}
+	for _, r := range nr1.All {
+		rl[corev1.ResourceName(r.Name())] = *resource.NewQuantity(a[r], resource.DecimalSI)
+	}
+	return corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()}
+}
+
+// loadContainer runs nr1-load with args.
+func loadContainer(name string, args ...string) corev1.Container {
+	return corev1.Container{Name: name, Image: nr1LoadImage, ImagePullPolicy: corev1.PullNever, Args: args}
+}
+
 // loadPod is a CG whose health-handler runs nr1-load with the given arguments, with the
 // ResNet-50 allocation.
 func loadPod(name string, args ...string) *corev1.Pod {
-	nr1Resources := corev1.ResourceList{
-		"neureality.ai/compute_dma_memory_in_mb": resource.MustParse("3"),
-		"neureality.ai/cpu_dma_memory_in_mb":     resource.MustParse("0"),
-		"neureality.ai/docker_partition_in_mb":   resource.MustParse("2392"),
-		"neureality.ai/ai_hypervisor_queue":      resource.MustParse("7"),
-	}
+	hh := loadContainer("health-handler", args...)
+	hh.Resources = nr1Requests(nr1.Amounts{3, 0, 2392, 7})
 	grace := int64(1)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{
-				Name: "health-handler", Image: "nr1.local/nr1-load:dev", ImagePullPolicy: corev1.PullNever, Args: args,
-				Resources: corev1.ResourceRequirements{Requests: nr1Resources, Limits: nr1Resources},
-			}},
+			Containers: []corev1.Container{hh},
 		},
 	}
 }
@@ -119,7 +129,7 @@ func TestFootprintFollowsTheWorkload(t *testing.T) {
 	seenSecond, _ := observe("3 MB and 7 queues", 30*time.Second, func(u nr1.Amounts) bool {
 		return u[nr1.ComputeDMAMemory] == 3<<20 && u[nr1.HypervisorQueue] == 7
 	})
-	img := imageSize(t, "nr1.local/nr1-load:dev")
+	img := imageSize(t, nr1LoadImage)
 	seenWrite, u := observe("image + 100 MB in the docker partition", 60*time.Second, func(u nr1.Amounts) bool {
 		return u[nr1.DockerPartition] >= img+100<<20
 	})
