@@ -489,15 +489,16 @@ func newNamespace(t *testing.T, c kubernetes.Interface, name string) {
 		}
 		return fmt.Errorf("namespace %s still there", name)
 	}
-	_ = nss.Delete(ctx, name, metav1.DeleteOptions{})
-	eventually(t, 90*time.Second, "leftover namespace "+name+" gone", gone)
+	// Deleted again at every try, should the API server have been away at the first.
+	deleted := func() error {
+		_ = nss.Delete(ctx, name, metav1.DeleteOptions{})
+		return gone()
+	}
+	eventually(t, 90*time.Second, "leftover namespace "+name+" gone", deleted)
 	if _, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = nss.Delete(context.Background(), name, metav1.DeleteOptions{})
-		eventually(t, 90*time.Second, "namespace "+name+" deleted", gone)
-	})
+	t.Cleanup(func() { eventually(t, 90*time.Second, "namespace "+name+" deleted", deleted) })
 	eventually(t, 30*time.Second, "default ServiceAccount in "+name, func() error {
 		_, err := c.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err
