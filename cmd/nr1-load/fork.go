@@ -54,7 +54,7 @@ func (l *load) spec() (forkSpec, []*os.File) {
 		}
 		fd := lifeFD + 1 + len(files)
 		files = append(files, d.f)
-		var off int64
+		off := d.base * mb
 		for _, m := range d.mappings {
 			spec.Maps = append(spec.Maps, forkMap{FD: fd, Offset: off, Size: int64(len(m))})
 			off += int64(len(m))

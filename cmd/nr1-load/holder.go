@@ -14,7 +14,10 @@ const mb = 1 << 20
 // dmaFile holds shared mappings of one DMA device file, as a driver's DMA buffers are
 // mapped: one mapping per growth step, shrunk from the end (partially when needed).
 type dmaFile struct {
-	path     string
+	path string
+	// base is where in the file the buffers start, in MB: two processes holding
+	// distinct buffers of one device map distinct ranges.
+	base     int64
 	f        *os.File
 	mappings [][]byte
 }
@@ -37,9 +40,9 @@ func (d *dmaFile) set(target int64) error {
 	}
 	for cur := d.held(); cur < target; cur = d.held() {
 		size := uintptr((target - cur) * mb) //nolint:gosec // positive
-		p, err := unix.MmapPtr(int(d.f.Fd()), cur*mb, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		p, err := unix.MmapPtr(int(d.f.Fd()), (d.base+cur)*mb, nil, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		if err != nil {
-			return fmt.Errorf("mapping %d MB of %s at %d MB: %w", target-cur, d.path, cur, err)
+			return fmt.Errorf("mapping %d MB of %s at %d MB: %w", target-cur, d.path, d.base+cur, err)
 		}
 		m := unsafe.Slice((*byte)(p), size)
 		m[0] = 1 // a buffer in use

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +154,47 @@ func TestParseStepErrors(t *testing.T) {
 		if _, err := ParseStep(bad); err == nil {
 			t.Errorf("ParseStep(%q) accepted", bad)
 		}
+	}
+}
+
+// mappedOffsets lists the file offsets (MB) of this process's mappings of path.
+func mappedOffsets(t *testing.T, path string) []int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int64
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[5] != path {
+			continue
+		}
+		var off int64
+		if _, err := fmt.Sscanf(fields[2], "%x", &off); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, off/mb)
+	}
+	slices.Sort(out) // maps lists by address, not by offset
+	return out
+}
+
+// Distinct buffers of one device are distinct ranges of its file: an offset places
+// this load's buffers after another's.
+func TestDMAOffsetPlacesTheBuffers(t *testing.T) {
+	l := newLoad(t)
+	l.compute.base = 1
+	if err := l.apply(Holding{ComputeDMAMB: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.apply(Holding{ComputeDMAMB: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(mappedOffsets(t, l.compute.path)); got != "[1 3]" {
+		t.Errorf("mappings at %s MB, want [1 3]: the first at the offset, the growth after it", got)
+	}
+	if err := l.apply(Holding{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -82,6 +82,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	var initial Holding
 	fs.StringVar(&l.compute.path, "compute-dma-file", "/dev/nr1_0_compute_dma", "compute DMA device file")
 	fs.StringVar(&l.cpu.path, "cpu-dma-file", "/dev/nr1_0_cpu_dma", "CPU DMA device file")
+	fs.Int64Var(&l.compute.base, "compute-dma-offset-mb", 0, "where in the compute DMA file the buffers start (MB): distinct buffers map distinct ranges")
+	fs.Int64Var(&l.cpu.base, "cpu-dma-offset-mb", 0, "where in the CPU DMA file the buffers start (MB)")
 	fs.StringVar(&l.queues.path, "queue-file", "/dev/nr1_0_hv_queue", "hypervisor queue device file")
 	fs.StringVar(&l.write.path, "write-file", "/var/lib/nr1-load/blob", "file filled in the writable layer")
 	fs.StringVar(&l.status, "status-file", "/var/lib/nr1-load/status.json", "where what is held is reported (empty: nowhere)")
