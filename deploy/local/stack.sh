@@ -8,6 +8,10 @@
 #   stack.sh restart-kubelet  stop and start the kubelet, as an upgrade or crash would
 #   stack.sh restart-containerd  stop and start containerd; containers keep running under
 #                     their shims
+#   stack.sh stop-apiserver, start-apiserver  stop the API server alone (by PID), start it
+#                     again and wait until it is ready
+#   stack.sh pause-kubelet, resume-kubelet  freeze the kubelet (SIGSTOP), as a hung one,
+#                     and thaw it
 #   stack.sh status   say what runs
 #   stack.sh env      print the environment to use kubectl/crictl against it
 set -euo pipefail
@@ -175,16 +179,7 @@ up() {
     --initial-cluster nr1-local=http://127.0.0.1:2380
   wait_for etcd 30 curl -fsS http://127.0.0.1:2379/health
 
-  start kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
-    --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$ip" \
-    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" \
-    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
-    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
-    --allow-privileged=true --enable-priority-and-fairness=false
-  wait_for kube-apiserver 60 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
+  start_apiserver "$ip"
 
   start kube-controller-manager kube-controller-manager --kubeconfig="$PKI/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
@@ -211,6 +206,40 @@ restart_containerd() {
   stop_pid containerd
   start_containerd
   wait_for "containerd CRI" 30 crictl -r "unix://$CONTAINERD_SOCK" info
+}
+
+start_apiserver() {
+  local ip=$1
+  start kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
+    --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$ip" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
+    --allow-privileged=true --enable-priority-and-fairness=false
+  wait_for kube-apiserver 60 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
+}
+
+# stop_apiserver stops the API server alone, as a crash or an upgrade would: the
+# kubelet, the controllers and the pods keep running.
+stop_apiserver() {
+  pid_alive kube-apiserver || die "kube-apiserver is not running"
+  stop_pid kube-apiserver
+}
+
+# pause_kubelet freezes the kubelet (SIGSTOP), as a hung kubelet: its sockets stay in
+# place and connected but nothing answers. resume_kubelet thaws it.
+pause_kubelet() {
+  pid_alive kubelet || die "kubelet is not running"
+  kill -STOP "$(cat "$RUN/kubelet.pid")"
+}
+
+resume_kubelet() {
+  pid_alive kubelet || die "kubelet is not running"
+  kill -CONT "$(cat "$RUN/kubelet.pid")"
+  wait_for "kubelet healthz" 30 curl -fsS http://127.0.0.1:10248/healthz
 }
 
 start_kubelet() {
@@ -336,6 +365,10 @@ case ${1:-} in
   deploy) deploy ;;
   restart-kubelet) restart_kubelet ;;
   restart-containerd) restart_containerd ;;
+  stop-apiserver) stop_apiserver ;;
+  start-apiserver) start_apiserver "$(node_ip)" ;;
+  pause-kubelet) pause_kubelet ;;
+  resume-kubelet) resume_kubelet ;;
   env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK" ;;
-  *) echo "usage: $0 up|down|deploy|restart-kubelet|restart-containerd|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|deploy|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|status|env" >&2; exit 2 ;;
 esac
