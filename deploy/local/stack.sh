@@ -295,7 +295,7 @@ down() {
   if [ -f "$STATE/sysctl.saved" ]; then
     while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$STATE/sysctl.saved"
   fi
-  rm -rf "$STATE" "$KUBELET_ROOT" /var/log/pods /var/log/containers "$RUN" /run/containerd "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
+  rm -rf "$STATE" "$KUBELET_ROOT" /var/lib/nr1-agent /var/log/pods /var/log/containers "$RUN" /run/containerd "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
   log "down"
 }
 
