@@ -61,7 +61,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	}
 	defer podResources.Close()
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, time.Now, log)
-	inv := inventory.NewBuilder(watcher, tracker, cgroups, log)
+	inv := inventory.NewBuilder(watcher, tracker, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
 	source, targets, err := footprintSource(cfg, cgroups.V2, log)
 	if err != nil {
 		return err

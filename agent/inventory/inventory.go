@@ -91,6 +91,7 @@ type Builder struct {
 	runtime    RuntimeSource
 	allocation AllocationSource
 	cgroups    cgroup.Hierarchy
+	maxAge     time.Duration
 	log        *slog.Logger
 
 	mismatches atomic.Int64
@@ -99,9 +100,9 @@ type Builder struct {
 }
 
 // NewBuilder returns a builder over the runtime watcher, the allocation tracker and the
-// host's cgroups.
-func NewBuilder(rt RuntimeSource, alloc AllocationSource, cgroups cgroup.Hierarchy, log *slog.Logger) *Builder {
-	return &Builder{runtime: rt, allocation: alloc, cgroups: cgroups, log: log, reported: map[string]string{}}
+// host's cgroups; an allocation table older than maxAge is as unknown as none.
+func NewBuilder(rt RuntimeSource, alloc AllocationSource, cgroups cgroup.Hierarchy, maxAge time.Duration, log *slog.Logger) *Builder {
+	return &Builder{runtime: rt, allocation: alloc, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
@@ -123,7 +124,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 			seen[c.ID] = true
 			cg.Containers = append(cg.Containers, b.container(c))
 		}
-		b.allocate(cg, p, alloc)
+		b.allocate(now, cg, p, alloc)
 		snap.CGs = append(snap.CGs, cg)
 	}
 	b.forget(seen)
@@ -154,9 +155,13 @@ func (b *Builder) container(c *runtime.Container) *Container {
 }
 
 // allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.
-func (b *Builder) allocate(cg *CG, p *runtime.Pod, alloc allocation.State) {
+func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocation.State) {
 	if alloc.Read.IsZero() {
 		cg.AllocationUnknown = "the kubelet's pod-resources API has not been read yet"
+		return
+	}
+	if age := now.Sub(alloc.Read); age > b.maxAge {
+		cg.AllocationUnknown = fmt.Sprintf("the kubelet's pod-resources API last answered %s ago (limit %s)", age.Round(time.Millisecond), b.maxAge)
 		return
 	}
 	listed, ok := alloc.Table.Pod(p.Namespace, p.Name)

@@ -125,7 +125,7 @@ func newWorld(t *testing.T) *world {
 	done := make(chan error, 1)
 	go func() { done <- w.watcher.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	w.builder = NewBuilder(w.watcher, w.tracker, w.cgroups, discard())
+	w.builder = NewBuilder(w.watcher, w.tracker, w.cgroups, 5*time.Second, discard())
 	for deadline := time.Now().Add(2 * time.Second); ; {
 		if s, _ := w.watcher.Load(); s.Connected {
 			break
@@ -282,5 +282,16 @@ func TestInitContainerIsJudgedByWhatItWasGiven(t *testing.T) {
 		if c.Name == "prepare" && (c.Allocation != (nr1.Amounts{5, 0, 0, 1}) || c.AllocationSource != FromAnnotations) {
 			t.Errorf("init container allocation %v from %q", c.Allocation, c.AllocationSource)
 		}
+	}
+}
+
+// An allocation table older than its age limit is unknown, for every CG.
+func TestOldAllocationTableIsUnknown(t *testing.T) {
+	w := newWorld(t)
+	w.tracker.Refresh(context.Background())
+	later := time.Now().Add(6 * time.Second)
+	cg := w.builder.Build(later).CG("uid-1")
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "limit 5s") {
+		t.Errorf("known %v (%q) with a table 6 s old", cg.AllocationKnown, cg.AllocationUnknown)
 	}
 }
