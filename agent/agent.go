@@ -94,6 +94,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		metrics.NewAgentCollector(metrics.AgentState{
 			Enforcement: enforcer, Source: source.Name, Reconnects: watcher.Reconnects,
 			Registrations: manager.Registrations, Mismatches: inv.Mismatches,
+		}),
+		metrics.NewStageCollector(map[string]metrics.Stage{
+			"device_health": monitor, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
 		}))
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)

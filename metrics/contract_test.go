@@ -17,7 +17,7 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	collectors := []prometheus.Collector{
 		NewDeviceCollector(&fakeDevices{}), NewCGCollector(&fixedSamples{}), NewAgentCollector(AgentState{}),
-		NewBuildInfo("v"),
+		NewBuildInfo("v"), NewStageCollector(nil),
 	}
 	names := map[string]bool{}
 	nameRE := regexp.MustCompile(`fqName: "([^"]+)"`)

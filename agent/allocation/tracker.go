@@ -3,8 +3,9 @@ package allocation
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 )
 
 // Lister reads the allocation table.
@@ -18,8 +19,6 @@ type State struct {
 	// Read is when Table was read; zero until the first successful List. A reader judges
 	// its age: an old table is as unknown as none.
 	Read time.Time
-	// Err is the last List's error, nil when it succeeded.
-	Err error
 }
 
 // Tracker reads the table at an interval; the pod-resources API has no watch.
@@ -29,20 +28,12 @@ type Tracker struct {
 	now      func() time.Time
 	log      *slog.Logger
 
-	mu    sync.Mutex
-	state State
+	*latest.Value[State]
 }
 
 // NewTracker returns a tracker reading lister every interval; now is the clock.
 func NewTracker(lister Lister, interval time.Duration, now func() time.Time, log *slog.Logger) *Tracker {
-	return &Tracker{lister: lister, interval: interval, now: now, log: log}
-}
-
-// Load returns the latest state.
-func (t *Tracker) Load() State {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state
+	return &Tracker{lister: lister, interval: interval, now: now, log: log, Value: latest.New(State{})}
 }
 
 // Run reads until ctx ends.
@@ -64,17 +55,16 @@ func (t *Tracker) Run(ctx context.Context) error {
 func (t *Tracker) Refresh(ctx context.Context) {
 	table, err := t.lister.List(ctx)
 	read := t.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	_, failing := t.Health()
 	if err != nil {
-		if t.state.Err == nil {
+		if failing == nil {
 			t.log.Warn("pod-resources API unavailable; allocations age into unknown", "err", err)
 		}
-		t.state.Err = err
+		t.Fail(err)
 		return
 	}
-	if t.state.Err != nil {
+	if failing != nil {
 		t.log.Info("pod-resources API available again")
 	}
-	t.state = State{Table: table, Read: read}
+	t.Publish(read, State{Table: table, Read: read})
 }

@@ -83,7 +83,7 @@ type RuntimeSource interface {
 
 // AllocationSource is the pod-resources tracker as the inventory reads it.
 type AllocationSource interface {
-	Load() allocation.State
+	Load() (allocation.State, <-chan struct{})
 }
 
 // Builder builds snapshots.
@@ -112,7 +112,7 @@ func (b *Builder) Mismatches() int64 { return b.mismatches.Load() }
 // Build reads the sources and the cgroups now.
 func (b *Builder) Build(now time.Time) *Snapshot {
 	rs, _ := b.runtime.Load()
-	alloc := b.allocation.Load()
+	alloc, _ := b.allocation.Load()
 	snap := &Snapshot{Taken: now, RuntimeConnected: rs.Connected, AllocationRead: alloc.Read, CGs: make([]*CG, 0, len(rs.Pods))}
 	seen := make(map[string]bool)
 	for _, p := range rs.Pods {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 )
 
 // Options tune a Watcher.
@@ -35,10 +38,10 @@ type Watcher struct {
 	pods       map[string]*Pod       // by sandbox ID
 	containers map[string]*Container // by container ID
 	sandboxOf  map[string]string     // container ID → sandbox ID
-	snap       *Snapshot
-	changed    chan struct{}
 	reconnects int
 	runtime    string // name and version of the runtime last connected
+
+	*latest.Value[*Snapshot] // immutable snapshots, published under mu
 }
 
 // NewWatcher returns a watcher; Run connects it.
@@ -49,15 +52,8 @@ func NewWatcher(opts Options, log *slog.Logger) *Watcher {
 	return &Watcher{
 		opts: opts, log: log,
 		pods: map[string]*Pod{}, containers: map[string]*Container{}, sandboxOf: map[string]string{},
-		snap: &Snapshot{}, changed: make(chan struct{}),
+		Value: latest.New(&Snapshot{}),
 	}
-}
-
-// Load returns the latest snapshot and a channel closed when a newer one is published.
-func (w *Watcher) Load() (*Snapshot, <-chan struct{}) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.snap, w.changed
 }
 
 // Reconnects counts the times the runtime was lost and the watcher connected again.
@@ -90,6 +86,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		}
 		w.setConnected(false)
+		w.Fail(err)
 		w.log.Warn("container runtime unavailable, retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
@@ -286,7 +283,7 @@ func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServi
 func (w *Watcher) setConnected(connected bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.snap.Connected == connected && w.snap.Runtime == w.runtime {
+	if snap, _ := w.Load(); snap.Connected == connected && snap.Runtime == w.runtime {
 		return
 	}
 	w.publishLocked(connected)
@@ -322,7 +319,12 @@ func (w *Watcher) publishLocked(connected bool) {
 	slices.SortFunc(snap.Pods, func(a, b *Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SandboxID, b.SandboxID))
 	})
-	w.snap = snap
-	close(w.changed)
-	w.changed = make(chan struct{})
+	if connected {
+		w.Publish(snap.Taken, snap)
+		return
+	}
+	// The last view stays published, marked disconnected; that is no success.
+	w.PublishFailing(snap, errDisconnected)
 }
+
+var errDisconnected = errors.New("container runtime not connected")

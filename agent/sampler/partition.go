@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 )
 
 // RuntimeView is the runtime watcher's latest view.
@@ -27,22 +27,14 @@ type PartitionSampler struct {
 	interval time.Duration
 	log      *slog.Logger
 
-	mu    sync.Mutex
-	state PartitionUsage
-	conn  *runtime.Conn
+	conn *runtime.Conn
+	*latest.Value[PartitionUsage]
 }
 
 // NewPartitionSampler measures every interval (10 s by default: image sizes barely move
 // and ContainerStats costs the runtime a walk of each writable layer).
 func NewPartitionSampler(endpoint string, view RuntimeView, interval time.Duration, log *slog.Logger) *PartitionSampler {
-	return &PartitionSampler{endpoint: endpoint, view: view, interval: interval, log: log}
-}
-
-// Load returns the latest measurement.
-func (p *PartitionSampler) Load() PartitionUsage {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.state
+	return &PartitionSampler{endpoint: endpoint, view: view, interval: interval, log: log, Value: latest.New(PartitionUsage{})}
 }
 
 // Run measures until ctx ends.
@@ -57,6 +49,7 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 	for {
 		if err := p.Measure(ctx); err != nil {
 			p.log.Warn("docker partition measurement failed", "err", err)
+			p.Fail(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -115,8 +108,6 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 			usage.ByCG[pod.UID] = total
 		}
 	}
-	p.mu.Lock()
-	p.state = usage
-	p.mu.Unlock()
+	p.Publish(usage.Read, usage)
 	return nil
 }

@@ -53,7 +53,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	if err := p.Measure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	got := p.Load()
+	got, _ := p.Load()
 	// The image once per CG, both writable layers.
 	if want := int64(100<<20 + 11<<20); got.ByCG["ua"] != want {
 		t.Errorf("ua %d bytes, want %d", got.ByCG["ua"], want)

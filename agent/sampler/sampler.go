@@ -5,10 +5,10 @@ package sampler
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
@@ -51,7 +51,7 @@ type Inventory interface {
 // Partition gives each container's docker-partition usage (image + writable layer),
 // measured at its own, slower interval.
 type Partition interface {
-	Load() PartitionUsage
+	Load() (PartitionUsage, <-chan struct{})
 }
 
 // PartitionUsage is the docker partition measured per CG.
@@ -73,10 +73,8 @@ type Sampler struct {
 	now       func() time.Time
 	log       *slog.Logger
 
-	mu       sync.Mutex
-	latest   *Snapshot
-	changed  chan struct{}
-	observer func(*Snapshot)
+	observer                 func(*Snapshot)
+	*latest.Value[*Snapshot] // nil before the first sample
 }
 
 // OnSample calls fn with every sample taken, before it is published.
@@ -84,14 +82,8 @@ func (s *Sampler) OnSample(fn func(*Snapshot)) { s.observer = fn }
 
 // New returns a sampler; now is the clock.
 func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, now func() time.Time, log *slog.Logger) *Sampler {
-	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, now: now, log: log, changed: make(chan struct{})}
-}
-
-// Load returns the latest snapshot (nil before the first) and a channel closed at the next.
-func (s *Sampler) Load() (*Snapshot, <-chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.latest, s.changed
+	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, now: now, log: log,
+		Value: latest.New[*Snapshot](nil)}
 }
 
 // Run samples every interval until ctx ends.
@@ -101,11 +93,12 @@ func (s *Sampler) Run(ctx context.Context) error {
 	for {
 		if snap, err := s.Sample(ctx); err != nil {
 			s.log.Warn("sample failed", "err", err)
+			s.Fail(err)
 		} else {
 			if s.observer != nil {
 				s.observer(snap)
 			}
-			s.publish(snap)
+			s.Publish(snap.Taken, snap)
 		}
 		select {
 		case <-ctx.Done():
@@ -113,14 +106,6 @@ func (s *Sampler) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-}
-
-func (s *Sampler) publish(snap *Snapshot) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.latest = snap
-	close(s.changed)
-	s.changed = make(chan struct{})
 }
 
 // Sample takes one sample now: the inventory, then one scan of every process.
@@ -131,7 +116,8 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Attribute(now, inv, scan, s.targets, s.partition.Load()), nil
+	part, _ := s.partition.Load()
+	return Attribute(now, inv, scan, s.targets, part), nil
 }
 
 // owner is who a container cgroup's records count for: its CG's tally group and its

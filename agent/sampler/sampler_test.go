@@ -29,7 +29,7 @@ func (f fixedScan) Close() error                                  { return nil }
 
 type fixedPartition struct{ u PartitionUsage }
 
-func (f fixedPartition) Load() PartitionUsage { return f.u }
+func (f fixedPartition) Load() (PartitionUsage, <-chan struct{}) { return f.u, nil }
 
 func targets(t *testing.T) *footprint.Targets {
 	t.Helper()

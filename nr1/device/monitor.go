@@ -3,9 +3,9 @@ package device
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -20,21 +20,14 @@ type Monitor struct {
 	interval time.Duration
 	log      *slog.Logger
 
-	mu      sync.Mutex
-	current Health
-	changed chan struct{} // closed and replaced on every change
+	*latest.Value[Health] // published on every change
 }
 
 // NewMonitor probes once at once, so Load is meaningful before Run starts.
 func NewMonitor(p Prober, interval time.Duration, log *slog.Logger) *Monitor {
-	return &Monitor{prober: p, interval: interval, log: log, current: p.Probe(), changed: make(chan struct{})}
-}
-
-// Load returns the current health and a channel closed at the next change.
-func (m *Monitor) Load() (Health, <-chan struct{}) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.current, m.changed
+	m := &Monitor{prober: p, interval: interval, log: log, Value: latest.New(Health{})}
+	m.Publish(time.Now(), p.Probe())
+	return m
 }
 
 // Run probes every interval until ctx ends.
@@ -51,19 +44,19 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
-// Update records h and wakes the watchers if it differs from the current health.
+// Update records h and wakes the watchers if it differs from the current health. Only
+// the monitor's loop calls it, so the comparison and the publication do not race.
 func (m *Monitor) Update(h Health) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h == m.current {
+	now := time.Now()
+	current, _ := m.Load()
+	if h == current {
+		m.Succeeded(now)
 		return
 	}
 	for r := range h {
-		if h[r] != m.current[r] {
+		if h[r] != current[r] {
 			m.log.Info("NR1 health changed", "resource", nr1.Resource(r).Name(), "healthy", h[r].Healthy, "reason", h[r].Reason)
 		}
 	}
-	m.current = h
-	close(m.changed)
-	m.changed = make(chan struct{})
+	m.Publish(now, h)
 }

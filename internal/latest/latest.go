@@ -1,0 +1,72 @@
+// Package latest holds the latest value a stage of the agent produced, wakes whoever
+// waits for the next one, and keeps the stage's health: when it last succeeded and why
+// it last failed. Every stage (device health, runtime, allocations, docker partition,
+// samples) publishes through one, so readers see one contract.
+package latest
+
+import (
+	"sync"
+	"time"
+)
+
+// Value is a stage's latest value. The zero Value is not usable; use New.
+type Value[T any] struct {
+	mu      sync.Mutex
+	v       T
+	changed chan struct{}
+	ok      time.Time // when the stage last succeeded
+	err     error     // why its last attempt failed; nil when it succeeded
+}
+
+// New returns a Value holding initial, with no success recorded yet.
+func New[T any](initial T) *Value[T] {
+	return &Value[T]{v: initial, changed: make(chan struct{})}
+}
+
+// Load returns the value and a channel closed when the next one is published.
+func (l *Value[T]) Load() (T, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.v, l.changed
+}
+
+// Publish records a success at that produced v, and wakes the waiters.
+func (l *Value[T]) Publish(at time.Time, v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.v, l.ok, l.err = v, at, nil
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// PublishFailing publishes v, waking the waiters, while the stage is failing for err:
+// a view kept and marked stale, say.
+func (l *Value[T]) PublishFailing(v T, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.v, l.err = v, err
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// Succeeded records a success at that changed nothing: nobody is woken.
+func (l *Value[T]) Succeeded(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ok, l.err = at, nil
+}
+
+// Fail records a failed attempt; the last value stays, and ages.
+func (l *Value[T]) Fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
+}
+
+// Health returns when the stage last succeeded (zero before its first success) and
+// why its last attempt failed (nil when it succeeded).
+func (l *Value[T]) Health() (lastSuccess time.Time, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok, l.err
+}

@@ -1,0 +1,68 @@
+package latest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestPublishWakesEveryWaiterOnce(t *testing.T) {
+	v := New(0)
+	got, changed := v.Load()
+	if got != 0 {
+		t.Fatalf("initial %d", got)
+	}
+	var wg sync.WaitGroup
+	seen := make([]int, 3)
+	for i := range seen {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-changed
+			seen[i], _ = v.Load()
+		}()
+	}
+	at := time.Unix(100, 0)
+	v.Publish(at, 7)
+	wg.Wait()
+	for i, s := range seen {
+		if s != 7 {
+			t.Errorf("waiter %d saw %d", i, s)
+		}
+	}
+	_, next := v.Load()
+	select {
+	case <-next:
+		t.Fatal("the next channel is closed before anything new is published")
+	default:
+	}
+	if ok, err := v.Health(); !ok.Equal(at) || err != nil {
+		t.Errorf("health %v %v", ok, err)
+	}
+}
+
+func TestFailureKeepsTheValueAndIsCleared(t *testing.T) {
+	v := New("")
+	if ok, err := v.Health(); !ok.IsZero() || err != nil {
+		t.Fatalf("before anything: %v %v", ok, err)
+	}
+	v.Publish(time.Unix(1, 0), "a")
+	_, changed := v.Load()
+	v.Fail(errors.New("runtime gone"))
+	if s, _ := v.Load(); s != "a" {
+		t.Errorf("value after a failure %q", s)
+	}
+	select {
+	case <-changed:
+		t.Error("a failure woke the waiters")
+	default:
+	}
+	if ok, err := v.Health(); !ok.Equal(time.Unix(1, 0)) || err == nil {
+		t.Errorf("health after a failure: %v %v", ok, err)
+	}
+	v.Succeeded(time.Unix(2, 0))
+	if ok, err := v.Health(); !ok.Equal(time.Unix(2, 0)) || err != nil {
+		t.Errorf("health after a success: %v %v", ok, err)
+	}
+}
