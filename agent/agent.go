@@ -52,9 +52,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		return fmt.Errorf("paths.cgroupfs: %w", err)
 	}
 	log.Info("cgroups", "mode", cgroups.Mode.String(), "v2", cgroups.V2)
-	watcher := runtime.NewWatcher(runtime.Options{
-		Endpoint: cfg.Runtime.Endpoint, Resync: cfg.Runtime.Resync.Duration, Poll: cfg.Sampling.Interval.Duration,
-	}, log)
+	cri := runtime.NewClient(cfg.Runtime.Endpoint)
+	defer cri.Close()
+	watcher := runtime.NewWatcher(cri, runtime.Options{Resync: cfg.Runtime.Resync.Duration, Poll: cfg.Sampling.Interval.Duration}, log)
 	podResources, err := allocation.Dial(cfg.PodResourcesSocket(), capacity)
 	if err != nil {
 		return err
@@ -67,13 +67,13 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		return err
 	}
 	defer source.Close()
-	partition := sampler.NewPartitionSampler(cfg.Runtime.Endpoint, watcher, cfg.Sampling.PartitionInterval.Duration, log)
+	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, log)
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, time.Now, log)
 	node := cfg.NodeName
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	act, pins, closeActuator := actuator(cfg, node, cgroups, log)
+	act, pins, closeActuator := actuator(cfg, node, cri, cgroups, log)
 	defer closeActuator()
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
 	enforcement, err := checkpoint.Restore(time.Now())

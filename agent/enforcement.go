@@ -9,6 +9,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -17,9 +18,9 @@ import (
 // and leave their actions failing loudly: no API server (standalone kubelet) means
 // Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
 // the throttles attached now (nil when they cannot be read).
-func actuator(cfg *config.Config, node string, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
+func actuator(cfg *config.Config, node string, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
-		Stopper:     &actuate.CRIStopper{Endpoint: cfg.Runtime.Endpoint},
+		Stopper:     cri,
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
 		Log:         log,
 	}

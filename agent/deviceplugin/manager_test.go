@@ -279,7 +279,9 @@ func TestReregistersWhenKubeletRestarts(t *testing.T) {
 
 	restarted := time.Now()
 	k2 := startStubKubelet(t, h.dir)
-	k2.waitFor(time.Second, "four registrations with the new kubelet within 1 s", func() bool {
+	// The resync is an hour: only the filesystem event can register again within this
+	// bound, which leaves room for a loaded machine (the latency is measured, not judged).
+	k2.waitFor(10*time.Second, "four registrations with the new kubelet", func() bool {
 		names := k2.registeredNames()
 		sort.Strings(names)
 		return slices.Equal(names, allNames())

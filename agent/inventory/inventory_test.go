@@ -120,7 +120,7 @@ func newWorld(t *testing.T) *world {
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	w.tracker = allocation.NewTracker(client, time.Hour, time.Now, discard())
-	w.watcher = runtime.NewWatcher(runtime.Options{Endpoint: "unix://" + w.cri.Socket, Resync: time.Hour}, discard())
+	w.watcher = runtime.NewWatcher(runtime.NewClient("unix://"+w.cri.Socket), runtime.Options{Resync: time.Hour}, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.watcher.Run(ctx) }()

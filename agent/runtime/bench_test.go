@@ -44,7 +44,7 @@ func BenchmarkRelist200(b *testing.B) {
 	defer conn.Close()
 	ctx := context.Background()
 	b.Run("known", func(b *testing.B) {
-		w := NewWatcher(Options{Resync: time.Hour}, discard())
+		w := NewWatcher(NewClient(""), Options{Resync: time.Hour}, discard())
 		if err := w.Relist(ctx, conn.RS); err != nil {
 			b.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func BenchmarkRelist200(b *testing.B) {
 	})
 	b.Run("cold", func(b *testing.B) {
 		for b.Loop() {
-			w := NewWatcher(Options{Resync: time.Hour}, discard())
+			w := NewWatcher(NewClient(""), Options{Resync: time.Hour}, discard())
 			if err := w.Relist(ctx, conn.RS); err != nil {
 				b.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func BenchmarkMemoryPerContainer(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		w := NewWatcher(Options{Resync: time.Hour}, discard())
+		w := NewWatcher(NewClient(""), Options{Resync: time.Hour}, discard())
 		if err := w.Relist(context.Background(), conn.RS); err != nil {
 			b.Fatal(err)
 		}

@@ -184,7 +184,7 @@ func findContainer(s *Snapshot, id string) *Container {
 
 func TestRealContainerd(t *testing.T) {
 	cd := startContainerd(t)
-	w := NewWatcher(Options{Endpoint: "unix://" + cd.socket, Resync: time.Hour, Poll: time.Second, MaxBackoff: 200 * time.Millisecond}, discard())
+	w := NewWatcher(NewClient("unix://"+cd.socket), Options{Resync: time.Hour, Poll: time.Second, MaxBackoff: 200 * time.Millisecond}, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

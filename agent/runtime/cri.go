@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -35,22 +36,40 @@ type Conn struct {
 // Close closes the connection.
 func (c *Conn) Close() error { return c.cc.Close() }
 
-// Dial connects to endpoint and checks it with the Version call.
+// Dial connects to endpoint and checks it with the Version call. The connection is
+// kept for the agent's life: gRPC reconnects by itself, within reconnectDelay of the
+// runtime's return, and calls fail at once while it is away.
 func Dial(ctx context.Context, endpoint string) (*Conn, error) {
 	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectDelay},
+			MinConnectTimeout: time.Second,
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("CRI endpoint %s: %w", endpoint, err)
 	}
-	rs := runtimeapi.NewRuntimeServiceClient(cc)
+	c := &Conn{Endpoint: endpoint, RS: runtimeapi.NewRuntimeServiceClient(cc), IS: runtimeapi.NewImageServiceClient(cc), cc: cc}
+	if err := c.version(ctx); err != nil {
+		_ = cc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// reconnectDelay bounds how long after the runtime's return the connection is back.
+const reconnectDelay = time.Second
+
+// version asks the runtime its name and version, which also tells it answers.
+func (c *Conn) version(ctx context.Context) error {
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	v, err := rs.Version(vctx, &runtimeapi.VersionRequest{})
+	v, err := c.RS.Version(vctx, &runtimeapi.VersionRequest{})
 	if err != nil {
-		_ = cc.Close()
-		return nil, fmt.Errorf("CRI endpoint %s: version: %w", endpoint, err)
+		return fmt.Errorf("CRI endpoint %s: version: %w", c.Endpoint, err)
 	}
-	return &Conn{Endpoint: endpoint, Runtime: v.RuntimeName + " " + v.RuntimeVersion, RS: rs, IS: runtimeapi.NewImageServiceClient(cc), cc: cc}, nil
+	c.Runtime = v.RuntimeName + " " + v.RuntimeVersion
+	return nil
 }
 
 // DialFirst connects to endpoint, or, when it is empty, to the first of the standard

@@ -19,8 +19,6 @@ import (
 
 // Options tune a Watcher.
 type Options struct {
-	// Endpoint is the CRI socket; empty detects one of DefaultEndpoints.
-	Endpoint string
 	// Resync is how often the full list is read again while events flow.
 	Resync time.Duration
 	// Poll is how often the list is read from a runtime without events.
@@ -31,8 +29,9 @@ type Options struct {
 
 // Watcher keeps an up-to-date view of the node's pods and containers.
 type Watcher struct {
-	opts Options
-	log  *slog.Logger
+	client *Client
+	opts   Options
+	log    *slog.Logger
 
 	mu         sync.Mutex
 	pods       map[string]*Pod       // by sandbox ID
@@ -44,13 +43,13 @@ type Watcher struct {
 	*latest.Value[*Snapshot] // immutable snapshots, published under mu
 }
 
-// NewWatcher returns a watcher; Run connects it.
-func NewWatcher(opts Options, log *slog.Logger) *Watcher {
+// NewWatcher returns a watcher of the runtime client talks to; Run connects it.
+func NewWatcher(client *Client, opts Options, log *slog.Logger) *Watcher {
 	if opts.MaxBackoff == 0 {
 		opts.MaxBackoff = 5 * time.Second
 	}
 	return &Watcher{
-		opts: opts, log: log,
+		client: client, opts: opts, log: log,
 		pods: map[string]*Pod{}, containers: map[string]*Container{}, sandboxOf: map[string]string{},
 		Value: latest.New(&Snapshot{}),
 	}
@@ -69,7 +68,12 @@ func (w *Watcher) Reconnects() int {
 func (w *Watcher) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		conn, err := DialFirst(ctx, w.opts.Endpoint)
+		conn, err := w.client.Conn(ctx)
+		if err == nil {
+			// Asked at every session: it tells the runtime answers again, and an
+			// upgraded runtime's new version.
+			err = conn.version(ctx)
+		}
 		if err == nil {
 			if attempt > 0 {
 				w.countReconnect()
@@ -77,7 +81,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.Info("connected to container runtime", "endpoint", conn.Endpoint, "runtime", conn.Runtime)
 			start := time.Now()
 			err = w.session(ctx, conn)
-			_ = conn.Close()
 			if time.Since(start) > 10*time.Second {
 				backoff = 100 * time.Millisecond // it was healthy for a while
 			}

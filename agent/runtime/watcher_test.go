@@ -37,7 +37,7 @@ func start(t *testing.T, noEvents bool, resync time.Duration) *rig {
 	}
 	t.Cleanup(cri.Stop)
 	r := &rig{cri: cri, done: make(chan error, 1)}
-	r.watcher = NewWatcher(Options{Endpoint: "unix://" + socket, Resync: resync, Poll: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, discard())
+	r.watcher = NewWatcher(NewClient("unix://"+socket), Options{Resync: resync, Poll: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- r.watcher.Run(ctx) }()
@@ -223,11 +223,10 @@ func TestKnownContainersCostNoStatusCall(t *testing.T) {
 	r := start(t, false, time.Hour)
 	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
 	calls := r.cri.Calls("ContainerStatus")
-	conn, err := Dial(context.Background(), r.watcher.opts.Endpoint)
+	conn, err := r.watcher.client.Conn(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	if err := r.watcher.Relist(context.Background(), conn.RS); err != nil {
 		t.Fatal(err)
 	}

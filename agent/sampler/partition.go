@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 )
@@ -17,35 +15,35 @@ type RuntimeView interface {
 	Load() (*runtime.Snapshot, <-chan struct{})
 }
 
+// Layers reads image and writable-layer sizes from the runtime.
+type Layers interface {
+	WritableLayer(ctx context.Context, containerID string) (int64, error)
+	ImageSize(ctx context.Context, ref string) (int64, error)
+}
+
 // PartitionSampler measures the docker partition per CG from CRI: the size of each of
 // its images (ImageStatus) plus the writable layers of its containers (ContainerStats).
 // An image used by several CGs is charged to each of them in full: each would need it
 // alone, and the partition holds it once only while they share it.
 type PartitionSampler struct {
-	endpoint string
+	layers   Layers
 	view     RuntimeView
 	interval time.Duration
 	log      *slog.Logger
 
-	conn *runtime.Conn
 	*latest.Value[PartitionUsage]
 }
 
 // NewPartitionSampler measures every interval (10 s by default: image sizes barely move
 // and ContainerStats costs the runtime a walk of each writable layer).
-func NewPartitionSampler(endpoint string, view RuntimeView, interval time.Duration, log *slog.Logger) *PartitionSampler {
-	return &PartitionSampler{endpoint: endpoint, view: view, interval: interval, log: log, Value: latest.New(PartitionUsage{})}
+func NewPartitionSampler(layers Layers, view RuntimeView, interval time.Duration, log *slog.Logger) *PartitionSampler {
+	return &PartitionSampler{layers: layers, view: view, interval: interval, log: log, Value: latest.New(PartitionUsage{})}
 }
 
 // Run measures until ctx ends.
 func (p *PartitionSampler) Run(ctx context.Context) error {
 	t := time.NewTicker(p.interval)
 	defer t.Stop()
-	defer func() {
-		if p.conn != nil {
-			_ = p.conn.Close()
-		}
-	}()
 	for {
 		if err := p.Measure(ctx); err != nil {
 			p.log.Warn("docker partition measurement failed", "err", err)
@@ -59,15 +57,9 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 	}
 }
 
-// Measure measures now.
+// Measure measures now. A container whose writable layer cannot be read leaves its CG
+// unknown; an image whose size cannot be read fails the whole measurement.
 func (p *PartitionSampler) Measure(ctx context.Context) error {
-	if p.conn == nil {
-		c, err := runtime.DialFirst(ctx, p.endpoint)
-		if err != nil {
-			return err
-		}
-		p.conn = c
-	}
 	view, _ := p.view.Load()
 	usage := PartitionUsage{Read: time.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}, Failed: map[string]string{}}
 	images := map[string]int64{}
@@ -78,13 +70,12 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 			if c.State != runtime.Running {
 				continue
 			}
-			st, err := p.conn.RS.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: c.ID})
+			w, err := p.layers.WritableLayer(ctx, c.ID)
 			if err != nil {
 				// A failed reading is unknown, not zero bytes: the CG is not judged on it.
-				usage.Failed[pod.UID] = fmt.Sprintf("ContainerStats of %s: %v", c.Name, err)
+				usage.Failed[pod.UID] = fmt.Sprintf("writable layer of %s: %v", c.Name, err)
 				break
 			}
-			w := int64(st.GetStats().GetWritableLayer().GetUsedBytes().GetValue()) //nolint:gosec // bytes fit
 			usage.ByCtr[c.ID] = w
 			total += w
 			if c.ImageRef == "" || seen[c.ImageRef] {
@@ -93,13 +84,9 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 			seen[c.ImageRef] = true
 			size, ok := images[c.ImageRef]
 			if !ok {
-				img, err := p.conn.IS.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: c.ImageRef}})
-				if err != nil {
-					_ = p.conn.Close()
-					p.conn = nil
-					return fmt.Errorf("image status of %s: %w", c.ImageRef, err)
+				if size, err = p.layers.ImageSize(ctx, c.ImageRef); err != nil {
+					return fmt.Errorf("image of %s/%s: %w", pod.Namespace, pod.Name, err)
 				}
-				size = int64(img.GetImage().GetSize()) //nolint:gosec // bytes fit
 				images[c.ImageRef] = size
 			}
 			total += size

@@ -49,7 +49,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 		{UID: "ua", Containers: []*runtime.Container{running("a1", "health-handler", "img-a"), running("a2", "sidecar", "img-a")}},
 		{UID: "ub", Containers: []*runtime.Container{running("b1", "health-handler", "img-b")}},
 	}}
-	p := NewPartitionSampler("unix://"+cri.Socket, fixedView{view}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{view}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := p.Measure(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,90 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Client is the agent's one connection to the CRI runtime, shared by the watcher, the
+// docker-partition sampler and the actuator. The first call connects (to the configured
+// endpoint, or the first standard socket that answers); the connection then lives as
+// long as the agent, reconnecting by itself.
+type Client struct {
+	endpoint string
+
+	mu   sync.Mutex
+	conn *Conn
+}
+
+// NewClient returns a client of endpoint (empty: detect one of DefaultEndpoints).
+func NewClient(endpoint string) *Client { return &Client{endpoint: endpoint} }
+
+// Conn returns the connection, connecting on first use; a failed connection is tried
+// again at the next call.
+func (c *Client) Conn(ctx context.Context) (*Conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		return c.conn, nil
+	}
+	conn, err := DialFirst(ctx, c.endpoint)
+	if err != nil {
+		return nil, err
+	}
+	c.conn = conn
+	return conn, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	err := c.conn.Close()
+	c.conn = nil
+	return err
+}
+
+// StopContainer stops a container, giving it timeout before SIGKILL.
+func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Duration) error {
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.RS.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: int64(timeout / time.Second)}); err != nil {
+		return fmt.Errorf("CRI StopContainer %s: %w", id, err)
+	}
+	return nil
+}
+
+// WritableLayer returns the bytes of a container's writable layer.
+func (c *Client) WritableLayer(ctx context.Context, id string) (int64, error) {
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	st, err := conn.RS.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: id})
+	if err != nil {
+		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
+	}
+	return int64(st.GetStats().GetWritableLayer().GetUsedBytes().GetValue()), nil //nolint:gosec // bytes fit
+}
+
+// ImageSize returns the size of an image.
+func (c *Client) ImageSize(ctx context.Context, ref string) (int64, error) {
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	img, err := conn.IS.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	if err != nil {
+		return 0, fmt.Errorf("CRI ImageStatus %s: %w", ref, err)
+	}
+	return int64(img.GetImage().GetSize()), nil //nolint:gosec // bytes fit
+}
