@@ -25,47 +25,8 @@ func (a Amounts) Max(b Amounts) Amounts {
 	return a
 }
 
-// Sub returns a - b.
-func (a Amounts) Sub(b Amounts) Amounts {
-	for i := range a {
-		a[i] -= b[i]
-	}
-	return a
-}
-
-// Fits reports whether every amount of a is at most the same amount of limit.
-func (a Amounts) Fits(limit Amounts) bool {
-	for i := range a {
-		if a[i] > limit[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// Exceeding lists the resources whose amount in a is above limit, in canonical order.
-func (a Amounts) Exceeding(limit Amounts) []Resource {
-	var over []Resource
-	for _, r := range All {
-		if a[r] > limit[r] {
-			over = append(over, r)
-		}
-	}
-	return over
-}
-
 // IsZero reports whether every amount is zero.
 func (a Amounts) IsZero() bool { return a == Amounts{} }
-
-// Negative returns the first resource with a negative amount, if any.
-func (a Amounts) Negative() (Resource, bool) {
-	for _, r := range All {
-		if a[r] < 0 {
-			return r, true
-		}
-	}
-	return 0, false
-}
 
 // String formats the amounts as "compute_dma_memory=3 cpu_dma_memory=0 ...".
 func (a Amounts) String() string {

@@ -32,23 +32,12 @@ func TestResourceNames(t *testing.T) {
 }
 
 func TestAmounts(t *testing.T) {
-	node := Amounts{116244, 512, 13417, 65536}
 	resnet := Amounts{3, 0, 2392, 7}
-	if got := node.Sub(resnet); got != (Amounts{116241, 512, 11025, 65529}) {
-		t.Errorf("Sub = %v", got)
-	}
 	if got := resnet.Add(resnet); got != (Amounts{6, 0, 4784, 14}) {
 		t.Errorf("Add = %v", got)
 	}
-	if !resnet.Fits(node) || node.Fits(resnet) {
-		t.Error("Fits wrong")
-	}
-	over := Amounts{3, 1, 2000, 8}.Exceeding(resnet)
-	if len(over) != 2 || over[0] != CPUDMAMemory || over[1] != HypervisorQueue {
-		t.Errorf("Exceeding = %v", over)
-	}
-	if r, ok := (Amounts{0, 0, -1, 0}).Negative(); !ok || r != DockerPartition {
-		t.Errorf("Negative = %v %v", r, ok)
+	if got := resnet.Max(Amounts{5, 1, 0, 7}); got != (Amounts{5, 1, 2392, 7}) {
+		t.Errorf("Max = %v", got)
 	}
 	if !(Amounts{}).IsZero() || resnet.IsZero() {
 		t.Error("IsZero wrong")

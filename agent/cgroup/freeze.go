@@ -3,8 +3,10 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 )
@@ -35,5 +37,30 @@ func (h Hierarchy) freezer(dir string, freeze bool) error {
 	if err != nil {
 		return fmt.Errorf("freezer %s: %w", dir, err)
 	}
+	if freeze {
+		return waitFrozen(dir)
+	}
 	return nil
+}
+
+// frozenWait bounds how long the kernel may take to stop every task of a cgroup.
+const frozenWait = 2 * time.Second
+
+// waitFrozen waits until the kernel reports every task of dir stopped: cgroup.freeze
+// says what was asked, cgroup.events what is done.
+func waitFrozen(dir string) error {
+	deadline := time.Now().Add(frozenWait)
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		if err != nil {
+			return fmt.Errorf("freezer %s: %w", dir, err)
+		}
+		if strings.Contains(string(b), "frozen 1") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("freezer %s: not frozen after %s", dir, frozenWait)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

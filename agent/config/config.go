@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/internal/jsontime"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
@@ -87,7 +88,7 @@ type DevicePlugin struct {
 }
 
 // Duration is a time.Duration written as "5s" in the configuration file.
-type Duration = enforce.Duration
+type Duration = jsontime.Duration
 
 // Default is the configuration with nothing set.
 func Default() Config {

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-
-	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 )
 
 // unknownField returns the dotted path of the first field in doc (a decoded YAML/JSON
@@ -17,7 +15,7 @@ func unknownField(doc any, t reflect.Type, prefix string) string {
 	}
 	switch v := doc.(type) {
 	case map[string]any:
-		if t.Kind() != reflect.Struct || t == reflect.TypeOf(Duration{}) || t == reflect.TypeOf(enforce.Duration{}) {
+		if t.Kind() != reflect.Struct || t == reflect.TypeOf(Duration{}) {
 			return ""
 		}
 		fields := jsonFields(t)

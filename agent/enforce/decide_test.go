@@ -73,7 +73,7 @@ func TestDecide(t *testing.T) {
 	hog := nr1.Amounts{0, 0, 0, 20}        // 20 queues of 7: past the hard ratio
 	slightlyUnder := nr1.Amounts{29 * mb / 10, 0, 0, 0}
 	def := DefaultPolicy()
-	def.Warmup = Duration{0}
+	def.Warmup = Duration{Duration: 0}
 	steady := func(u nr1.Amounts) func(int) *sampler.Snapshot {
 		return func(s int) *sampler.Snapshot { return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u)) }
 	}
@@ -93,7 +93,7 @@ func TestDecide(t *testing.T) {
 			want: "0:warn/compute_dma_memory(dry) 5:throttle/compute_dma_memory(dry) 15:kill/compute_dma_memory(dry)"},
 		{name: "exempt namespace", seconds: 30, at: steady(over), policy: func(p Policy) Policy { p.ExemptNamespaces = []string{"default"}; return p }, want: ""},
 		{name: "agent warm-up delays the ladder", seconds: 30, at: steady(over),
-			policy: func(p Policy) Policy { p.Warmup = Duration{time.Hour + 10*time.Second}; return p },
+			policy: func(p Policy) Policy { p.Warmup = Duration{Duration: time.Hour + 10*time.Second}; return p },
 			want:   "10:warn/compute_dma_memory 15:throttle/compute_dma_memory 25:kill/compute_dma_memory"},
 		{name: "hysteresis: a dip not held long enough keeps the ladder going", seconds: 30,
 			at: func(s int) *sampler.Snapshot {
@@ -151,7 +151,7 @@ func TestDecide(t *testing.T) {
 
 func TestUncertainAttributionDoesNothing(t *testing.T) {
 	p := DefaultPolicy()
-	p.Warmup = Duration{0}
+	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
 	overCG := func() *sampler.CG { return cg("a", nr1.Amounts{0, 0, 0, 20}) }
 	unknown := overCG()
@@ -175,7 +175,7 @@ func TestUncertainAttributionDoesNothing(t *testing.T) {
 
 func TestRateLimitDefersActions(t *testing.T) {
 	p := DefaultPolicy()
-	p.Warmup, p.MaxActionsPerMinute = Duration{0}, 3
+	p.Warmup, p.MaxActionsPerMinute = Duration{Duration: 0}, 3
 	var cgs []*sampler.CG
 	for i := range 5 {
 		cgs = append(cgs, cg(fmt.Sprint(i), nr1.Amounts{0, 0, 0, 20}))
@@ -203,7 +203,7 @@ func TestRateLimitDefersActions(t *testing.T) {
 
 func TestExemptionAndBadAnnotation(t *testing.T) {
 	p := DefaultPolicy()
-	p.Warmup = Duration{0}
+	p.Warmup = Duration{Duration: 0}
 	exempt := cg("e", nr1.Amounts{0, 0, 0, 20})
 	exempt.Annotations = map[string]string{AnnotationKey: "disabled"}
 	bad := cg("b", nr1.Amounts{0, 0, 0, 20})
@@ -220,7 +220,7 @@ func TestExemptionAndBadAnnotation(t *testing.T) {
 
 func TestKillTargetsTheConsumer(t *testing.T) {
 	p := DefaultPolicy()
-	p.Warmup = Duration{0}
+	p.Warmup = Duration{Duration: 0}
 	c := cg("a", nr1.Amounts{0, 0, 0, 20})
 	c.PerContainer = map[string]nr1.Amounts{"health-handler": {0, 0, 0, 18}, "graph": {0, 0, 0, 2}}
 	got := Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), p)
@@ -240,7 +240,7 @@ func TestKillTargetsTheConsumer(t *testing.T) {
 
 func TestEvictionRefusedFallsBackToKillOnHardBreach(t *testing.T) {
 	p := DefaultPolicy()
-	p.Warmup = Duration{0}
+	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
 	full := cg("a", nr1.Amounts{0, 0, 5000 * mb, 0}) // past twice the partition allocation
 	got := Decide(t0, snap(t0, full), st, p)
@@ -267,8 +267,8 @@ func TestPolicyValidate(t *testing.T) {
 	}
 	p := DefaultPolicy()
 	p.Mode = "lenient"
-	p.Resources.DockerPartition.Ladder = []Step{{Throttle, Duration{0}}}
-	p.Resources.ComputeDMAMemory.Ladder = []Step{{Kill, Duration{0}}, {Warn, Duration{time.Second}}}
+	p.Resources.DockerPartition.Ladder = []Step{{Throttle, Duration{Duration: 0}}}
+	p.Resources.ComputeDMAMemory.Ladder = []Step{{Kill, Duration{Duration: 0}}, {Warn, Duration{Duration: time.Second}}}
 	p.Resources.HypervisorQueue.HardRatio = 0.5
 	err := p.Validate("enforcement")
 	for _, want := range []string{
@@ -285,7 +285,7 @@ func TestPolicyValidate(t *testing.T) {
 
 func TestGoneCGLosesItsThrottle(t *testing.T) {
 	p := DefaultPolicy()
-	p.Warmup = Duration{0}
+	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
 	st.AdoptThrottle("left-by-an-earlier-run")
 	got := Decide(t0, snap(t0, cg("a", nr1.Amounts{})), st, p)

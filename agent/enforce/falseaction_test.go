@@ -14,7 +14,7 @@ import (
 
 func noWarmup() Policy {
 	p := DefaultPolicy()
-	p.Warmup = Duration{0}
+	p.Warmup = Duration{Duration: 0}
 	return p
 }
 

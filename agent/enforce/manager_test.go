@@ -156,7 +156,7 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	st.SyncThrottles([]string{"a"})
 	act2 := &actuator{}
 	p := DefaultPolicy()
-	p.Warmup = Duration{2 * time.Second}
+	p.Warmup = Duration{Duration: 2 * time.Second}
 	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk.Now, quiet())
 	steps(m2, clk, 10, nr1.Amounts{4 * mb, 0, 0, 0})
 	// Over since 0 s; the restart at 7 s; warm-up to 9 s; the kill due at 15 s.

@@ -4,11 +4,11 @@
 package enforce
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/neureality-sdk/nr1-agent/internal/jsontime"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -37,24 +37,7 @@ const (
 )
 
 // Duration is a time.Duration written as "5s".
-type Duration struct{ time.Duration }
-
-// UnmarshalJSON reads a Go duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"5s\", got %s", b)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("want a duration such as \"5s\", got %q", s)
-	}
-	d.Duration = v
-	return nil
-}
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) } //nolint:wrapcheck // cannot fail
+type Duration = jsontime.Duration
 
 // Step is one rung of a ladder: an action taken once the CG has been over for After.
 type Step struct {
@@ -124,16 +107,16 @@ type Policy struct {
 // allocation of DMA memory or queues (at once at twice the allocation), and evicts a CG
 // 20 s over its docker partition.
 func DefaultPolicy() Policy {
-	memory := ResourcePolicy{Ladder: []Step{{Warn, Duration{0}}, {Throttle, Duration{5 * time.Second}}, {Kill, Duration{15 * time.Second}}}, HardRatio: 2}
+	memory := ResourcePolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Throttle, Duration{Duration: 5 * time.Second}}, {Kill, Duration{Duration: 15 * time.Second}}}, HardRatio: 2}
 	return Policy{
-		Mode: Enforce, Warmup: Duration{10 * time.Second}, ContainerWarmup: Duration{2 * time.Second},
-		Margin: 0.05, Hold: Duration{10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{5 * time.Second},
-		MaxAllocationAge: Duration{5 * time.Second}, MaxPartitionAge: Duration{35 * time.Second},
+		Mode: Enforce, Warmup: Duration{Duration: 10 * time.Second}, ContainerWarmup: Duration{Duration: 2 * time.Second},
+		Margin: 0.05, Hold: Duration{Duration: 10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{Duration: 5 * time.Second},
+		MaxAllocationAge: Duration{Duration: 5 * time.Second}, MaxPartitionAge: Duration{Duration: 35 * time.Second},
 		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
-		KillTimeout: Duration{5 * time.Second}, EvictFallback: Duration{30 * time.Second},
+		KillTimeout: Duration{Duration: 5 * time.Second}, EvictFallback: Duration{Duration: 30 * time.Second},
 		Resources: Resources{
 			ComputeDMAMemory: memory, CPUDMAMemory: memory, HypervisorQueue: memory,
-			DockerPartition: ResourcePolicy{Ladder: []Step{{Warn, Duration{0}}, {Evict, Duration{20 * time.Second}}}, HardRatio: 2},
+			DockerPartition: ResourcePolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Evict, Duration{Duration: 20 * time.Second}}}, HardRatio: 2},
 		},
 	}
 }

@@ -6,10 +6,8 @@
 package footprint
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -73,26 +71,6 @@ type Source interface {
 // Usage is what a cgroup holds of each resource, in base units: bytes for memory
 // resources (mapped bytes), handles (or the fdinfo value) for the others.
 type Usage = nr1.Amounts
-
-// Normalize sorts the detail so that two scans of the same state compare equal, and
-// renumbers descriptions by first appearance (their raw values are source-specific).
-func (s *Scan) Normalize() {
-	slices.SortFunc(s.Mappings, func(a, b Mapping) int {
-		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Start, b.Start))
-	})
-	slices.SortFunc(s.Handles, func(a, b Handle) int {
-		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.FD, b.FD))
-	})
-	renum := map[uint64]uint64{}
-	for i := range s.Handles {
-		id, ok := renum[s.Handles[i].Description]
-		if !ok {
-			id = uint64(len(renum) + 1)
-			renum[s.Handles[i].Description] = id
-		}
-		s.Handles[i].Description = id
-	}
-}
 
 func (m Measure) String() string {
 	switch m {

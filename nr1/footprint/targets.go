@@ -82,9 +82,6 @@ func (t Target) key() bpf.TargetKey {
 // At returns target i.
 func (t *Targets) At(i int) Target { return t.list[i] }
 
-// Len is the number of targets.
-func (t *Targets) Len() int { return len(t.list) }
-
 // Keys maps each target's kernel identity to its index.
 func (t *Targets) Keys() map[bpf.TargetKey]uint32 {
 	out := make(map[bpf.TargetKey]uint32, len(t.list))
