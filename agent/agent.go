@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 			Registrations: manager.Registrations, Mismatches: inv.Mismatches,
 		}),
 		metrics.NewStageCollector(map[string]metrics.Stage{
-			"device_health": monitor, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
+			"device_health": monitor, "device_plugins": manager, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
 		}))
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)

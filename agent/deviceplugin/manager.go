@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -54,7 +56,18 @@ type Manager struct {
 	registrations int
 	started       int64 // unix seconds, in socket names
 	serves        int64
+
+	// passes counts finished reconcile passes; it fails while a pass leaves something
+	// to retry (a socket not served, a registration refused).
+	passes *latest.Value[int]
 }
+
+// Passes returns how many reconcile passes have finished, and a channel closed at the
+// next: a caller that changed something can wait until the manager has looked at it.
+func (m *Manager) Passes() (int, <-chan struct{}) { return m.passes.Load() }
+
+// Health reports when every plugin was last served and registered, and what is left.
+func (m *Manager) Health() (time.Time, error) { return m.passes.Health() }
 
 // Socket is the path the plugin for r is served on now ("" when not served).
 func (m *Manager) Socket(r nr1.Resource) string {
@@ -66,7 +79,8 @@ func (m *Manager) Socket(r nr1.Resource) string {
 // NewManager returns a manager for plugins with sockets in dir (<kubelet root>/device-plugins).
 // resync bounds how long a missed filesystem event can go unnoticed.
 func NewManager(dir string, plugins []*Plugin, resync time.Duration, log *slog.Logger) *Manager {
-	return &Manager{dir: dir, plugins: plugins, resync: resync, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix()}
+	return &Manager{dir: dir, plugins: plugins, resync: resync, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix(),
+		passes: latest.New(0)}
 }
 
 // Registered reports whether the plugin for r is registered with the running kubelet.
@@ -115,12 +129,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	defer retry.Stop()
 	backoff := retryMin
-	for {
+	for pass := 1; ; pass++ {
 		if m.reconcile(ctx, s) {
 			backoff = retryMin
+			m.passes.Publish(time.Now(), pass)
 		} else {
 			retry.Reset(backoff)
 			backoff = min(backoff*2, m.resync)
+			m.passes.PublishFailing(pass, errUnsettled)
 		}
 		select {
 		case <-retry.C:
@@ -147,6 +163,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 	}
 }
+
+var errUnsettled = errors.New("a plugin is not served or not registered yet; retrying")
 
 const (
 	retryMin = 50 * time.Millisecond

@@ -333,10 +333,19 @@ func TestChmodOfKubeletSocketIsNotARestart(t *testing.T) {
 	h := startManager(t)
 	k := startStubKubelet(t, h.dir)
 	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+	before, next := h.manager.Passes()
 	if err := os.Chmod(filepath.Join(h.dir, KubeletSocketName), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The chmod's event wakes the manager (the resync is an hour): once a pass after it
+	// has finished, the manager has judged the chmod.
+	for passes := before; passes == before; passes, next = h.manager.Passes() {
+		select {
+		case <-next:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no reconcile pass after the chmod's event")
+		}
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if len(k.requests) != 4 {
