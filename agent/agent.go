@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
@@ -40,7 +40,8 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		log.Info("NR1 capacity", "resource", r.Name(), "units", capacity[r], "source", sources[r])
 	}
 
-	monitor := device.NewMonitor(nr1Device, cfg.DevicePlugin.HealthInterval.Duration, log)
+	clk := clock.RealClock{}
+	monitor := device.NewMonitor(nr1Device, cfg.DevicePlugin.HealthInterval.Duration, clk, log)
 	plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
 	for _, r := range nr1.All {
 		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], nr1Device.Files(r), monitor))
@@ -60,15 +61,15 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		return err
 	}
 	defer podResources.Close()
-	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, time.Now, log)
+	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, clk, log)
 	inv := inventory.NewBuilder(watcher, tracker, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
 	source, targets, err := footprintSource(cfg, cgroups.V2, log)
 	if err != nil {
 		return err
 	}
 	defer source.Close()
-	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, log)
-	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, time.Now, log)
+	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
+	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, clk, log)
 	node := cfg.NodeName
 	if node == "" {
 		node, _ = os.Hostname()
@@ -76,14 +77,14 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	act, pins, closeActuator := actuator(cfg, node, cri, cgroups, log)
 	defer closeActuator()
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
-	enforcement, err := checkpoint.Restore(time.Now())
+	enforcement, err := checkpoint.Restore(clk.Now())
 	if err != nil {
 		log.Error("enforcement checkpoint unreadable: ladders start afresh", "err", err)
 	}
 	if pins != nil {
 		enforcement.SyncThrottles(pins)
 	}
-	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, time.Now, log)
+	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
 	log.Info("enforcement", "mode", cfg.Enforcement.Mode, "checkpoint", checkpoint.Path, "throttled", enforcement.Throttled())
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}

@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/loop"
 )
 
 // Lister reads the allocation table.
@@ -25,36 +28,28 @@ type State struct {
 type Tracker struct {
 	lister   Lister
 	interval time.Duration
-	now      func() time.Time
+	clock    clock.WithTicker
 	log      *slog.Logger
 
 	*latest.Value[State]
 }
 
-// NewTracker returns a tracker reading lister every interval; now is the clock.
-func NewTracker(lister Lister, interval time.Duration, now func() time.Time, log *slog.Logger) *Tracker {
-	return &Tracker{lister: lister, interval: interval, now: now, log: log, Value: latest.New(State{})}
+// NewTracker returns a tracker reading lister every interval of clk.
+func NewTracker(lister Lister, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Tracker {
+	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, Value: latest.New(State{})}
 }
 
 // Run reads until ctx ends.
 func (t *Tracker) Run(ctx context.Context) error {
-	tick := time.NewTicker(t.interval)
-	defer tick.Stop()
-	for {
-		t.Refresh(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-	}
+	loop.Every(ctx, t.clock, t.interval, t.Refresh)
+	return nil
 }
 
 // Refresh reads the table now. A failure keeps the last table with its read time, so
 // that it ages into unknown, and records the error.
 func (t *Tracker) Refresh(ctx context.Context) {
 	table, err := t.lister.List(ctx)
-	read := t.now()
+	read := t.clock.Now()
 	_, failing := t.Health()
 	if err != nil {
 		if failing == nil {

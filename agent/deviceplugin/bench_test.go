@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -46,7 +47,7 @@ func allocateRequest(n int) *pluginapi.AllocateRequest {
 // plugin's real gRPC socket as the kubelet calls it.
 func BenchmarkAllocate(b *testing.B) {
 	p := NewPlugin(nr1.ComputeDMAMemory, nodeCapacity[nr1.ComputeDMAMemory],
-		[]device.File{{Path: "/dev/null"}}, device.NewMonitor(fixedProber{healthy()}, time.Hour, discard()))
+		[]device.File{{Path: "/dev/null"}}, device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()))
 	req := allocateRequest(50000)
 	b.Run("in-process", func(b *testing.B) {
 		for b.Loop() {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -65,7 +66,7 @@ func startManager(t *testing.T) *harness {
 	}
 	h := &harness{
 		dir:     dir,
-		monitor: device.NewMonitor(fixedProber{healthy()}, time.Hour, discard()),
+		monitor: device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()),
 		files: map[nr1.Resource][]device.File{
 			nr1.ComputeDMAMemory: {{Path: dma, ContainerPath: "/dev/nr1/compute_dma"}},
 			nr1.HypervisorQueue:  {{Path: "/dev/null"}}, // a character device present everywhere

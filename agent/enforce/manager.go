@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -42,7 +44,7 @@ type Manager struct {
 	policy     Policy
 	act        Actuator
 	checkpoint Checkpointer
-	now        func() time.Time
+	clock      clock.PassiveClock
 	log        *slog.Logger
 
 	mu       sync.Mutex
@@ -60,9 +62,9 @@ type Count struct {
 }
 
 // NewManager runs enforcement from st (a new state, or one restored from a checkpoint),
-// saving it with checkpoint after every step that acted; now is the clock.
-func NewManager(samples Samples, policy Policy, act Actuator, st *State, checkpoint Checkpointer, now func() time.Time, log *slog.Logger) *Manager {
-	return &Manager{samples: samples, policy: policy, act: act, checkpoint: checkpoint, now: now, log: log, state: st, counts: map[Count]int{}}
+// saving it with checkpoint after every step that acted.
+func NewManager(samples Samples, policy Policy, act Actuator, st *State, checkpoint Checkpointer, clk clock.PassiveClock, log *slog.Logger) *Manager {
+	return &Manager{samples: samples, policy: policy, act: act, checkpoint: checkpoint, clock: clk, log: log, state: st, counts: map[Count]int{}}
 }
 
 // Counts returns the actions handed to the actuator since start.
@@ -91,7 +93,7 @@ func (m *Manager) Healthy() error {
 	if m.acting.IsZero() {
 		return nil
 	}
-	if d := m.now().Sub(m.acting); d > m.deadline+actionTimeout {
+	if d := m.clock.Now().Sub(m.acting); d > m.deadline+actionTimeout {
 		return fmt.Errorf("enforcement stalled: one action under way for %s", d.Round(time.Second))
 	}
 	return nil
@@ -118,12 +120,12 @@ func (m *Manager) Run(ctx context.Context) error {
 // next is taken.
 func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
 	m.mu.Lock()
-	actions := Decide(m.now(), snap, m.state, m.policy)
+	actions := Decide(m.clock.Now(), snap, m.state, m.policy)
 	m.mu.Unlock()
 	for _, a := range actions {
 		err := m.do(ctx, a)
 		m.mu.Lock()
-		failed := m.state.Outcome(a, err, m.now())
+		failed := m.state.Outcome(a, err, m.clock.Now())
 		m.counts[Count{Kind: a.Kind, DryRun: a.DryRun, Failed: failed}]++
 		m.mu.Unlock()
 	}
@@ -145,7 +147,7 @@ func (m *Manager) do(ctx context.Context, a Action) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	m.mu.Lock()
-	m.acting, m.deadline = m.now(), d
+	m.acting, m.deadline = m.clock.Now(), d
 	m.mu.Unlock()
 	err := m.act.Act(ctx, a)
 	m.mu.Lock()

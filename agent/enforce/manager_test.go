@@ -16,19 +16,21 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// clock is a fake clock the test moves by hand.
-type clock struct {
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *clock) Now() time.Time {
+func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *clock) Step(d time.Duration) {
+func (c *fakeClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+func (c *fakeClock) Step(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
@@ -76,7 +78,7 @@ func (f *actuator) Taken() string {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // steps runs the manager on one sample per second of the fake clock.
-func steps(m *Manager, clk *clock, n int, usage nr1.Amounts) {
+func steps(m *Manager, clk *fakeClock, n int, usage nr1.Amounts) {
 	for range n {
 		m.Step(context.Background(), snap(clk.Now(), cg("a", usage)))
 		clk.Step(time.Second)
@@ -84,14 +86,14 @@ func steps(m *Manager, clk *clock, n int, usage nr1.Amounts) {
 }
 
 func TestManagerAdvancesOnOutcomes(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := &fakeClock{now: t0}
 	act := &actuator{fail: func(a Action) error {
 		if a.Kind == Throttle {
 			return errors.New("bpffs: permission denied")
 		}
 		return nil
 	}}
-	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk.Now, quiet())
+	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
 	steps(m, clk, 12, nr1.Amounts{4 * mb, 0, 0, 0})
 	// The throttle fails at 5 s and is retried at 6 s, 8 s and 12 s (backoff 1, 2, 4 s);
 	// the kill is not held back by it at 15 s.
@@ -111,9 +113,9 @@ func TestManagerAdvancesOnOutcomes(t *testing.T) {
 
 func TestManagerReportsAStalledAction(t *testing.T) {
 	p0 := noWarmup()
-	clk := &clock{now: t0}
+	clk := &fakeClock{now: t0}
 	act := &actuator{block: make(chan struct{}), started: make(chan struct{})}
-	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk.Now, quiet())
+	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -141,9 +143,9 @@ func TestManagerReportsAStalledAction(t *testing.T) {
 // from zero, and its throttles are the pinned ones.
 func TestCheckpointSurvivesARestart(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "enforcement.json")
-	clk := &clock{now: t0}
+	clk := &fakeClock{now: t0}
 	act := &actuator{}
-	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), FileCheckpoint{Path: path}, clk.Now, quiet())
+	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), FileCheckpoint{Path: path}, clk, quiet())
 	steps(m, clk, 7, nr1.Amounts{4 * mb, 0, 0, 0})
 	if got := act.Taken(); got != "warn/cg-a throttle/cg-a" {
 		t.Fatalf("before the restart %q", got)
@@ -157,7 +159,7 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	act2 := &actuator{}
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 2 * time.Second}
-	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk.Now, quiet())
+	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk, quiet())
 	steps(m2, clk, 10, nr1.Amounts{4 * mb, 0, 0, 0})
 	// Over since 0 s; the restart at 7 s; warm-up to 9 s; the kill due at 15 s.
 	if got := act2.Taken(); got != "kill/cg-a" {

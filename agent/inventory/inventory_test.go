@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
@@ -119,7 +120,7 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	w.tracker = allocation.NewTracker(client, time.Hour, time.Now, discard())
+	w.tracker = allocation.NewTracker(client, time.Hour, clock.RealClock{}, discard())
 	w.watcher = runtime.NewWatcher(runtime.NewClient("unix://"+w.cri.Socket), runtime.Options{Resync: time.Hour}, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -6,8 +6,11 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/loop"
 )
 
 // RuntimeView is the runtime watcher's latest view.
@@ -29,6 +32,7 @@ type PartitionSampler struct {
 	layers   Layers
 	view     RuntimeView
 	interval time.Duration
+	clock    clock.WithTicker
 	log      *slog.Logger
 
 	*latest.Value[PartitionUsage]
@@ -36,32 +40,26 @@ type PartitionSampler struct {
 
 // NewPartitionSampler measures every interval (10 s by default: image sizes barely move
 // and ContainerStats costs the runtime a walk of each writable layer).
-func NewPartitionSampler(layers Layers, view RuntimeView, interval time.Duration, log *slog.Logger) *PartitionSampler {
-	return &PartitionSampler{layers: layers, view: view, interval: interval, log: log, Value: latest.New(PartitionUsage{})}
+func NewPartitionSampler(layers Layers, view RuntimeView, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *PartitionSampler {
+	return &PartitionSampler{layers: layers, view: view, interval: interval, clock: clk, log: log, Value: latest.New(PartitionUsage{})}
 }
 
 // Run measures until ctx ends.
 func (p *PartitionSampler) Run(ctx context.Context) error {
-	t := time.NewTicker(p.interval)
-	defer t.Stop()
-	for {
+	loop.Every(ctx, p.clock, p.interval, func(ctx context.Context) {
 		if err := p.Measure(ctx); err != nil {
 			p.log.Warn("docker partition measurement failed", "err", err)
 			p.Fail(err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
+	})
+	return nil
 }
 
 // Measure measures now. A container whose writable layer cannot be read leaves its CG
 // unknown; an image whose size cannot be read fails the whole measurement.
 func (p *PartitionSampler) Measure(ctx context.Context) error {
 	view, _ := p.view.Load()
-	usage := PartitionUsage{Read: time.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}, Failed: map[string]string{}}
+	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}, Failed: map[string]string{}}
 	images := map[string]int64{}
 	for _, pod := range view.Pods {
 		seen := map[string]bool{}

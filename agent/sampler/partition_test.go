@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
@@ -49,7 +50,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 		{UID: "ua", Containers: []*runtime.Container{running("a1", "health-handler", "img-a"), running("a2", "sidecar", "img-a")}},
 		{UID: "ub", Containers: []*runtime.Container{running("b1", "health-handler", "img-b")}},
 	}}
-	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{view}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{view}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := p.Measure(context.Background()); err != nil {
 		t.Fatal(err)
 	}

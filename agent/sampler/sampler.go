@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
@@ -70,7 +73,7 @@ type Sampler struct {
 	targets   *footprint.Targets
 	partition Partition
 	interval  time.Duration
-	now       func() time.Time
+	clock     clock.WithTicker
 	log       *slog.Logger
 
 	observer                 func(*Snapshot)
@@ -80,37 +83,34 @@ type Sampler struct {
 // OnSample calls fn with every sample taken, before it is published.
 func (s *Sampler) OnSample(fn func(*Snapshot)) { s.observer = fn }
 
-// New returns a sampler; now is the clock.
-func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, now func() time.Time, log *slog.Logger) *Sampler {
-	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, now: now, log: log,
+// New returns a sampler sampling every interval of clk.
+func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Sampler {
+	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, clock: clk, log: log,
 		Value: latest.New[*Snapshot](nil)}
 }
 
 // Run samples every interval until ctx ends.
 func (s *Sampler) Run(ctx context.Context) error {
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		if snap, err := s.Sample(ctx); err != nil {
-			s.log.Warn("sample failed", "err", err)
-			s.Fail(err)
-		} else {
-			if s.observer != nil {
-				s.observer(snap)
-			}
-			s.Publish(snap.Taken, snap)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+	loop.Every(ctx, s.clock, s.interval, s.step)
+	return nil
+}
+
+func (s *Sampler) step(ctx context.Context) {
+	snap, err := s.Sample(ctx)
+	if err != nil {
+		s.log.Warn("sample failed", "err", err)
+		s.Fail(err)
+		return
 	}
+	if s.observer != nil {
+		s.observer(snap)
+	}
+	s.Publish(snap.Taken, snap)
 }
 
 // Sample takes one sample now: the inventory, then one scan of every process.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
-	now := s.now()
+	now := s.clock.Now()
 	inv := s.inv.Build(now)
 	scan, err := s.source.Scan(ctx)
 	if err != nil {

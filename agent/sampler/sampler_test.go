@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	testingclock "k8s.io/utils/clock/testing"
+
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
@@ -49,7 +51,7 @@ func targets(t *testing.T) *footprint.Targets {
 	return tg
 }
 
-func fixture(t *testing.T) (*Sampler, time.Time) {
+func fixture(t *testing.T) (*Sampler, *testingclock.FakeClock) {
 	t.Helper()
 	inv := &inventory.Snapshot{RuntimeConnected: true, AllocationRead: time.Unix(100, 0), CGs: []*inventory.CG{
 		{UID: "u1", Namespace: "default", Name: "resnet50", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
@@ -72,13 +74,14 @@ func fixture(t *testing.T) (*Sampler, time.Time) {
 	}
 	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]int64{"u1": 2000 << 20}, ByCtr: map[string]int64{"hh": 100 << 20},
 		Failed: map[string]string{"u2": "ContainerStats of health-handler: deadline exceeded"}}
-	now := time.Unix(200, 0)
+	clk := testingclock.NewFakeClock(time.Unix(200, 0))
 	return New(fixedInventory{inv}, fixedScan{scan}, targets(t), fixedPartition{part}, time.Second,
-		func() time.Time { return now }, slog.New(slog.NewTextHandler(io.Discard, nil))), now
+		clk, slog.New(slog.NewTextHandler(io.Discard, nil))), clk
 }
 
 func TestSampleAttributesByCgroup(t *testing.T) {
-	s, now := fixture(t)
+	s, clk := fixture(t)
+	now := clk.Now()
 	snap, err := s.Sample(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -187,23 +190,19 @@ func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 }
 
 func TestRunPublishesEveryInterval(t *testing.T) {
-	s, _ := fixture(t)
-	s.interval = 10 * time.Millisecond
+	s, clk := fixture(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	_, changed := s.Load()
 	go func() { done <- s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	var changed <-chan struct{}
-	for n := 0; n < 3; n++ {
-		snap, ch := s.Load()
-		if n > 0 && snap == nil {
-			t.Fatal("no snapshot published")
+	for n := range 3 {
+		<-changed // the sample at start, then one per interval of the clock
+		snap, next := s.Load()
+		if want := time.Unix(200+int64(n), 0); snap == nil || !snap.Taken.Equal(want) {
+			t.Fatalf("sample %d: %v, want taken at %v", n, snap, want)
 		}
-		changed = ch
-		select {
-		case <-changed:
-		case <-time.After(time.Second):
-			t.Fatalf("no sample %d within a second", n)
-		}
+		changed = next
+		clk.Step(time.Second)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -160,7 +161,7 @@ func TestMonitorWakesWatchersOnChange(t *testing.T) {
 	healthy := Health{{Healthy: true}, {Healthy: true}, {Healthy: true}, {Healthy: true}}
 	sick := healthy
 	sick[nr1.ComputeDMAMemory] = Status{Reason: "gone"}
-	m := NewMonitor(&probes{healthy}, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	m := NewMonitor(&probes{healthy}, 0, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	h, changed := m.Load()
 	if h != healthy {
 		t.Fatalf("initial %+v", h)

@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -18,36 +21,30 @@ type Prober interface {
 type Monitor struct {
 	prober   Prober
 	interval time.Duration
+	clock    clock.WithTicker
 	log      *slog.Logger
 
 	*latest.Value[Health] // published on every change
 }
 
-// NewMonitor probes once at once, so Load is meaningful before Run starts.
-func NewMonitor(p Prober, interval time.Duration, log *slog.Logger) *Monitor {
-	m := &Monitor{prober: p, interval: interval, log: log, Value: latest.New(Health{})}
-	m.Publish(time.Now(), p.Probe())
+// NewMonitor probes once at once, so Load is meaningful before Run starts; it probes
+// again every interval of clk.
+func NewMonitor(p Prober, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Monitor {
+	m := &Monitor{prober: p, interval: interval, clock: clk, log: log, Value: latest.New(Health{})}
+	m.Publish(clk.Now(), p.Probe())
 	return m
 }
 
 // Run probes every interval until ctx ends.
 func (m *Monitor) Run(ctx context.Context) error {
-	t := time.NewTicker(m.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			m.Update(m.prober.Probe())
-		}
-	}
+	loop.Every(ctx, m.clock, m.interval, func(context.Context) { m.Update(m.prober.Probe()) })
+	return nil
 }
 
 // Update records h and wakes the watchers if it differs from the current health. Only
 // the monitor's loop calls it, so the comparison and the publication do not race.
 func (m *Monitor) Update(h Health) {
-	now := time.Now()
+	now := m.clock.Now()
 	current, _ := m.Load()
 	if h == current {
 		m.Succeeded(now)
