@@ -63,12 +63,17 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 	return nil
 }
 
+// callTimeout bounds one CRI call, so that a hung runtime cannot wedge a stage.
+const callTimeout = 10 * time.Second
+
 // WritableLayer returns the bytes of a container's writable layer.
 func (c *Client) WritableLayer(ctx context.Context, id string) (int64, error) {
 	conn, err := c.Conn(ctx)
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	st, err := conn.RS.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: id})
 	if err != nil {
 		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
@@ -82,6 +87,8 @@ func (c *Client) ImageSize(ctx context.Context, ref string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	img, err := conn.IS.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	if err != nil {
 		return 0, fmt.Errorf("CRI ImageStatus %s: %w", ref, err)

@@ -174,6 +174,10 @@ func (w *Watcher) poll(ctx context.Context, conn *Conn) error {
 // Relist replaces the view with the runtime's full list. Containers already known keep
 // their details; only new or changed ones cost a status call.
 func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient) error {
+	// A relist reads every container: bounded as a whole, since a hung runtime would
+	// otherwise keep a view that looks connected.
+	ctx, cancel := context.WithTimeout(ctx, 3*callTimeout)
+	defer cancel()
 	sbs, err := rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return fmt.Errorf("listing pod sandboxes: %w", err)
@@ -268,6 +272,8 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 }
 
 func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServiceClient, id string) (*Container, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
 	resp, err := rs.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{Id: id}})
 	if err != nil {
 		return nil, "", fmt.Errorf("listing container %s: %w", id, err)
