@@ -137,13 +137,16 @@ func agentActed(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, since t
 // sameAgent fails when the agent pod was replaced or restarted since before.
 func sameAgent(t *testing.T, c kubernetes.Interface, before *corev1.Pod) {
 	t.Helper()
-	var now *corev1.Pod
-	eventually(t, 60*time.Second, "the agent Ready", func() error {
-		var err error
-		now, err = readyAgent(c)
-		return err
-	})
-	if agentInstance(now) != agentInstance(before) {
+	// Not its Ready condition: after a long API server outage the node controller marks
+	// the node's pods not ready, and the kubelet may take minutes to say otherwise.
+	pods, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
+	if err != nil {
+		t.Fatalf("agent pods: %v", err)
+	}
+	if len(pods.Items) != 1 {
+		t.Fatalf("%d agent pods, want the one there before", len(pods.Items))
+	}
+	if now := &pods.Items[0]; agentInstance(now) != agentInstance(before) {
 		t.Errorf("the agent restarted or was replaced: before %s, after %s", agentInstance(before), agentInstance(now))
 	}
 }
@@ -276,6 +279,26 @@ func TestFaultAPIServerDownDuringEviction(t *testing.T) {
 		t.Errorf("no NR1EnforcementFailed Event recorded during the outage reached the API server (events: %s)", reasons(nr1Events(t, c, pod)))
 	}
 	sameAgent(t, c, agent)
+	// A minute without the API server can have marked the node unreachable; the tests
+	// after this one need it schedulable and its agent Ready again.
+	eventually(t, 3*time.Minute, "the node and the agent Ready again", func() error {
+		node, err := c.CoreV1().Nodes().Get(context.Background(), nodeName(t, c), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+				return fmt.Errorf("node %s: %s", cond.Status, cond.Message)
+			}
+		}
+		for _, taint := range node.Spec.Taints {
+			if taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute {
+				return fmt.Errorf("node tainted %s", taint.Key)
+			}
+		}
+		_, err = readyAgent(c)
+		return err
+	})
 }
 
 // TestFaultContainerIgnoresSIGTERM: a CG holding 20 queues of 7 (past the hard ratio)
