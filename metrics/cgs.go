@@ -21,8 +21,8 @@ type Samples interface {
 // series are gone at the next scrape. Memory is exported in MB (2^20 bytes), like the
 // allocations; queues as counts. No label carries a PID, buffer or handle.
 type CGCollector struct {
-	samples                               Samples
-	allocated, usage, ratio, unattributed *prometheus.Desc
+	samples                                        Samples
+	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
 }
 
 // NewCGCollector collects from samples.
@@ -34,6 +34,7 @@ func NewCGCollector(samples Samples) *CGCollector {
 		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
 		unattributed: prometheus.NewDesc("nr1_unattributed_usage", "NR1 units held by processes outside every known container (MB or queues).", []string{"resource"}, nil),
+		unknown:      prometheus.NewDesc("nr1_allocation_unknown", "1 for a pod whose NR1 allocation is not known (not in the kubelet's answer, an answer too old, or Allocate annotations disagreeing): it is neither measured against an allocation nor enforced.", []string{"namespace", "pod"}, nil),
 	}
 }
 
@@ -43,6 +44,7 @@ func (c *CGCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.usage
 	ch <- c.ratio
 	ch <- c.unattributed
+	ch <- c.unknown
 }
 
 // Collect builds the series from the latest sample.
@@ -59,10 +61,14 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 		// An ended sandbox the runtime still keeps shares its name with the pod's new
 		// one: only ready sandboxes have series, once per pod name.
 		key := [2]string{cg.Namespace, cg.Name}
-		if !cg.AllocationKnown || !cg.Ready || seen[key] {
+		if !cg.Ready || seen[key] {
 			continue
 		}
 		seen[key] = true
+		if !cg.AllocationKnown {
+			ch <- prometheus.MustNewConstMetric(c.unknown, prometheus.GaugeValue, 1, cg.Namespace, cg.Name)
+			continue
+		}
 		for _, ctr := range running(cg) {
 			used := cg.PerContainer[ctr.Name]
 			// A container given nothing (the CG's allocation sits on health-handler) has
