@@ -1,0 +1,217 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// readyAgent is the agent pod that is Ready and not going away.
+func readyAgent(c kubernetes.Interface) (*corev1.Pod, error) {
+	pods, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
+	if err != nil {
+		return nil, fmt.Errorf("agent pods: %w", err)
+	}
+	var ready []*corev1.Pod
+	for i := range pods.Items {
+		if p := &pods.Items[i]; p.DeletionTimestamp == nil && isReady(p) && p.Status.PodIP != "" {
+			ready = append(ready, p)
+		}
+	}
+	if len(ready) != 1 {
+		return nil, fmt.Errorf("%d of %d agent pods ready", len(ready), len(pods.Items))
+	}
+	return ready[0], nil
+}
+
+// agentInstance names one run of the agent: counters start again with each.
+func agentInstance(p *corev1.Pod) string {
+	var restarts int32
+	for _, s := range p.Status.ContainerStatuses {
+		restarts += s.RestartCount
+	}
+	return fmt.Sprintf("%s (uid %.8s, restarts %d)", p.Name, p.UID, restarts)
+}
+
+// viewState is how the agent's /debug/cgs shows the ten CGs.
+type viewState int
+
+const (
+	viewKnown   viewState = iota // every CG with allocationKnown and its allocation
+	viewUnknown                  // some CG missing or not known (or no agent to ask)
+	viewWrong                    // some CG known with another allocation: the defect
+)
+
+// observation is one read of /debug/cgs.
+type observation struct {
+	at     time.Time
+	agent  types.UID
+	state  viewState
+	detail string
+	over   []string // CGs the agent measured over their allocation
+}
+
+// observer reads /debug/cgs every 250 ms.
+type observer struct {
+	cgs []*exactCG
+	mu  sync.Mutex
+	obs []observation
+}
+
+func (o *observer) observe(c kubernetes.Interface) observation {
+	ob := observation{at: time.Now(), state: viewUnknown}
+	agent, err := readyAgent(c)
+	if err != nil {
+		ob.detail = err.Error()
+		return ob
+	}
+	ob.agent = agent.UID
+	var s debugSnapshot
+	if err := getJSON("http://"+agent.Status.PodIP+":9470/debug/cgs", &s); err != nil {
+		ob.detail = err.Error()
+		return ob
+	}
+	ob.state = viewKnown
+	var unknown, wrong []string
+	for _, cg := range o.cgs {
+		seen := s.CG(string(cg.pod.UID))
+		switch {
+		case seen == nil:
+			unknown = append(unknown, cg.name+" absent")
+		case !seen.AllocationKnown:
+			unknown = append(unknown, cg.name+" not known")
+		case seen.Allocation != cg.alloc:
+			wrong = append(wrong, fmt.Sprintf("%s known as %v", cg.name, seen.Allocation))
+		}
+		if seen != nil {
+			if over := overBy(seen.Usage, cg.alloc); over != "" {
+				ob.over = append(ob.over, cg.name+": "+over)
+			}
+		}
+	}
+	switch {
+	case len(wrong) > 0:
+		ob.state, ob.detail = viewWrong, strings.Join(append(wrong, unknown...), "; ")
+	case len(unknown) > 0:
+		ob.state, ob.detail = viewUnknown, strings.Join(unknown, "; ")
+	}
+	return ob
+}
+
+// overBy says what usage (base units) holds over allocation (units), "" when nothing.
+func overBy(usage, alloc nr1.Amounts) string {
+	var over []string
+	for _, r := range nr1.All {
+		if usage[r] > alloc[r]*r.UnitBytes() {
+			over = append(over, fmt.Sprintf("%s %s of %d %s", r, humanUnits(r, usage[r]), alloc[r], r.Unit()))
+		}
+	}
+	return strings.Join(over, ", ")
+}
+
+func humanUnits(r nr1.Resource, v int64) string {
+	if r.UnitBytes() == 1 {
+		return strconv.FormatInt(v, 10)
+	}
+	return strconv.FormatFloat(float64(v)/float64(r.UnitBytes()), 'f', 2, 64)
+}
+
+func (o *observer) run(ctx context.Context, c kubernetes.Interface) {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ob := o.observe(c)
+		o.mu.Lock()
+		o.obs = append(o.obs, ob)
+		o.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// since returns the observations from t on.
+func (o *observer) since(t time.Time) []observation {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i := sort.Search(len(o.obs), func(i int) bool { return !o.obs[i].at.Before(t) })
+	return append([]observation(nil), o.obs[i:]...)
+}
+
+// recovery is how the agent's view went through one disruption.
+type recovery struct {
+	knownAfter       time.Duration // from the disruption's start to the view known for good
+	recovered        bool
+	unknown, wrong   int // observations in which some CG was not known / known wrong
+	firstWrong, over string
+}
+
+// recovery reads the observations since start; those of the agent notAgent (replaced by
+// the disruption) count as not known.
+func (o *observer) recovery(start time.Time, notAgent types.UID) recovery {
+	var r recovery
+	var good time.Time // the first read known after the last one that was not
+	for _, ob := range o.since(start) {
+		state := ob.state
+		if notAgent != "" && ob.agent == notAgent {
+			state = viewUnknown
+		}
+		switch state {
+		case viewKnown:
+			if good.IsZero() {
+				good = ob.at
+			}
+		case viewWrong:
+			r.wrong++
+			if r.firstWrong == "" {
+				r.firstWrong = ob.at.Format("15:04:05.000") + " " + ob.detail
+			}
+			good = time.Time{}
+		default:
+			r.unknown++
+			good = time.Time{}
+		}
+		if len(ob.over) > 0 && r.over == "" {
+			r.over = ob.at.Format("15:04:05.000") + " " + strings.Join(ob.over, "; ")
+		}
+	}
+	r.recovered = !good.IsZero()
+	r.knownAfter = good.Sub(start)
+	return r
+}
+
+// awaitKnown waits until the view is known after t, from an agent other than notAgent,
+// and says why not when timeout passes.
+func (o *observer) awaitKnown(after time.Time, notAgent types.UID, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		obs := o.since(after)
+		err := fmt.Errorf("no observation yet")
+		if len(obs) > 0 {
+			last := obs[len(obs)-1]
+			if last.state == viewKnown && last.agent != notAgent {
+				return nil
+			}
+			err = fmt.Errorf("agent %.8s: %s", last.agent, last.detail)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the agent's /debug/cgs does not show every CG with its allocation within %v: %w", timeout, err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
