@@ -9,15 +9,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/agent/cgroup/cgrouptest"
 )
 
 var binary string
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("NR1_CLEANUP_HELPER"); mode != "" {
-		helper(mode)
-		return
-	}
+	cgrouptest.Main()
 	dir, err := os.MkdirTemp("", "nr1-agent-bin")
 	if err != nil {
 		panic(err)
