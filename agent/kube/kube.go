@@ -157,7 +157,12 @@ func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
 }
 
 // eventSink writes Events with a deadline on every call (client-go's sink has none).
-// Its errors are client-go's own: the recorder tells by their type which to retry.
+// client-go's recorder tells by an error's type which writes to retry: transport errors
+// are retried for about two minutes, but any answer of the API server is final. An API
+// server that is starting answers 503 or 429 for a few seconds (and 401 or 403 until its
+// authorizers have synced), and the Events of an outage would be dropped exactly then;
+// such answers are passed on as transient. A real refusal is then retried for about two
+// minutes before it is dropped: a log line's cost.
 type eventSink struct {
 	events  typedcorev1.EventInterface
 	timeout time.Duration
@@ -166,17 +171,33 @@ type eventSink struct {
 func (s *eventSink) Create(e *corev1.Event) (*corev1.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	return s.events.CreateWithEventNamespaceWithContext(ctx, e) //nolint:wrapcheck // see eventSink
+	out, err := s.events.CreateWithEventNamespaceWithContext(ctx, e)
+	return out, transient(err)
 }
 
 func (s *eventSink) Update(e *corev1.Event) (*corev1.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	return s.events.UpdateWithEventNamespaceWithContext(ctx, e) //nolint:wrapcheck // see eventSink
+	out, err := s.events.UpdateWithEventNamespaceWithContext(ctx, e)
+	return out, transient(err)
 }
 
 func (s *eventSink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	return s.events.PatchWithEventNamespaceWithContext(ctx, e, data) //nolint:wrapcheck // see eventSink
+	out, err := s.events.PatchWithEventNamespaceWithContext(ctx, e, data)
+	return out, transient(err)
+}
+
+// errTransient marks an API server answer that a later write may not get.
+var errTransient = errors.New("API server not ready")
+
+// transient wraps the answers of an API server that is starting or overloaded, so that
+// the recorder retries them (it gives up on a *StatusError); others are left as they are.
+func transient(err error) error {
+	if apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) ||
+		apierrors.IsTimeout(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+		return fmt.Errorf("%w: %w", errTransient, err)
+	}
+	return err // unwrapped: the recorder reads client-go's own error types
 }

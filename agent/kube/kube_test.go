@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -219,5 +220,28 @@ func TestCallsHaveDeadlines(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Event write took %s", d)
+	}
+}
+
+// An API server that is starting answers 503 for a few seconds: the recorder must retry
+// those Events (it gives up on any *StatusError), and still give up on a rejection.
+func TestEventsRefusedByAStartingAPIServerAreRetried(t *testing.T) {
+	cs := fake.NewClientset()
+	answer := apierrors.NewServiceUnavailable("apiserver not ready")
+	cs.PrependReactor("create", "events", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, answer
+	})
+	sink := &eventSink{events: cs.CoreV1().Events("ns"), timeout: time.Second}
+	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "ns"}}
+
+	_, err := sink.Create(ev)
+	var status *apierrors.StatusError
+	if err == nil || !errors.Is(err, errTransient) || reflect.TypeOf(err) == reflect.TypeOf(status) {
+		t.Errorf("503: %T %v, want an error the recorder retries", err, err)
+	}
+	answer = apierrors.NewBadRequest("malformed")
+	_, err = sink.Create(ev)
+	if !errors.As(err, &status) || reflect.TypeOf(err) != reflect.TypeOf(status) {
+		t.Errorf("400: %T %v, want the *StatusError the recorder gives up on", err, err)
 	}
 }
