@@ -322,12 +322,15 @@ func TestNoFalseAction(t *testing.T) {
 	checkUntouched(t, c, cgs, timeline)
 }
 
+// mustReadyAgent waits for the agent to be Ready: a test before may have rolled it.
 func mustReadyAgent(t *testing.T, c kubernetes.Interface) *corev1.Pod {
 	t.Helper()
-	agent, err := readyAgent(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var agent *corev1.Pod
+	eventually(t, 2*time.Minute, "a Ready agent", func() error {
+		var err error
+		agent, err = readyAgent(c)
+		return err
+	})
 	return agent
 }
 
