@@ -56,7 +56,7 @@ func actuator(cfg *config.Config, node string, cri *runtime.Client, cgroups cgro
 func nr1Devices(cfg *config.Config, log *slog.Logger) []bpf.Device {
 	var out []bpf.Device
 	for _, r := range nr1.All {
-		for _, f := range cfg.NR1.Resources.Of(r).Files {
+		for _, f := range cfg.NR1.Resources[r].Files {
 			var st unix.Stat_t
 			if err := unix.Stat(f.Path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
 				continue

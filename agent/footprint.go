@@ -15,7 +15,7 @@ import (
 func footprintSource(cfg *config.Config, cgroupV2 string, log *slog.Logger) (footprint.Source, *footprint.Targets, error) {
 	var specs []footprint.TargetSpec
 	for _, r := range nr1.All {
-		for _, f := range cfg.NR1.Resources.Of(r).Files {
+		for _, f := range cfg.NR1.Resources[r].Files {
 			m := footprint.DefaultMeasure(r)
 			switch f.Measure {
 			case "mappedBytes":

@@ -13,7 +13,7 @@ import (
 // Enforcement is what enforcement has done, as the metrics read it.
 type Enforcement interface {
 	Counts() map[enforce.Count]int
-	Breaches() [nr1.NumResources]int
+	Breaches() nr1.PerResource[int]
 }
 
 // AgentState is the rest of the agent's own state, read at scrape time.

@@ -19,8 +19,8 @@ func BenchmarkMetrics100CGs(b *testing.B) {
 		cg := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: fmt.Sprintf("cg-%03d", i), UID: fmt.Sprint(i), AllocationKnown: true, Ready: true,
 			Allocation: nr1.Amounts{3, 0, 2392, 7},
 			Containers: []*inventory.Container{{Name: "health-handler", Allocation: nr1.Amounts{3, 0, 2392, 7}}, {Name: "graph"}}},
-			Usage:        nr1.Amounts{3 * mb, 0, 1000 * mb, 7},
-			PerContainer: map[string]nr1.Amounts{"health-handler": {1 * mb, 0, 1000 * mb, 7}, "graph": {2 * mb, 0, 0, 0}}}
+			Usage:        nr1.Usage{3 * mb, 0, 1000 * mb, 7},
+			PerContainer: map[string]nr1.Usage{"health-handler": {1 * mb, 0, 1000 * mb, 7}, "graph": {2 * mb, 0, 0, 0}}}
 		cg.Ratio = sampler.Ratios(cg.Usage, cg.Allocation)
 		snap.CGs = append(snap.CGs, cg)
 	}

@@ -54,7 +54,7 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, r := range nr1.All {
-		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.GaugeValue, units(r, snap.Unattributed[r]), r.Short())
+		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.GaugeValue, r.InUnits(snap.Unattributed[r]), r.Short())
 	}
 	seen := make(map[[2]string]bool, len(snap.CGs))
 	for _, cg := range snap.CGs {
@@ -73,16 +73,16 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 			used := cg.PerContainer[ctr.Name]
 			// A container given nothing (the CG's allocation sits on health-handler) has
 			// no allocation series; every container has usage series, zeros included.
-			allocated := !ctr.Allocation.IsZero()
+			allocated := ctr.Allocation != nr1.Amounts{}
 			for _, r := range nr1.All {
 				if allocated {
 					ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
 				}
-				ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, units(r, used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+				ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, r.InUnits(used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
 			}
 		}
 		for _, r := range nr1.All {
-			ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, cg.Ratio[r], cg.Namespace, cg.Name, r.Short())
+			ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, float64(cg.Ratio[r]), cg.Namespace, cg.Name, r.Short())
 		}
 	}
 }
@@ -109,11 +109,4 @@ func running(cg *sampler.CG) []*inventory.Container {
 		byName[ctr.Name] = ctr
 	}
 	return out
-}
-
-func units(r nr1.Resource, base int64) float64 {
-	if r.UnitBytes() > 1 {
-		return float64(base) / float64(r.UnitBytes())
-	}
-	return float64(base)
 }

@@ -34,7 +34,7 @@ func (fixedEnforcement) Counts() map[enforce.Count]int {
 		{Kind: enforce.Evict, Failed: true}: 1,
 	}
 }
-func (fixedEnforcement) Breaches() [nr1.NumResources]int { return [nr1.NumResources]int{2, 0, 1, 1} }
+func (fixedEnforcement) Breaches() nr1.PerResource[int] { return nr1.PerResource[int]{2, 0, 1, 1} }
 
 const mb = 1 << 20
 
@@ -51,18 +51,18 @@ func fixture() *sampler.Snapshot {
 			// A second running instance the runtime briefly reports during a restart.
 			{Name: "health-handler", ID: "hh-old", State: runtime.Running, StartedAt: time.Unix(50, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
 		}},
-		Usage:        nr1.Amounts{3 * mb, 0, 1200 * mb, 7},
-		PerContainer: map[string]nr1.Amounts{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
+		Usage:        nr1.Usage{3 * mb, 0, 1200 * mb, 7},
+		PerContainer: map[string]nr1.Usage{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
 	resnet.Ratio = sampler.Ratios(resnet.Usage, resnet.Allocation)
 	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
 		Containers: []*inventory.Container{{Name: "main", ID: "m", State: runtime.Running}}},
-		Usage: nr1.Amounts{0, 0, 0, 2}, PerContainer: map[string]nr1.Amounts{"main": {0, 0, 0, 2}}}
+		Usage: nr1.Usage{0, 0, 0, 2}, PerContainer: map[string]nr1.Usage{"main": {0, 0, 0, 2}}}
 	greedy.Ratio = sampler.Ratios(greedy.Usage, greedy.Allocation)
 	unknown := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3", Ready: true, AllocationUnknown: "pod not in the kubelet's pod-resources answer"}}
 	// The sandbox of an earlier resnet50 the runtime still keeps: same name, not ready.
 	ended := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
-		Containers: []*inventory.Container{{Name: "health-handler", ID: "old", State: runtime.Running}}}, PerContainer: map[string]nr1.Amounts{}}
-	return &sampler.Snapshot{CGs: []*sampler.CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Amounts{5 * mb, 0, 0, 1}}
+		Containers: []*inventory.Container{{Name: "health-handler", ID: "old", State: runtime.Running}}}, PerContainer: map[string]nr1.Usage{}}
+	return &sampler.Snapshot{CGs: []*sampler.CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Usage{5 * mb, 0, 0, 1}}
 }
 
 func registry(samples Samples) *prometheus.Registry {

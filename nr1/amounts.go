@@ -1,70 +1,112 @@
 package nr1
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
 )
 
-// Amounts holds a quantity of each resource, in the resource's units, indexed by Resource.
-type Amounts [NumResources]int64
+// PerResource holds one value per resource, indexed by Resource. In JSON, and so in the
+// configuration and the checkpoint, it is an object keyed by the resources' short names.
+type PerResource[T any] [NumResources]T
 
-// Add returns a + b.
-func (a Amounts) Add(b Amounts) Amounts {
+// Units is a quantity in a resource's own unit, what Kubernetes books: MB (2^20 bytes)
+// of memory or partition, or queues.
+type Units int64
+
+// Base is a quantity in a resource's base unit, what is measured: bytes of memory or
+// partition, or queue handles.
+type Base int64
+
+// Amounts holds a quantity of each resource in its units: capacities and allocations.
+type Amounts = PerResource[Units]
+
+// Usage holds a quantity of each resource in its base unit: what CGs hold.
+type Usage = PerResource[Base]
+
+// Number is what per-resource arithmetic works on.
+type Number interface {
+	~int | ~int64 | ~float64
+}
+
+// Add returns a + b, resource by resource.
+func Add[T Number](a, b PerResource[T]) PerResource[T] {
 	for i := range a {
 		a[i] += b[i]
 	}
 	return a
 }
 
-// Max returns the larger of a and b per resource.
-func (a Amounts) Max(b Amounts) Amounts {
+// Max returns the larger of a and b, resource by resource.
+func Max[T Number](a, b PerResource[T]) PerResource[T] {
 	for i := range a {
 		a[i] = max(a[i], b[i])
 	}
 	return a
 }
 
-// IsZero reports whether every amount is zero.
-func (a Amounts) IsZero() bool { return a == Amounts{} }
-
-// String formats the amounts as "compute_dma_memory=3 cpu_dma_memory=0 ...".
-func (a Amounts) String() string {
+// String writes "short=value" pairs in resource order.
+func (p PerResource[T]) String() string {
 	var b strings.Builder
 	for i, r := range All {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		fmt.Fprintf(&b, "%s=%d", r.Short(), a[r])
+		fmt.Fprintf(&b, "%s=%v", r.Short(), p[r])
 	}
 	return b.String()
 }
 
-// MarshalJSON writes the amounts as an object keyed by short name.
-func (a Amounts) MarshalJSON() ([]byte, error) {
+// MarshalJSON writes an object keyed by short name, in resource order.
+func (p PerResource[T]) MarshalJSON() ([]byte, error) {
 	b := []byte{'{'}
 	for i, r := range All {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = fmt.Appendf(b, "%q:%d", r.Short(), a[r])
+		v, err := json.Marshal(p[r])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.Short(), err)
+		}
+		b = fmt.Appendf(b, "%q:", r.Short())
+		b = append(b, v...)
 	}
 	return append(b, '}'), nil
 }
 
-// UnmarshalJSON reads an object keyed by short or full resource names.
-func (a *Amounts) UnmarshalJSON(b []byte) error {
-	var m map[string]int64
+// UnmarshalJSON decodes each key present over the value already held, so that a
+// configuration file overrides only what it names; an unknown resource or an unknown
+// field inside a value is an error naming it.
+func (p *PerResource[T]) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("amounts: %w", err)
+		return fmt.Errorf("want an object keyed by resource: %w", err)
 	}
-	*a = Amounts{}
 	for k, v := range m {
 		r, err := ParseResource(k)
-		if err != nil {
-			return fmt.Errorf("amounts: %w", err)
+		if err != nil || r.Short() != k {
+			return fmt.Errorf("unknown NR1 resource %q (want a short name: %s)", k, strings.Join(shortNames(), ", "))
 		}
-		a[r] = v
+		d := json.NewDecoder(bytes.NewReader(v))
+		d.DisallowUnknownFields()
+		if err := d.Decode(&p[r]); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
 	}
 	return nil
+}
+
+// InBase is u in r's base unit.
+func (r Resource) InBase(u Units) Base { return Base(int64(u) * r.UnitBytes()) }
+
+// InUnits is b in r's units, fractions kept.
+func (r Resource) InUnits(b Base) float64 { return float64(b) / float64(r.UnitBytes()) }
+
+func shortNames() []string {
+	out := make([]string, 0, NumResources)
+	for _, r := range All {
+		out = append(out, r.Short())
+	}
+	return out
 }

@@ -33,14 +33,11 @@ func TestResourceNames(t *testing.T) {
 
 func TestAmounts(t *testing.T) {
 	resnet := Amounts{3, 0, 2392, 7}
-	if got := resnet.Add(resnet); got != (Amounts{6, 0, 4784, 14}) {
+	if got := Add(resnet, resnet); got != (Amounts{6, 0, 4784, 14}) {
 		t.Errorf("Add = %v", got)
 	}
-	if got := resnet.Max(Amounts{5, 1, 0, 7}); got != (Amounts{5, 1, 2392, 7}) {
+	if got := Max(resnet, Amounts{5, 1, 0, 7}); got != (Amounts{5, 1, 2392, 7}) {
 		t.Errorf("Max = %v", got)
-	}
-	if !(Amounts{}).IsZero() || resnet.IsZero() {
-		t.Error("IsZero wrong")
 	}
 	b, err := json.Marshal(resnet)
 	if err != nil || string(b) != `{"compute_dma_memory":3,"cpu_dma_memory":0,"docker_partition":2392,"ai_hypervisor_queue":7}` {
@@ -55,5 +52,40 @@ func TestAmounts(t *testing.T) {
 	}
 	if s := resnet.String(); s != "compute_dma_memory=3 cpu_dma_memory=0 docker_partition=2392 ai_hypervisor_queue=7" {
 		t.Errorf("String = %q", s)
+	}
+}
+
+func TestPerResourceJSON(t *testing.T) {
+	type ladder struct {
+		Steps int    `json:"steps"`
+		Kind  string `json:"kind"`
+	}
+	p := PerResource[ladder]{{1, "a"}, {2, "b"}, {3, "c"}, {4, "d"}}
+	// A key present is decoded over what is held: fields and resources it does not
+	// name keep their values, as a configuration file overrides defaults.
+	if err := json.Unmarshal([]byte(`{"cpu_dma_memory":{"steps":9}}`), &p); err != nil {
+		t.Fatal(err)
+	}
+	if want := (PerResource[ladder]{{1, "a"}, {9, "b"}, {3, "c"}, {4, "d"}}); p != want {
+		t.Errorf("merged %v, want %v", p, want)
+	}
+	for doc, want := range map[string]string{
+		`{"gpu":{}}`: `unknown NR1 resource "gpu"`,
+		`{"neureality.ai/ai_hypervisor_queue":{}}`: `unknown NR1 resource "neureality.ai/ai_hypervisor_queue"`,
+		`{"ai_hypervisor_queue":{"stpes":1}}`:      `ai_hypervisor_queue: json: unknown field "stpes"`,
+		`{"ai_hypervisor_queue":{"steps":"many"}}`: `ai_hypervisor_queue: json: cannot unmarshal`,
+		`["compute_dma_memory"]`:                   `cannot unmarshal array`,
+	} {
+		err := json.Unmarshal([]byte(doc), &p)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want %q", doc, err, want)
+		}
+	}
+	b, err := json.Marshal(PerResource[ladder]{{Steps: 1}})
+	if err != nil || string(b) != `{"compute_dma_memory":{"steps":1,"kind":""},"cpu_dma_memory":{"steps":0,"kind":""},"docker_partition":{"steps":0,"kind":""},"ai_hypervisor_queue":{"steps":0,"kind":""}}` {
+		t.Errorf("JSON %s %v", b, err)
+	}
+	if got := ComputeDMAMemory.InBase(3); got != 3<<20 || HypervisorQueue.InBase(7) != 7 || ComputeDMAMemory.InUnits(3<<19) != 1.5 {
+		t.Errorf("unit conversions wrong: 3 MB = %d bytes", got)
 	}
 }

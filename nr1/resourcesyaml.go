@@ -15,7 +15,7 @@ import (
 func ParseResourcesYAML(r io.Reader) (Amounts, error) {
 	var (
 		amounts Amounts
-		seen    [NumResources]int // line of first occurrence, 0 when unseen
+		seen    PerResource[int] // line of first occurrence, 0 when unseen
 	)
 	sc := bufio.NewScanner(r)
 	line := 0
@@ -46,7 +46,7 @@ func ParseResourcesYAML(r io.Reader) (Amounts, error) {
 	return amounts, nil
 }
 
-func parseResourceLine(text string) (Resource, int64, error) {
+func parseResourceLine(text string) (Resource, Units, error) {
 	if text != strings.TrimLeft(text, " \t") {
 		return 0, 0, fmt.Errorf("unexpected indentation: want top-level \"name: integer\"")
 	}
@@ -69,7 +69,7 @@ func parseResourceLine(text string) (Resource, int64, error) {
 	if n < 0 {
 		return 0, 0, fmt.Errorf("%s: value %d is negative", key, n)
 	}
-	return res, n, nil
+	return res, Units(n), nil
 }
 
 // stripComment removes a YAML comment: a # at the start or after white space.

@@ -23,7 +23,7 @@ func FromAnnotations(annotations map[string]string) (a nr1.Amounts, found bool, 
 			errs = append(errs, fmt.Errorf("annotation %s: want a non-negative integer, got %q", r.Annotation(), v))
 			continue
 		}
-		a[r] = n
+		a[r] = nr1.Units(n)
 	}
 	return a, found, errors.Join(errs...)
 }

@@ -42,7 +42,7 @@ const listOverhead = 8 << 20
 // MaxListBytes is the receive limit that holds a List answer in which every unit of
 // capacity is allocated.
 func MaxListBytes(capacity nr1.Amounts) int {
-	var units int64
+	var units nr1.Units
 	for _, r := range nr1.All {
 		units += capacity[r]
 	}
@@ -93,7 +93,7 @@ func tableOf(resp *podresourcesapi.ListPodResourcesResponse) Table {
 			t[key] = containers
 		}
 		for _, ctr := range pod.GetContainers() {
-			containers[ctr.GetName()] = containers[ctr.GetName()].Add(sumDevices(ctr.GetDevices()))
+			containers[ctr.GetName()] = nr1.Add(containers[ctr.GetName()], sumDevices(ctr.GetDevices()))
 		}
 	}
 	return t
@@ -106,7 +106,7 @@ func sumDevices(devs []*podresourcesapi.ContainerDevices) nr1.Amounts {
 		if err != nil || r.Name() != d.GetResourceName() {
 			continue // another vendor's resource
 		}
-		a[r] += int64(len(d.GetDeviceIds()))
+		a[r] += nr1.Units(len(d.GetDeviceIds()))
 	}
 	return a
 }

@@ -42,11 +42,11 @@ func TestTableListsEveryPodAndContainer(t *testing.T) {
 	if want := (nr1.Amounts{3, 0, 0, 7}); got["health-handler"] != want {
 		t.Errorf("health-handler = %v, want %v", got["health-handler"], want)
 	}
-	if a, ok := got["graph"]; !ok || !a.IsZero() {
+	if a, ok := got["graph"]; !ok || (a != nr1.Amounts{}) {
 		t.Errorf("graph = %v (present %v), want listed with nothing", a, ok)
 	}
 	// A pod given nothing is listed with zero: known to hold no allocation.
-	if got, listed := table.Pod("web", "nginx"); !listed || !got["nginx"].IsZero() {
+	if got, listed := table.Pod("web", "nginx"); !listed || (got["nginx"] != nr1.Amounts{}) {
 		t.Errorf("nginx = %v (listed %v), want listed with nothing", got, listed)
 	}
 	// A pod the kubelet did not list is unknown, not zero.
@@ -71,10 +71,10 @@ func fullNode(capacity nr1.Amounts, pods int) *podresourcesapi.ListPodResourcesR
 	for p := range pods {
 		ctr := &podresourcesapi.ContainerResources{Name: "health-handler"}
 		for _, r := range nr1.All {
-			per := capacity[r] / int64(pods)
+			per := int64(capacity[r]) / int64(pods)
 			first := int64(p) * per
 			if p == pods-1 {
-				per = capacity[r] - first
+				per = int64(capacity[r]) - first
 			}
 			ctr.Devices = append(ctr.Devices, devices(r.Name(), int(first), int(per))...)
 		}
@@ -125,7 +125,7 @@ func TestFullyAllocatedNodeIsReceived(t *testing.T) {
 		var total nr1.Amounts
 		for _, pod := range table {
 			for _, a := range pod {
-				total = total.Add(a)
+				total = nr1.Add(total, a)
 			}
 		}
 		if total != capacity {

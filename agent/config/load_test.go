@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -73,11 +75,11 @@ nr1:
 	if c.DevicePlugin.HealthInterval.Duration != 9*time.Second {
 		t.Errorf("flag duration: %v", c.DevicePlugin.HealthInterval)
 	}
-	if p := c.NR1.Resources.CPUDMAMemory.Capacity; p == nil || *p != 256 {
+	if p := c.NR1.Resources[nr1.CPUDMAMemory].Capacity; p == nil || *p != 256 {
 		t.Errorf("file capacity: %v", p)
 	}
-	if c.NR1.Resources.CPUDMAMemory.CapacityAttribute != "cpu_dma_memory_mb" {
-		t.Errorf("default attribute lost by file merge: %q", c.NR1.Resources.CPUDMAMemory.CapacityAttribute)
+	if c.NR1.Resources[nr1.CPUDMAMemory].CapacityAttribute != "cpu_dma_memory_mb" {
+		t.Errorf("default attribute lost by file merge: %q", c.NR1.Resources[nr1.CPUDMAMemory].CapacityAttribute)
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // unknownField returns the dotted path of the first field in doc (a decoded YAML/JSON
@@ -15,6 +17,9 @@ func unknownField(doc any, t reflect.Type, prefix string) string {
 	}
 	switch v := doc.(type) {
 	case map[string]any:
+		if t.Kind() == reflect.Array && t.Len() == nr1.NumResources {
+			return unknownResource(v, t, prefix)
+		}
 		if t.Kind() != reflect.Struct || t == reflect.TypeOf(Duration{}) {
 			return ""
 		}
@@ -41,6 +46,25 @@ func unknownField(doc any, t reflect.Type, prefix string) string {
 			if bad := unknownField(e, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(prefix, "."), i)); bad != "" {
 				return bad
 			}
+		}
+	}
+	return ""
+}
+
+// unknownResource checks an nr1.PerResource, an object keyed by the resources' short
+// names.
+func unknownResource(v map[string]any, t reflect.Type, prefix string) string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if r, err := nr1.ParseResource(k); err != nil || r.Short() != k {
+			return prefix + k
+		}
+		if bad := unknownField(v[k], t.Elem(), prefix+k+"."); bad != "" {
+			return bad
 		}
 	}
 	return ""

@@ -20,7 +20,7 @@ import (
 // BenchmarkListAndWatchEncode builds and encodes the compute-DMA list at node capacity,
 // as a health change does, and reports its encoded size.
 func BenchmarkListAndWatchEncode(b *testing.B) {
-	capacity := nodeCapacity[nr1.ComputeDMAMemory]
+	capacity := int64(nodeCapacity[nr1.ComputeDMAMemory])
 	var size int
 	for b.Loop() {
 		buf, err := proto.Marshal(buildList(capacity, true))

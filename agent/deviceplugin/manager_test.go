@@ -124,7 +124,7 @@ func TestRegistersAllFourAndListsCapacity(t *testing.T) {
 	}
 	for _, r := range nr1.All {
 		list := k.lastList(r.Name())
-		if int64(len(list.Devices)) != nodeCapacity[r] {
+		if nr1.Units(len(list.Devices)) != nodeCapacity[r] {
 			t.Errorf("%s: %d devices, want %d", r.Name(), len(list.Devices), nodeCapacity[r])
 		}
 		ids := map[string]bool{}
@@ -149,7 +149,7 @@ func TestHealthFlipAndRecovery(t *testing.T) {
 		return func() bool {
 			for _, r := range nr1.All {
 				l := k.lastList(r.Name())
-				if l == nil || int64(len(l.Devices)) != nodeCapacity[r] {
+				if l == nil || nr1.Units(len(l.Devices)) != nodeCapacity[r] {
 					return false
 				}
 				for _, d := range l.Devices {

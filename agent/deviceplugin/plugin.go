@@ -30,8 +30,8 @@ type Plugin struct {
 }
 
 // NewPlugin returns the plugin advertising capacity units of r.
-func NewPlugin(r nr1.Resource, capacity int64, files []device.File, health HealthSource) *Plugin {
-	return &Plugin{resource: r, capacity: capacity, files: files, health: health}
+func NewPlugin(r nr1.Resource, capacity nr1.Units, files []device.File, health HealthSource) *Plugin {
+	return &Plugin{resource: r, capacity: int64(capacity), files: files, health: health}
 }
 
 // Resource is the resource the plugin advertises.

@@ -42,8 +42,8 @@ func varintLen(v uint64) int64 {
 }
 
 // CheckListSize refuses a capacity whose device list could not be advertised safely.
-func CheckListSize(r nr1.Resource, capacity int64) error {
-	if size := ListSize(capacity, false); size > MaxListBytes {
+func CheckListSize(r nr1.Resource, capacity nr1.Units) error {
+	if size := ListSize(int64(capacity), false); size > MaxListBytes {
 		return fmt.Errorf("%s: %d devices make a ListAndWatch answer of %.2f MiB, over the safe limit of %.2f MiB "+
 			"(the kubelet drops answers over 4 MiB and advertises nothing)",
 			r.Name(), capacity, float64(size)/(1<<20), float64(MaxListBytes)/(1<<20))

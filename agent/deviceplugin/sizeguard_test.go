@@ -21,7 +21,7 @@ func TestListSizeIsExact(t *testing.T) {
 }
 
 func TestCheckListSize(t *testing.T) {
-	for _, capacity := range []int64{116244, 65536, 13417, 512, 170000} {
+	for _, capacity := range []nr1.Units{116244, 65536, 13417, 512, 170000} {
 		if err := CheckListSize(nr1.ComputeDMAMemory, capacity); err != nil {
 			t.Errorf("capacity %d refused: %v", capacity, err)
 		}

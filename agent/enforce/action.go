@@ -29,12 +29,12 @@ type Action struct {
 	// most over its own allocation, or all of them by policy.
 	Containers []Container `json:"containers,omitempty"`
 	// LiftThrottle, on a kill or eviction, lifts the CG's throttle once it is done.
-	LiftThrottle bool         `json:"liftThrottle,omitempty"`
-	Resource     nr1.Resource `json:"resource"`
-	Usage        int64        `json:"usage"`      // base units
-	Allocation   int64        `json:"allocation"` // resource units
-	Ratio        float64      `json:"ratio"`
-	Message      string       `json:"message"`
+	LiftThrottle bool             `json:"liftThrottle,omitempty"`
+	Resource     nr1.Resource     `json:"resource"`
+	Usage        nr1.Base         `json:"usage"`
+	Allocation   nr1.Units        `json:"allocation"`
+	Ratio        sampler.Fraction `json:"ratio"`
+	Message      string           `json:"message"`
 }
 
 func action(k Kind, r nr1.Resource, cg *sampler.CG, p Policy, hard bool, msg string) Action {
@@ -72,7 +72,7 @@ func targets(cg *sampler.CG, r nr1.Resource, p Policy) []Container {
 	var (
 		out               []Container
 		best              *Container
-		bestExcess, bestU int64
+		bestExcess, bestU nr1.Base
 	)
 	for _, c := range cg.Containers {
 		if c.State != runtime.Running {
@@ -84,7 +84,7 @@ func targets(cg *sampler.CG, r nr1.Resource, p Policy) []Container {
 			continue
 		}
 		used := cg.PerContainer[c.Name][r]
-		excess := used - c.Allocation[r]*r.UnitBytes()
+		excess := used - r.InBase(c.Allocation[r])
 		if best == nil || excess > bestExcess || (excess == bestExcess && used > bestU) {
 			best, bestExcess, bestU = &ref, excess, used
 		}
@@ -95,9 +95,9 @@ func targets(cg *sampler.CG, r nr1.Resource, p Policy) []Container {
 	return out
 }
 
-func human(r nr1.Resource, base int64) string {
+func human(r nr1.Resource, base nr1.Base) string {
 	if r.UnitBytes() > 1 {
-		return fmt.Sprintf("%.1f MB", float64(base)/float64(r.UnitBytes()))
+		return fmt.Sprintf("%.1f MB", r.InUnits(base))
 	}
 	return fmt.Sprintf("%d", base)
 }

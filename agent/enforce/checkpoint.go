@@ -14,7 +14,7 @@ import (
 
 // checkpointVersion changes whenever the saved state changes meaning; an agent refuses
 // (and logs) a checkpoint of another version instead of misreading it.
-const checkpointVersion = 1
+const checkpointVersion = 2
 
 // savedState is what a checkpoint holds: what was done to each CG and when, so that a
 // restarted agent neither repeats nor resets a ladder.

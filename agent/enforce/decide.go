@@ -124,12 +124,12 @@ func exemption(cg *sampler.CG, st *State, p Policy) (bool, []Action) {
 
 // judged returns the CG's ratio for r and whether it may be acted on.
 func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resource, p Policy) (float64, bool) {
-	ratio := cg.Ratio[r]
+	ratio := float64(cg.Ratio[r])
 	if r == nr1.DockerPartition {
 		// Every pod's image sits in the docker partition; only CGs (pods allocated NR1
 		// resources) are held to a partition budget. A measurement that failed or is
 		// old is unknown, never zero.
-		if cg.Allocation.IsZero() || cg.PartitionUnknown != "" || snap.PartitionRead.IsZero() ||
+		if cg.Allocation == (nr1.Amounts{}) || cg.PartitionUnknown != "" || snap.PartitionRead.IsZero() ||
 			now.Sub(snap.PartitionRead) > p.MaxPartitionAge.Duration {
 			return 0, false
 		}
@@ -179,7 +179,7 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, ratio float64, cg *sample
 	if c.Ended {
 		return c.fallback(now, r, cg, p)
 	}
-	rp := p.Resources.Of(r)
+	rp := p.Resources[r]
 	elapsed := now.Sub(c.Over[r])
 	hard := rp.HardRatio > 0 && ratio >= rp.HardRatio
 	var out []Action

@@ -20,14 +20,14 @@ const mb = 1 << 20
 
 // cg is a ResNet-50 CG (3 / 0 / 2392 / 7) holding usage (base units), its containers
 // started long before t0.
-func cg(uid string, usage nr1.Amounts) *sampler.CG {
+func cg(uid string, usage nr1.Usage) *sampler.CG {
 	c := &sampler.CG{CG: &inventory.CG{
 		UID: uid, Namespace: "default", Name: "cg-" + uid, AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
 		Containers: []*inventory.Container{
 			{ID: uid + "-hh", Name: "health-handler", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Cgroup: cgroup.Paths{V2: "/cg/pod" + uid + "/hh"}},
 			{ID: uid + "-g", Name: "graph", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Cgroup: cgroup.Paths{V2: "/cg/pod" + uid + "/g"}},
 		},
-	}, Usage: usage, PerContainer: map[string]nr1.Amounts{"health-handler": {}, "graph": usage}}
+	}, Usage: usage, PerContainer: map[string]nr1.Usage{"health-handler": {}, "graph": usage}}
 	c.Ratio = sampler.Ratios(usage, c.Allocation)
 	return c
 }
@@ -68,13 +68,13 @@ func kinds(by map[int][]Action) string {
 }
 
 func TestDecide(t *testing.T) {
-	over := nr1.Amounts{4 * mb, 0, 0, 0}   // 4 MB of 3: ratio 1.33
-	within := nr1.Amounts{3 * mb, 0, 0, 7} // exactly the allocation
-	hog := nr1.Amounts{0, 0, 0, 20}        // 20 queues of 7: past the hard ratio
-	slightlyUnder := nr1.Amounts{29 * mb / 10, 0, 0, 0}
+	over := nr1.Usage{4 * mb, 0, 0, 0}   // 4 MB of 3: ratio 1.33
+	within := nr1.Usage{3 * mb, 0, 0, 7} // exactly the allocation
+	hog := nr1.Usage{0, 0, 0, 20}        // 20 queues of 7: past the hard ratio
+	slightlyUnder := nr1.Usage{29 * mb / 10, 0, 0, 0}
 	def := DefaultPolicy()
 	def.Warmup = Duration{Duration: 0}
-	steady := func(u nr1.Amounts) func(int) *sampler.Snapshot {
+	steady := func(u nr1.Usage) func(int) *sampler.Snapshot {
 		return func(s int) *sampler.Snapshot { return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u)) }
 	}
 	tests := []struct {
@@ -108,32 +108,32 @@ func TestDecide(t *testing.T) {
 			at: func(s int) *sampler.Snapshot {
 				u := over
 				if s >= 8 && s < 20 {
-					u = nr1.Amounts{1 * mb, 0, 0, 0}
+					u = nr1.Usage{1 * mb, 0, 0, 0}
 				}
 				return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u))
 			},
 			want: "0:warn/compute_dma_memory 5:throttle/compute_dma_memory 18:unthrottle/compute_dma_memory 20:warn/compute_dma_memory 25:throttle/compute_dma_memory 35:kill/compute_dma_memory"},
-		{name: "several resources over at once", seconds: 30, at: steady(nr1.Amounts{4 * mb, 0, 2500 * mb, 8}),
+		{name: "several resources over at once", seconds: 30, at: steady(nr1.Usage{4 * mb, 0, 2500 * mb, 8}),
 			want: "0:warn/compute_dma_memory 0:warn/docker_partition 0:warn/ai_hypervisor_queue 5:throttle/compute_dma_memory 15:kill/compute_dma_memory"},
-		{name: "usage without allocation is over a zero allocation", seconds: 30, at: steady(nr1.Amounts{0, 1 * mb, 0, 0}),
+		{name: "usage without allocation is over a zero allocation", seconds: 30, at: steady(nr1.Usage{0, 1 * mb, 0, 0}),
 			want: "0:warn/cpu_dma_memory(hard) 0:kill/cpu_dma_memory(hard)"},
-		{name: "usage without allocation, ignored by policy", seconds: 30, at: steady(nr1.Amounts{0, 1 * mb, 0, 0}),
+		{name: "usage without allocation, ignored by policy", seconds: 30, at: steady(nr1.Usage{0, 1 * mb, 0, 0}),
 			policy: func(p Policy) Policy { p.NoAllocation = "ignore"; return p }, want: ""},
 		{name: "a pod with no NR1 allocation: its image is no partition breach", seconds: 30,
 			at: func(s int) *sampler.Snapshot {
-				c := cg("a", nr1.Amounts{0, 0, 50 * mb, 0})
+				c := cg("a", nr1.Usage{0, 0, 50 * mb, 0})
 				c.Allocation = nr1.Amounts{}
 				c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
 				return snap(t0.Add(time.Duration(s)*time.Second), c)
 			}, want: ""},
 		{name: "a pod with no NR1 allocation holding a queue is over", seconds: 30,
 			at: func(s int) *sampler.Snapshot {
-				c := cg("a", nr1.Amounts{0, 0, 50 * mb, 1})
+				c := cg("a", nr1.Usage{0, 0, 50 * mb, 1})
 				c.Allocation = nr1.Amounts{}
 				c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
 				return snap(t0.Add(time.Duration(s)*time.Second), c)
 			}, want: "0:warn/ai_hypervisor_queue(hard) 0:kill/ai_hypervisor_queue(hard)"},
-		{name: "docker partition: evicted after 20 s", seconds: 30, at: steady(nr1.Amounts{0, 0, 2500 * mb, 0}),
+		{name: "docker partition: evicted after 20 s", seconds: 30, at: steady(nr1.Usage{0, 0, 2500 * mb, 0}),
 			want: "0:warn/docker_partition 20:evict/docker_partition"},
 	}
 	for _, tt := range tests {
@@ -153,7 +153,7 @@ func TestUncertainAttributionDoesNothing(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
-	overCG := func() *sampler.CG { return cg("a", nr1.Amounts{0, 0, 0, 20}) }
+	overCG := func() *sampler.CG { return cg("a", nr1.Usage{0, 0, 0, 20}) }
 	unknown := overCG()
 	unknown.AllocationKnown = false
 	young := overCG()
@@ -178,7 +178,7 @@ func TestRateLimitDefersActions(t *testing.T) {
 	p.Warmup, p.MaxActionsPerMinute = Duration{Duration: 0}, 3
 	var cgs []*sampler.CG
 	for i := range 5 {
-		cgs = append(cgs, cg(fmt.Sprint(i), nr1.Amounts{0, 0, 0, 20}))
+		cgs = append(cgs, cg(fmt.Sprint(i), nr1.Usage{0, 0, 0, 20}))
 	}
 	st := NewState(t0.Add(-time.Hour))
 	first := Decide(t0, snap(t0, cgs...), st, p)
@@ -204,9 +204,9 @@ func TestRateLimitDefersActions(t *testing.T) {
 func TestExemptionAndBadAnnotation(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
-	exempt := cg("e", nr1.Amounts{0, 0, 0, 20})
+	exempt := cg("e", nr1.Usage{0, 0, 0, 20})
 	exempt.Annotations = map[string]string{AnnotationKey: "disabled"}
-	bad := cg("b", nr1.Amounts{0, 0, 0, 20})
+	bad := cg("b", nr1.Usage{0, 0, 0, 20})
 	bad.Annotations = map[string]string{AnnotationKey: "off"}
 	st := NewState(t0.Add(-time.Hour))
 	got := Decide(t0, snap(t0, exempt, bad), st, p)
@@ -221,8 +221,8 @@ func TestExemptionAndBadAnnotation(t *testing.T) {
 func TestKillTargetsTheConsumer(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
-	c := cg("a", nr1.Amounts{0, 0, 0, 20})
-	c.PerContainer = map[string]nr1.Amounts{"health-handler": {0, 0, 0, 18}, "graph": {0, 0, 0, 2}}
+	c := cg("a", nr1.Usage{0, 0, 0, 20})
+	c.PerContainer = map[string]nr1.Usage{"health-handler": {0, 0, 0, 18}, "graph": {0, 0, 0, 2}}
 	got := Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), p)
 	kill := got[len(got)-1]
 	if kill.Kind != Kill || len(kill.Containers) != 1 || kill.Containers[0].Name != "health-handler" || kill.PodCgroup != "/cg/poda" {
@@ -233,7 +233,7 @@ func TestKillTargetsTheConsumer(t *testing.T) {
 	if kill = got[len(got)-1]; len(kill.Containers) != 2 {
 		t.Fatalf("kill of the whole CG %+v", kill)
 	}
-	if !math.IsInf(cg("z", nr1.Amounts{0, 1, 0, 0}).Ratio[nr1.CPUDMAMemory], 1) {
+	if !math.IsInf(float64(cg("z", nr1.Usage{0, 1, 0, 0}).Ratio[nr1.CPUDMAMemory]), 1) {
 		t.Fatal("fixture: ratio over zero allocation is not +Inf")
 	}
 }
@@ -242,7 +242,7 @@ func TestEvictionRefusedFallsBackToKillOnHardBreach(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
-	full := cg("a", nr1.Amounts{0, 0, 5000 * mb, 0}) // past twice the partition allocation
+	full := cg("a", nr1.Usage{0, 0, 5000 * mb, 0}) // past twice the partition allocation
 	got := Decide(t0, snap(t0, full), st, p)
 	if len(got) != 2 || got[1].Kind != Evict || !got[1].Hard {
 		t.Fatalf("first %+v", got)
@@ -267,9 +267,9 @@ func TestPolicyValidate(t *testing.T) {
 	}
 	p := DefaultPolicy()
 	p.Mode = "lenient"
-	p.Resources.DockerPartition.Ladder = []Step{{Throttle, Duration{Duration: 0}}}
-	p.Resources.ComputeDMAMemory.Ladder = []Step{{Kill, Duration{Duration: 0}}, {Warn, Duration{Duration: time.Second}}}
-	p.Resources.HypervisorQueue.HardRatio = 0.5
+	p.Resources[nr1.DockerPartition].Ladder = []Step{{Throttle, Duration{Duration: 0}}}
+	p.Resources[nr1.ComputeDMAMemory].Ladder = []Step{{Kill, Duration{Duration: 0}}, {Warn, Duration{Duration: time.Second}}}
+	p.Resources[nr1.HypervisorQueue].HardRatio = 0.5
 	err := p.Validate("enforcement")
 	for _, want := range []string{
 		`enforcement.mode: must be enforce or dry-run, got "lenient"`,
@@ -288,11 +288,11 @@ func TestGoneCGLosesItsThrottle(t *testing.T) {
 	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
 	st.AdoptThrottle("left-by-an-earlier-run")
-	got := Decide(t0, snap(t0, cg("a", nr1.Amounts{})), st, p)
+	got := Decide(t0, snap(t0, cg("a", nr1.Usage{})), st, p)
 	if len(got) != 1 || got[0].Kind != Unthrottle || got[0].UID != "left-by-an-earlier-run" {
 		t.Fatalf("%+v", got)
 	}
-	if again := Decide(t0.Add(time.Second), snap(t0.Add(time.Second), cg("a", nr1.Amounts{})), st, p); len(again) != 0 {
+	if again := Decide(t0.Add(time.Second), snap(t0.Add(time.Second), cg("a", nr1.Usage{})), st, p); len(again) != 0 {
 		t.Fatalf("again: %+v", again)
 	}
 }

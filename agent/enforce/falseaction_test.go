@@ -24,14 +24,14 @@ func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 // docker-partition measurement.
 func TestStaleReadingsDoNothing(t *testing.T) {
 	p := noWarmup()
-	hog := func() *sampler.CG { return cg("a", nr1.Amounts{0, 0, 5000 * mb, 20}) }
+	hog := func() *sampler.CG { return cg("a", nr1.Usage{0, 0, 5000 * mb, 20}) }
 	oldAlloc := snap(t0, hog())
 	oldAlloc.AllocationRead = t0.Add(-p.MaxAllocationAge.Duration - time.Second)
 	if a := Decide(t0, oldAlloc, NewState(t0.Add(-time.Hour)), p); len(a) != 0 {
 		t.Errorf("allocations older than their age limit: %v", a)
 	}
 
-	partitionOnly := func() *sampler.CG { return cg("a", nr1.Amounts{0, 0, 5000 * mb, 0}) }
+	partitionOnly := func() *sampler.CG { return cg("a", nr1.Usage{0, 0, 5000 * mb, 0}) }
 	never := snap(t0, partitionOnly())
 	never.PartitionRead = time.Time{}
 	old := snap(t0, partitionOnly())
@@ -51,7 +51,7 @@ func TestUnknownAllocationFreezesTheLadder(t *testing.T) {
 	p := noWarmup()
 	st := NewState(t0.Add(-time.Hour))
 	over := func(known bool) *sampler.Snapshot {
-		c := cg("a", nr1.Amounts{4 * mb, 0, 0, 0})
+		c := cg("a", nr1.Usage{4 * mb, 0, 0, 0})
 		c.AllocationKnown = known
 		return snap(t0, c)
 	}
@@ -76,10 +76,10 @@ func TestThrottleIsLiftedWhenItsReasonGoes(t *testing.T) {
 		st.AdoptThrottle("a")
 		return st
 	}
-	over := cg("a", nr1.Amounts{4 * mb, 0, 0, 0})
+	over := cg("a", nr1.Usage{4 * mb, 0, 0, 0})
 	over.Containers[0].StartedAt = t0.Add(-time.Hour)
 
-	exempt := cg("a", nr1.Amounts{4 * mb, 0, 0, 0})
+	exempt := cg("a", nr1.Usage{4 * mb, 0, 0, 0})
 	exempt.Annotations = map[string]string{AnnotationKey: "disabled"}
 	if a := Decide(t0, snap(t0, exempt), throttled(), p); len(a) != 1 || a[0].Kind != Unthrottle || a[0].DryRun {
 		t.Errorf("exempt CG: %+v", a)
@@ -93,14 +93,14 @@ func TestThrottleIsLiftedWhenItsReasonGoes(t *testing.T) {
 	}
 
 	// Unknown allocation: the throttle stays (its reason is not known to be gone).
-	unknown := cg("a", nr1.Amounts{4 * mb, 0, 0, 0})
+	unknown := cg("a", nr1.Usage{4 * mb, 0, 0, 0})
 	unknown.AllocationKnown = false
 	if a := Decide(t0, snap(t0, unknown), throttled(), p); len(a) != 0 {
 		t.Errorf("unknown allocation: %+v", a)
 	}
 
 	st := throttled()
-	hog := cg("a", nr1.Amounts{0, 0, 0, 20})
+	hog := cg("a", nr1.Usage{0, 0, 0, 20})
 	got := Decide(t0, snap(t0, hog), st, p)
 	kill := got[len(got)-1]
 	if kill.Kind != Kill || !kill.LiftThrottle {
@@ -121,7 +121,7 @@ func TestKillTakesTheContainerMostOverItsOwnAllocation(t *testing.T) {
 			{ID: "hh", Name: "health-handler", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Allocation: nr1.Amounts{0, 0, 0, 7}},
 			{ID: "sc", Name: "sidecar", State: runtime.Running, StartedAt: t0.Add(-time.Hour)},
 		},
-	}, Usage: nr1.Amounts{0, 0, 0, 15}, PerContainer: map[string]nr1.Amounts{"health-handler": {0, 0, 0, 7}, "sidecar": {0, 0, 0, 8}}}
+	}, Usage: nr1.Usage{0, 0, 0, 15}, PerContainer: map[string]nr1.Usage{"health-handler": {0, 0, 0, 7}, "sidecar": {0, 0, 0, 8}}}
 	c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
 	got := Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), p)
 	kill := got[len(got)-1]
@@ -135,7 +135,7 @@ func TestKillTakesTheContainerMostOverItsOwnAllocation(t *testing.T) {
 func TestFailedActionsAreRetriedWithBackoff(t *testing.T) {
 	p := noWarmup()
 	st := NewState(t0.Add(-time.Hour))
-	hog := func(s int) *sampler.Snapshot { return snap(at(s), cg("a", nr1.Amounts{0, 0, 0, 20})) }
+	hog := func(s int) *sampler.Snapshot { return snap(at(s), cg("a", nr1.Usage{0, 0, 0, 20})) }
 	fail := errors.New("CRI: deadline exceeded")
 	var kills []int
 	for s := 0; s <= 12; s++ {

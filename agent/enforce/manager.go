@@ -79,7 +79,7 @@ func (m *Manager) Counts() map[Count]int {
 }
 
 // Breaches returns how many times a CG went over, per resource.
-func (m *Manager) Breaches() [nr1.NumResources]int {
+func (m *Manager) Breaches() nr1.PerResource[int] {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.state.Breaches

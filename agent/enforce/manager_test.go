@@ -78,7 +78,7 @@ func (f *actuator) Taken() string {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // steps runs the manager on one sample per second of the fake clock.
-func steps(m *Manager, clk *fakeClock, n int, usage nr1.Amounts) {
+func steps(m *Manager, clk *fakeClock, n int, usage nr1.Usage) {
 	for range n {
 		m.Step(context.Background(), snap(clk.Now(), cg("a", usage)))
 		clk.Step(time.Second)
@@ -94,7 +94,7 @@ func TestManagerAdvancesOnOutcomes(t *testing.T) {
 		return nil
 	}}
 	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
-	steps(m, clk, 12, nr1.Amounts{4 * mb, 0, 0, 0})
+	steps(m, clk, 12, nr1.Usage{4 * mb, 0, 0, 0})
 	// The throttle fails at 5 s and is retried at 6 s, 8 s and 12 s (backoff 1, 2, 4 s);
 	// the kill is not held back by it at 15 s.
 	if got, want := act.Taken(), "warn/cg-a !throttle/cg-a !throttle/cg-a !throttle/cg-a"; got != want {
@@ -105,7 +105,7 @@ func TestManagerAdvancesOnOutcomes(t *testing.T) {
 		t.Errorf("counts %v", counts)
 	}
 	act.fail = nil
-	steps(m, clk, 6, nr1.Amounts{4 * mb, 0, 0, 0})
+	steps(m, clk, 6, nr1.Usage{4 * mb, 0, 0, 0})
 	if got := act.Taken(); !strings.HasSuffix(got, "!throttle/cg-a throttle/cg-a kill/cg-a") {
 		t.Errorf("after recovery %q", got)
 	}
@@ -119,7 +119,7 @@ func TestManagerReportsAStalledAction(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.Step(context.Background(), snap(t0, cg("a", nr1.Amounts{0, 0, 0, 20})))
+		m.Step(context.Background(), snap(t0, cg("a", nr1.Usage{0, 0, 0, 20})))
 	}()
 	<-act.started
 	// The action ignores its deadline (the fake clock drives the manager's view of it,
@@ -146,7 +146,7 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	clk := &fakeClock{now: t0}
 	act := &actuator{}
 	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), FileCheckpoint{Path: path}, clk, quiet())
-	steps(m, clk, 7, nr1.Amounts{4 * mb, 0, 0, 0})
+	steps(m, clk, 7, nr1.Usage{4 * mb, 0, 0, 0})
 	if got := act.Taken(); got != "warn/cg-a throttle/cg-a" {
 		t.Fatalf("before the restart %q", got)
 	}
@@ -160,17 +160,25 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 2 * time.Second}
 	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk, quiet())
-	steps(m2, clk, 10, nr1.Amounts{4 * mb, 0, 0, 0})
+	steps(m2, clk, 10, nr1.Usage{4 * mb, 0, 0, 0})
 	// Over since 0 s; the restart at 7 s; warm-up to 9 s; the kill due at 15 s.
 	if got := act2.Taken(); got != "kill/cg-a" {
 		t.Errorf("after the restart %q, want only the kill the ladder had left", got)
 	}
 
-	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"00","state":{}}`), 0o600); err != nil {
+	if err := os.WriteFile(path, fmt.Appendf(nil, `{"version":%d,"checksum":"00","state":{}}`, checkpointVersion), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := (FileCheckpoint{Path: path}).Restore(t0); err == nil || !strings.Contains(err.Error(), "checksum") {
 		t.Errorf("damaged checkpoint: %v", err)
+	}
+	// Version 1 kept per-resource values as positional arrays: read as version 2 they
+	// would land on the wrong resources, so they are refused.
+	if err := os.WriteFile(path, []byte(`{"version":1,"checksum":"00","state":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (FileCheckpoint{Path: path}).Restore(t0); err == nil || !strings.Contains(err.Error(), "version 1, this agent reads 2") {
+		t.Errorf("checkpoint of another version: %v", err)
 	}
 	if st, err := (FileCheckpoint{Path: filepath.Join(t.TempDir(), "none.json")}).Restore(t0); err != nil || len(st.cgs) != 0 {
 		t.Errorf("no checkpoint: %v %v", st, err)

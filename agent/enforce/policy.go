@@ -54,17 +54,7 @@ type ResourcePolicy struct {
 }
 
 // Resources is the policy of each resource, keyed by short name.
-type Resources struct {
-	ComputeDMAMemory ResourcePolicy `json:"compute_dma_memory"`
-	CPUDMAMemory     ResourcePolicy `json:"cpu_dma_memory"`
-	DockerPartition  ResourcePolicy `json:"docker_partition"`
-	HypervisorQueue  ResourcePolicy `json:"ai_hypervisor_queue"`
-}
-
-// Of returns the policy of r.
-func (rs *Resources) Of(r nr1.Resource) *ResourcePolicy {
-	return [nr1.NumResources]*ResourcePolicy{&rs.ComputeDMAMemory, &rs.CPUDMAMemory, &rs.DockerPartition, &rs.HypervisorQueue}[r]
-}
+type Resources = nr1.PerResource[ResourcePolicy]
 
 // Policy is the enforcement configuration.
 type Policy struct {
@@ -115,8 +105,8 @@ func DefaultPolicy() Policy {
 		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
 		KillTimeout: Duration{Duration: 5 * time.Second}, EvictFallback: Duration{Duration: 30 * time.Second},
 		Resources: Resources{
-			ComputeDMAMemory: memory, CPUDMAMemory: memory, HypervisorQueue: memory,
-			DockerPartition: ResourcePolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Evict, Duration{Duration: 20 * time.Second}}}, HardRatio: 2},
+			nr1.ComputeDMAMemory: memory, nr1.CPUDMAMemory: memory, nr1.HypervisorQueue: memory,
+			nr1.DockerPartition: {Ladder: []Step{{Warn, Duration{Duration: 0}}, {Evict, Duration{Duration: 20 * time.Second}}}, HardRatio: 2},
 		},
 	}
 }
@@ -151,7 +141,7 @@ func (p *Policy) Validate(prefix string) error {
 		field("killScope", "must be container or cg, got %q", p.KillScope)
 	}
 	for _, r := range nr1.All {
-		rp := p.Resources.Of(r)
+		rp := p.Resources[r]
 		name := "resources." + r.Short()
 		if rp.HardRatio != 0 && rp.HardRatio <= 1 {
 			field(name+".hardRatio", "must be above 1 (or 0 to disable), got %g", rp.HardRatio)

@@ -12,7 +12,7 @@ import (
 // neither repeats a step nor starts a ladder again.
 type State struct {
 	Started  time.Time
-	Breaches [nr1.NumResources]int // times a CG went over, per resource
+	Breaches nr1.PerResource[int] // times a CG went over, per resource
 	cgs      map[string]*cgState
 	recent   []time.Time
 	badAnno  map[string]string
@@ -21,10 +21,10 @@ type State struct {
 // cgState is one CG's enforcement. A step is counted in Done when it is proposed and
 // undone when its action fails, so the ladder advances on outcomes.
 type cgState struct {
-	Over  [nr1.NumResources]time.Time `json:"over"`  // when the CG went over; zero when it is not
-	Under [nr1.NumResources]time.Time `json:"under"` // when it went back under, for hysteresis
-	Done  [nr1.NumResources]int       `json:"done"`  // ladder steps taken
-	Hard  [nr1.NumResources]bool      `json:"hard"`
+	Over  nr1.PerResource[time.Time] `json:"over"`  // when the CG went over; zero when it is not
+	Under nr1.PerResource[time.Time] `json:"under"` // when it went back under, for hysteresis
+	Done  nr1.PerResource[int]       `json:"done"`  // ladder steps taken
+	Hard  nr1.PerResource[bool]      `json:"hard"`
 	// Throttled is true while the CG's throttle is attached; PodCgroup is where, so
 	// that it can be lifted (and thawed) after the CG is gone.
 	Throttled bool   `json:"throttled,omitempty"`

@@ -173,7 +173,7 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 	}
 	var sum, initMax nr1.Amounts
 	for _, a := range listed {
-		sum = sum.Add(a)
+		sum = nr1.Add(sum, a)
 	}
 	var problems []string
 	for i, c := range p.Containers {
@@ -197,14 +197,14 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 			problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
 		case found && err == nil:
 			ctr.Allocation, ctr.AllocationSource = annotated, FromAnnotations
-			initMax = initMax.Max(annotated)
+			initMax = nr1.Max(initMax, annotated)
 		}
 	}
 	if len(problems) > 0 {
 		cg.AllocationUnknown = strings.Join(problems, "; ")
 		return
 	}
-	cg.Allocation, cg.AllocationKnown = sum.Max(initMax), true
+	cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true
 }
 
 // crossCheck compares a container's Allocate annotations with the kubelet's figure and

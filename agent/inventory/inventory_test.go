@@ -164,7 +164,7 @@ func TestCGAllocationIsTheSumOverContainers(t *testing.T) {
 		t.Fatalf("containers %+v", cg.Containers)
 	}
 	hh := cg.Containers[1]
-	if hh.Allocation != (nr1.Amounts{3, 0, 2392, 7}) || !cg.Containers[0].Allocation.IsZero() {
+	if hh.Allocation != (nr1.Amounts{3, 0, 2392, 7}) || (cg.Containers[0].Allocation != nr1.Amounts{}) {
 		t.Errorf("per-container allocation: hh %v graph %v", hh.Allocation, cg.Containers[0].Allocation)
 	}
 	wantDir := filepath.Join(w.cgroups.V2, "kubepods/besteffort/poduid-1/c-hh")
@@ -255,7 +255,7 @@ func TestRestartingKubeletLeavesTheAllocationUnknown(t *testing.T) {
 	w.setPods()
 	w.tracker.Refresh(context.Background())
 	cg := w.builder.Build(time.Now()).CG("uid-1")
-	if cg.AllocationKnown || !cg.Allocation.IsZero() || !strings.Contains(cg.AllocationUnknown, "not in the kubelet's") {
+	if cg.AllocationKnown || (cg.Allocation != nr1.Amounts{}) || !strings.Contains(cg.AllocationUnknown, "not in the kubelet's") {
 		t.Errorf("pod missing from the answer: known %v allocation %v (%q)", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
 	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default",

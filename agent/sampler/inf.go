@@ -1,7 +1,6 @@
 package sampler
 
 import (
-	"fmt"
 	"math"
 	"strconv"
 
@@ -10,22 +9,16 @@ import (
 
 var posInf = math.Inf(1)
 
-// Ratio is usage over allocation, per resource.
-type Ratio [nr1.NumResources]float64
+// Fraction is usage over allocation; +Inf is usage over a zero allocation.
+type Fraction float64
 
-// MarshalJSON writes an object keyed by short name, with "+Inf" for usage over a zero
-// allocation (JSON has no infinity).
-func (r Ratio) MarshalJSON() ([]byte, error) {
-	b := []byte{'{'}
-	for i, res := range nr1.All {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		v := strconv.FormatFloat(r[res], 'g', 6, 64)
-		if math.IsInf(r[res], 1) {
-			v = `"+Inf"`
-		}
-		b = fmt.Appendf(b, "%q:%s", res.Short(), v)
+// MarshalJSON writes "+Inf" for usage over a zero allocation: JSON has no infinity.
+func (f Fraction) MarshalJSON() ([]byte, error) {
+	if math.IsInf(float64(f), 1) {
+		return []byte(`"+Inf"`), nil
 	}
-	return append(b, '}'), nil
+	return strconv.AppendFloat(nil, float64(f), 'g', 6, 64), nil
 }
+
+// Ratio is usage over allocation, per resource.
+type Ratio = nr1.PerResource[Fraction]

@@ -11,6 +11,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/internal/loop"
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // RuntimeView is the runtime watcher's latest view.
@@ -59,11 +60,11 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 // unknown; an image whose size cannot be read fails the whole measurement.
 func (p *PartitionSampler) Measure(ctx context.Context) error {
 	view, _ := p.view.Load()
-	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]int64{}, ByCtr: map[string]int64{}, Failed: map[string]string{}}
+	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]nr1.Base{}, ByCtr: map[string]nr1.Base{}, Failed: map[string]string{}}
 	images := map[string]int64{}
 	for _, pod := range view.Pods {
 		seen := map[string]bool{}
-		var total int64
+		var total nr1.Base
 		for _, c := range pod.Containers {
 			if c.State != runtime.Running {
 				continue
@@ -74,8 +75,8 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				usage.Failed[pod.UID] = fmt.Sprintf("writable layer of %s: %v", c.Name, err)
 				break
 			}
-			usage.ByCtr[c.ID] = w
-			total += w
+			usage.ByCtr[c.ID] = nr1.Base(w)
+			total += nr1.Base(w)
 			if c.ImageRef == "" || seen[c.ImageRef] {
 				continue
 			}
@@ -87,7 +88,7 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				}
 				images[c.ImageRef] = size
 			}
-			total += size
+			total += nr1.Base(size)
 		}
 		if _, failed := usage.Failed[pod.UID]; !failed {
 			usage.ByCG[pod.UID] = total

@@ -15,6 +15,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // fixedView is a runtime view that does not change.
@@ -56,7 +57,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	}
 	got, _ := p.Load()
 	// The image once per CG, both writable layers.
-	if want := int64(100<<20 + 11<<20); got.ByCG["ua"] != want {
+	if want := nr1.Base(100<<20 + 11<<20); got.ByCG["ua"] != want {
 		t.Errorf("ua %d bytes, want %d", got.ByCG["ua"], want)
 	}
 	if v, ok := got.ByCG["ub"]; ok {

@@ -28,17 +28,17 @@ type Snapshot struct {
 	PartitionRead time.Time `json:"partitionRead,omitzero"`
 	CGs           []*CG     `json:"cgs"`
 	// Unattributed is what processes outside every known container hold, in base units.
-	Unattributed footprint.Usage `json:"unattributed"`
+	Unattributed nr1.Usage `json:"unattributed"`
 }
 
 // CG is one compute graph's sample. Usage is in base units: bytes for the memory
 // resources and the docker partition, handles for queues.
 type CG struct {
 	*inventory.CG
-	Usage footprint.Usage `json:"usage"`
+	Usage nr1.Usage `json:"usage"`
 	// Ratio is usage over allocation per resource; +Inf for usage with no allocation.
-	Ratio        Ratio                      `json:"ratio"`
-	PerContainer map[string]footprint.Usage `json:"usageByContainer"`
+	Ratio        Ratio                `json:"ratio"`
+	PerContainer map[string]nr1.Usage `json:"usageByContainer"`
 	// PartitionUnknown says why the docker partition of this CG is not known: it was
 	// not measured yet, or its measurement failed. Unknown is never zero.
 	PartitionUnknown string              `json:"partitionUnknown,omitempty"`
@@ -60,8 +60,8 @@ type Partition interface {
 // PartitionUsage is the docker partition measured per CG.
 type PartitionUsage struct {
 	Read  time.Time
-	ByCG  map[string]int64 // CG UID → bytes (distinct images + writable layers)
-	ByCtr map[string]int64 // container ID → bytes of its writable layer
+	ByCG  map[string]nr1.Base // CG UID → bytes (distinct images + writable layers)
+	ByCtr map[string]nr1.Base // container ID → bytes of its writable layer
 	// Failed says, per CG UID, why its measurement failed; such a CG has no ByCG entry.
 	Failed map[string]string
 }
@@ -148,7 +148,7 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	groups := []group{unattributed: {}}
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
-		cg := &CG{CG: icg, PerContainer: map[string]footprint.Usage{}}
+		cg := &CG{CG: icg, PerContainer: map[string]nr1.Usage{}}
 		snap.CGs = append(snap.CGs, cg)
 		cgGroup := len(groups)
 		groups = append(groups, group{cg: cg})
@@ -196,9 +196,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		case g == unattributed:
 			snap.Unattributed = u
 		case !gr.perContainer:
-			gr.cg.Usage = gr.cg.Usage.Add(u)
-		case !u.IsZero():
-			gr.cg.PerContainer[gr.container] = gr.cg.PerContainer[gr.container].Add(u)
+			gr.cg.Usage = nr1.Add(gr.cg.Usage, u)
+		case u != nr1.Usage{}:
+			gr.cg.PerContainer[gr.container] = nr1.Add(gr.cg.PerContainer[gr.container], u)
 		}
 	}
 	for _, cg := range snap.CGs {
@@ -221,15 +221,15 @@ func containerGroup(groups *[]group, cgGroup int, name string) int {
 
 // Ratios divides usage (base units) by allocation (resource units) per resource. Usage
 // with no allocation is over a zero allocation: +Inf.
-func Ratios(usage footprint.Usage, allocation nr1.Amounts) Ratio {
+func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
 	var r Ratio
 	for _, res := range nr1.All {
-		alloc := float64(allocation[res]) * float64(res.UnitBytes())
+		alloc := float64(res.InBase(allocation[res]))
 		switch {
 		case alloc > 0:
-			r[res] = float64(usage[res]) / alloc
+			r[res] = Fraction(float64(usage[res]) / alloc)
 		case usage[res] > 0:
-			r[res] = posInf
+			r[res] = Fraction(posInf)
 		}
 	}
 	return r

@@ -72,7 +72,7 @@ func fixture(t *testing.T) (*Sampler, *testingclock.FakeClock) {
 			{CgroupID: 21, PID: 5, FD: 3, Target: 1, Description: 3},
 		},
 	}
-	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]int64{"u1": 2000 << 20}, ByCtr: map[string]int64{"hh": 100 << 20},
+	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]nr1.Base{"u1": 2000 << 20}, ByCtr: map[string]nr1.Base{"hh": 100 << 20},
 		Failed: map[string]string{"u2": "ContainerStats of health-handler: deadline exceeded"}}
 	clk := testingclock.NewFakeClock(time.Unix(200, 0))
 	return New(fixedInventory{inv}, fixedScan{scan}, targets(t), fixedPartition{part}, time.Second,
@@ -90,26 +90,26 @@ func TestSampleAttributesByCgroup(t *testing.T) {
 		t.Errorf("snapshot header %+v", snap)
 	}
 	resnet, greedy := snap.CGs[0], snap.CGs[1]
-	if want := (footprint.Usage{3 << 20, 0, 2000 << 20, 2}); resnet.Usage != want {
+	if want := (nr1.Usage{3 << 20, 0, 2000 << 20, 2}); resnet.Usage != want {
 		t.Errorf("resnet usage %v, want %v", resnet.Usage, want)
 	}
-	if hh := resnet.PerContainer["health-handler"]; hh != (footprint.Usage{1 << 20, 0, 100 << 20, 2}) {
+	if hh := resnet.PerContainer["health-handler"]; hh != (nr1.Usage{1 << 20, 0, 100 << 20, 2}) {
 		t.Errorf("health-handler %v", hh)
 	}
-	if g := resnet.PerContainer["graph"]; g != (footprint.Usage{2 << 20, 0, 0, 0}) {
+	if g := resnet.PerContainer["graph"]; g != (nr1.Usage{2 << 20, 0, 0, 0}) {
 		t.Errorf("graph %v", g)
 	}
-	if r := resnet.Ratio; r[nr1.ComputeDMAMemory] != 1 || math.Abs(r[nr1.HypervisorQueue]-2.0/7) > 1e-9 || r[nr1.CPUDMAMemory] != 0 {
+	if r := resnet.Ratio; r[nr1.ComputeDMAMemory] != 1 || math.Abs(float64(r[nr1.HypervisorQueue])-2.0/7) > 1e-9 || r[nr1.CPUDMAMemory] != 0 {
 		t.Errorf("resnet ratios %v", r)
 	}
 	// A failed partition reading is unknown, never zero bytes.
 	if resnet.PartitionUnknown != "" || !strings.Contains(greedy.PartitionUnknown, "deadline exceeded") {
 		t.Errorf("partition unknown: resnet %q, greedy %q", resnet.PartitionUnknown, greedy.PartitionUnknown)
 	}
-	if !math.IsInf(greedy.Ratio[nr1.HypervisorQueue], 1) {
+	if !math.IsInf(float64(greedy.Ratio[nr1.HypervisorQueue]), 1) {
 		t.Errorf("usage without allocation: ratio %v, want +Inf", greedy.Ratio[nr1.HypervisorQueue])
 	}
-	if snap.Unattributed != (footprint.Usage{5 << 20, 0, 0, 0}) {
+	if snap.Unattributed != (nr1.Usage{5 << 20, 0, 0, 0}) {
 		t.Errorf("unattributed %v", snap.Unattributed)
 	}
 	if len(resnet.Mappings) != 2 || len(resnet.Handles) != 3 {
@@ -160,10 +160,10 @@ func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 	}
 	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
 	forking, other := snap.CGs[0], snap.CGs[1]
-	if want := (footprint.Usage{4 * mb, 0, 0, 2}); forking.Usage != want {
+	if want := (nr1.Usage{4 * mb, 0, 0, 2}); forking.Usage != want {
 		t.Errorf("CG usage %v, want %v (not the 25 MB of its mappings)", forking.Usage, want)
 	}
-	for name, want := range map[string]footprint.Usage{
+	for name, want := range map[string]nr1.Usage{
 		"health-handler": {1 * mb},
 		"worker":         {3 * mb, 0, 0, 1},
 		"sidecar":        {4 * mb, 0, 0, 2},
@@ -175,13 +175,13 @@ func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 	if _, ok := forking.PerContainer["gone"]; ok || len(forking.PerContainer) != 3 {
 		t.Errorf("containers %v, want health-handler, worker and sidecar", forking.PerContainer)
 	}
-	if r := forking.Ratio[nr1.ComputeDMAMemory]; math.Abs(r-4.0/3) > 1e-9 {
+	if r := forking.Ratio[nr1.ComputeDMAMemory]; math.Abs(float64(r)-4.0/3) > 1e-9 {
 		t.Errorf("ratio %v, want 4/3", r)
 	}
-	if want := (footprint.Usage{3 * mb}); other.Usage != want || other.PerContainer["main"] != want {
+	if want := (nr1.Usage{3 * mb}); other.Usage != want || other.PerContainer["main"] != want {
 		t.Errorf("other CG %v (%v), want %v", other.Usage, other.PerContainer, want)
 	}
-	if want := (footprint.Usage{3 * mb, 0, 0, 1}); snap.Unattributed != want {
+	if want := (nr1.Usage{3 * mb, 0, 0, 1}); snap.Unattributed != want {
 		t.Errorf("unattributed %v, want %v", snap.Unattributed, want)
 	}
 	if len(forking.Mappings) != 10 || len(forking.Handles) != 4 || len(other.Mappings) != 1 {

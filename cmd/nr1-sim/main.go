@@ -61,7 +61,7 @@ func create(dir string, args []string, out io.Writer) error {
 			if err != nil || n < 0 {
 				return fmt.Errorf("capacity of %s: want a non-negative integer, got %q", nr1.All[i], p)
 			}
-			opts.Capacity[i] = n
+			opts.Capacity[i] = nr1.Units(n)
 		}
 		return nil
 	})

@@ -112,21 +112,21 @@ func (o *observer) observe(c kubernetes.Interface) observation {
 }
 
 // overBy says what usage (base units) holds over allocation (units), "" when nothing.
-func overBy(usage, alloc nr1.Amounts) string {
+func overBy(usage nr1.Usage, alloc nr1.Amounts) string {
 	var over []string
 	for _, r := range nr1.All {
-		if usage[r] > alloc[r]*r.UnitBytes() {
+		if usage[r] > r.InBase(alloc[r]) {
 			over = append(over, fmt.Sprintf("%s %s of %d %s", r, humanUnits(r, usage[r]), alloc[r], r.Unit()))
 		}
 	}
 	return strings.Join(over, ", ")
 }
 
-func humanUnits(r nr1.Resource, v int64) string {
+func humanUnits(r nr1.Resource, v nr1.Base) string {
 	if r.UnitBytes() == 1 {
-		return strconv.FormatInt(v, 10)
+		return strconv.FormatInt(int64(v), 10)
 	}
-	return strconv.FormatFloat(float64(v)/float64(r.UnitBytes()), 'f', 2, 64)
+	return strconv.FormatFloat(r.InUnits(v), 'f', 2, 64)
 }
 
 func (o *observer) run(ctx context.Context, c kubernetes.Interface) {

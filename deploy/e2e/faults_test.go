@@ -71,9 +71,9 @@ func diagnose(t *testing.T, c kubernetes.Interface, pods ...*corev1.Pod) {
 }
 
 // nr1LoadImageMB is the nr1-load image's size, rounded up to whole MB.
-func nr1LoadImageMB(t *testing.T) int64 {
+func nr1LoadImageMB(t *testing.T) nr1.Units {
 	t.Helper()
-	return (imageSize(t, nr1LoadImage) + 1<<20 - 1) >> 20
+	return nr1.Units((imageSize(t, nr1LoadImage) + 1<<20 - 1) >> 20)
 }
 
 // logLineAt returns the time nr1-load stamped on its first log line containing marker.
@@ -373,7 +373,7 @@ type allocationSeen struct {
 	at     time.Time
 	age    time.Duration // of the pod-resources answer, at the sample
 	known  map[string]bool
-	queues map[string]int64
+	queues map[string]nr1.Base
 	err    error
 }
 
@@ -386,7 +386,7 @@ func watchAllocations(ctx context.Context, ip string, pods []*corev1.Pod) <-chan
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			s := allocationSeen{at: time.Now(), known: map[string]bool{}, queues: map[string]int64{}}
+			s := allocationSeen{at: time.Now(), known: map[string]bool{}, queues: map[string]nr1.Base{}}
 			var v allocationView
 			if s.err = getJSON("http://"+ip+":9470/debug/cgs", &v); s.err == nil {
 				s.age = v.Taken.Sub(v.AllocationRead)

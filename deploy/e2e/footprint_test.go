@@ -26,7 +26,7 @@ const nr1LoadImage = "nr1.local/nr1-load:dev"
 func nr1Requests(a nr1.Amounts) corev1.ResourceRequirements {
 	rl := corev1.ResourceList{}
 	for _, r := range nr1.All {
-		rl[corev1.ResourceName(r.Name())] = *resource.NewQuantity(a[r], resource.DecimalSI)
+		rl[corev1.ResourceName(r.Name())] = *resource.NewQuantity(int64(a[r]), resource.DecimalSI)
 	}
 	return corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()}
 }
@@ -105,8 +105,8 @@ func TestFootprintFollowsTheWorkload(t *testing.T) {
 	c := client(t)
 	pod := running(t, c, createPod(t, c, loadPod("footprint", "--compute-dma-mb=1", "--queues=2", "--step=5s:compute=3,queues=7,write=100")))
 	const interval, partitionInterval = time.Second, 10 * time.Second
-	observe := func(what string, timeout time.Duration, ok func(u nr1.Amounts) bool) (time.Time, nr1.Amounts) {
-		var seen nr1.Amounts
+	observe := func(what string, timeout time.Duration, ok func(u nr1.Usage) bool) (time.Time, nr1.Usage) {
+		var seen nr1.Usage
 		deadline := time.Now().Add(timeout)
 		for {
 			if s, err := agentDebug(t, c); err == nil {
@@ -123,14 +123,14 @@ func TestFootprintFollowsTheWorkload(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	seenFirst, _ := observe("1 MB and 2 queues", 30*time.Second, func(u nr1.Amounts) bool {
+	seenFirst, _ := observe("1 MB and 2 queues", 30*time.Second, func(u nr1.Usage) bool {
 		return u[nr1.ComputeDMAMemory] == 1<<20 && u[nr1.HypervisorQueue] == 2
 	})
-	seenSecond, _ := observe("3 MB and 7 queues", 30*time.Second, func(u nr1.Amounts) bool {
+	seenSecond, _ := observe("3 MB and 7 queues", 30*time.Second, func(u nr1.Usage) bool {
 		return u[nr1.ComputeDMAMemory] == 3<<20 && u[nr1.HypervisorQueue] == 7
 	})
-	img := imageSize(t, nr1LoadImage)
-	seenWrite, u := observe("image + 100 MB in the docker partition", 60*time.Second, func(u nr1.Amounts) bool {
+	img := nr1.Base(imageSize(t, nr1LoadImage))
+	seenWrite, u := observe("image + 100 MB in the docker partition", 60*time.Second, func(u nr1.Usage) bool {
 		return u[nr1.DockerPartition] >= img+100<<20
 	})
 	if extra := u[nr1.DockerPartition] - img - 100<<20; extra > 1<<20 {

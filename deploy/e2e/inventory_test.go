@@ -23,14 +23,14 @@ import (
 
 // debugSnapshot is the agent's /debug/cgs: the inventory of each CG with its usage.
 type debugSnapshot struct {
-	Source       string      `json:"source"`
-	Unattributed nr1.Amounts `json:"unattributed"`
-	CGs          []*debugCG  `json:"cgs"`
+	Source       string     `json:"source"`
+	Unattributed nr1.Usage  `json:"unattributed"`
+	CGs          []*debugCG `json:"cgs"`
 }
 
 type debugCG struct {
 	inventory.CG
-	Usage nr1.Amounts `json:"usage"`
+	Usage nr1.Usage `json:"usage"`
 }
 
 func (s *debugSnapshot) CG(uid string) *debugCG {

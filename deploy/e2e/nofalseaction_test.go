@@ -44,7 +44,7 @@ type exactCG struct {
 }
 
 func exactCGs() []*exactCG {
-	a := func(compute, cpu, queues int64) nr1.Amounts {
+	a := func(compute, cpu, queues nr1.Units) nr1.Amounts {
 		var x nr1.Amounts
 		x[nr1.ComputeDMAMemory], x[nr1.CPUDMAMemory], x[nr1.HypervisorQueue] = compute, cpu, queues
 		return x
@@ -66,9 +66,9 @@ func exactCGs() []*exactCG {
 // holdArgs are nr1-load's flags to hold a's DMA memory and queues.
 func holdArgs(a nr1.Amounts) []string {
 	return []string{
-		"--compute-dma-mb=" + strconv.FormatInt(a[nr1.ComputeDMAMemory], 10),
-		"--cpu-dma-mb=" + strconv.FormatInt(a[nr1.CPUDMAMemory], 10),
-		"--queues=" + strconv.FormatInt(a[nr1.HypervisorQueue], 10),
+		"--compute-dma-mb=" + strconv.FormatInt(int64(a[nr1.ComputeDMAMemory]), 10),
+		"--cpu-dma-mb=" + strconv.FormatInt(int64(a[nr1.CPUDMAMemory]), 10),
+		"--queues=" + strconv.FormatInt(int64(a[nr1.HypervisorQueue]), 10),
 	}
 }
 
@@ -79,8 +79,8 @@ var simDMAFiles = map[string]string{
 	"/dev/nr1_0_cpu_dma":     "/run/nr1-sim/dev/nr1_0_cpu_dma",
 }
 
-func (cg *exactCG) build(imageMB int64) *corev1.Pod {
-	cg.alloc[nr1.DockerPartition] = imageMB + cg.writeMB + 1
+func (cg *exactCG) build(imageMB nr1.Units) *corev1.Pod {
+	cg.alloc[nr1.DockerPartition] = imageMB + nr1.Units(cg.writeMB) + 1
 	hh := loadContainer("health-handler", append(holdArgs(cg.alloc), "--write-mb="+strconv.FormatInt(cg.writeMB, 10), "--fork="+strconv.Itoa(cg.fork))...)
 	hh.Resources = nr1Requests(cg.alloc)
 	grace := int64(1)
@@ -210,7 +210,7 @@ func TestNoFalseAction(t *testing.T) {
 
 	newNamespace(t, c, noFalseNS)
 	node := nodeName(t, c)
-	imageMB := (imageSize(t, nr1LoadImage) + 1<<20 - 1) >> 20
+	imageMB := nr1LoadImageMB(t)
 	cgs := exactCGs()
 	for _, cg := range cgs {
 		created, err := c.CoreV1().Pods(noFalseNS).Create(ctx, cg.build(imageMB), metav1.CreateOptions{})
@@ -355,9 +355,9 @@ func checkMeasured(t *testing.T, c kubernetes.Interface, cgs []*exactCG) {
 				bad = append(bad, cg.name+" absent")
 				continue
 			}
-			want := cg.alloc
+			var want nr1.Usage
 			for _, r := range nr1.All {
-				want[r] *= r.UnitBytes()
+				want[r] = r.InBase(cg.alloc[r])
 			}
 			got := seen.Usage
 			if got[nr1.DockerPartition] == 0 || got[nr1.DockerPartition] > want[nr1.DockerPartition] {

@@ -120,7 +120,7 @@ func actionCounts(evs []corev1.Event) (map[string]float64, []string) {
 var overKinds = []struct {
 	key, logged string // nr1-load's --step key, and its field in nr1-load's log
 	r           nr1.Resource
-	alloc       int64
+	alloc       nr1.Units
 }{
 	{"compute", "compute_dma_mb", nr1.ComputeDMAMemory, 2},
 	{"cpu", "cpu_dma_mb", nr1.CPUDMAMemory, 1},
@@ -139,7 +139,7 @@ const (
 type overCase struct {
 	after       string // the disruption it followed, or "before the disruptions"
 	r           nr1.Resource
-	alloc, over int64         // units allocated, held after going over
+	alloc, over nr1.Units     // units allocated, held after going over
 	offset      time.Duration // nr1-load's step
 	pod         *corev1.Pod
 	// The agent instances Ready when it was created and when its kill was seen.
@@ -212,7 +212,7 @@ func agentStarted(p *corev1.Pod) time.Time {
 // runOverBudget starts the i-th over-budget CG within its budget, lets it go over, waits
 // for the agent to kill it, measures the delays and deletes it. What the agent did
 // wrong is recorded in the case, not fatal, so that the test goes on.
-func runOverBudget(t *testing.T, c kubernetes.Interface, node string, i int, after string, imageMB int64) *overCase {
+func runOverBudget(t *testing.T, c kubernetes.Interface, node string, i int, after string, imageMB nr1.Units) *overCase {
 	t.Helper()
 	ctx := context.Background()
 	k := overKinds[i%len(overKinds)]

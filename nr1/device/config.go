@@ -25,17 +25,7 @@ type Config struct {
 }
 
 // Resources configures each resource; the keys are the resources' short names.
-type Resources struct {
-	ComputeDMAMemory Resource `json:"compute_dma_memory"`
-	CPUDMAMemory     Resource `json:"cpu_dma_memory"`
-	DockerPartition  Resource `json:"docker_partition"`
-	HypervisorQueue  Resource `json:"ai_hypervisor_queue"`
-}
-
-// Of returns the configuration of r.
-func (rs *Resources) Of(r nr1.Resource) *Resource {
-	return [nr1.NumResources]*Resource{&rs.ComputeDMAMemory, &rs.CPUDMAMemory, &rs.DockerPartition, &rs.HypervisorQueue}[r]
-}
+type Resources = nr1.PerResource[Resource]
 
 // Resource configures where one resource's capacity comes from and which device files
 // carry it.
@@ -46,7 +36,7 @@ type Resource struct {
 	// Partition, for the docker partition, measures capacity with statfs.
 	Partition *Partition `json:"partition,omitempty"`
 	// Capacity is used when the attribute is absent and no partition is configured.
-	Capacity *int64 `json:"capacity,omitempty"`
+	Capacity *nr1.Units `json:"capacity,omitempty"`
 	// Files are the device files a container of a CG gets for this resource.
 	Files []File `json:"files"`
 }
@@ -86,10 +76,10 @@ func DefaultConfig() Config {
 		HealthAttribute: "health",
 		HealthyValues:   []string{"ok", "healthy", "1"},
 		Resources: Resources{
-			ComputeDMAMemory: Resource{CapacityAttribute: "compute_dma_memory_mb", Files: []File{{Path: "/dev/nr1_0_compute_dma"}}},
-			CPUDMAMemory:     Resource{CapacityAttribute: "cpu_dma_memory_mb", Files: []File{{Path: "/dev/nr1_0_cpu_dma"}}},
-			DockerPartition:  Resource{CapacityAttribute: "docker_partition_mb"},
-			HypervisorQueue:  Resource{CapacityAttribute: "ai_hypervisor_queues", Files: []File{{Path: "/dev/nr1_0_hv_queue"}}},
+			nr1.ComputeDMAMemory: {CapacityAttribute: "compute_dma_memory_mb", Files: []File{{Path: "/dev/nr1_0_compute_dma"}}},
+			nr1.CPUDMAMemory:     {CapacityAttribute: "cpu_dma_memory_mb", Files: []File{{Path: "/dev/nr1_0_cpu_dma"}}},
+			nr1.DockerPartition:  {CapacityAttribute: "docker_partition_mb"},
+			nr1.HypervisorQueue:  {CapacityAttribute: "ai_hypervisor_queues", Files: []File{{Path: "/dev/nr1_0_hv_queue"}}},
 		},
 	}
 }
@@ -110,7 +100,7 @@ func (c *Config) Validate(prefix string) error {
 		field("healthyValues", "must not be empty when healthAttribute is set")
 	}
 	for _, r := range nr1.All {
-		rc := c.Resources.Of(r)
+		rc := &c.Resources[r]
 		name := "resources." + r.Short()
 		if rc.CapacityAttribute != "" && !relativeClean(rc.CapacityAttribute) {
 			field(name+".capacityAttribute", "must be a relative path, got %q", rc.CapacityAttribute)

@@ -26,7 +26,7 @@ func NewInventory(cfg Config, sysfsRoot string) *Inventory {
 }
 
 // Files returns the device files configured for r.
-func (inv *Inventory) Files(r nr1.Resource) []File { return inv.cfg.Resources.Of(r).Files }
+func (inv *Inventory) Files(r nr1.Resource) []File { return inv.cfg.Resources[r].Files }
 
 // CapacitySource says where a resource's capacity was read.
 type CapacitySource string
@@ -39,10 +39,10 @@ const (
 )
 
 // Capacity reads each resource's capacity, in units, and where it came from.
-func (inv *Inventory) Capacity() (nr1.Amounts, [nr1.NumResources]CapacitySource, error) {
+func (inv *Inventory) Capacity() (nr1.Amounts, nr1.PerResource[CapacitySource], error) {
 	var (
 		capacity nr1.Amounts
-		sources  [nr1.NumResources]CapacitySource
+		sources  nr1.PerResource[CapacitySource]
 	)
 	for _, r := range nr1.All {
 		n, src, err := inv.capacityOf(r)
@@ -54,8 +54,8 @@ func (inv *Inventory) Capacity() (nr1.Amounts, [nr1.NumResources]CapacitySource,
 	return capacity, sources, nil
 }
 
-func (inv *Inventory) capacityOf(r nr1.Resource) (int64, CapacitySource, error) {
-	rc := inv.cfg.Resources.Of(r)
+func (inv *Inventory) capacityOf(r nr1.Resource) (nr1.Units, CapacitySource, error) {
+	rc := &inv.cfg.Resources[r]
 	if rc.CapacityAttribute != "" {
 		n, err := inv.readCapacityAttribute(rc.CapacityAttribute)
 		switch {
@@ -80,7 +80,7 @@ func (inv *Inventory) attributePath(name string) string {
 	return filepath.Join(inv.sysfsRoot, inv.cfg.SysfsDevice, name)
 }
 
-func (inv *Inventory) readCapacityAttribute(name string) (int64, error) {
+func (inv *Inventory) readCapacityAttribute(name string) (nr1.Units, error) {
 	p := inv.attributePath(name)
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -90,10 +90,10 @@ func (inv *Inventory) readCapacityAttribute(name string) (int64, error) {
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("sysfs attribute %s: want a non-negative integer, got %q", p, strings.TrimSpace(string(b)))
 	}
-	return n, nil
+	return nr1.Units(n), nil
 }
 
-func partitionMB(p *Partition) (int64, error) {
+func partitionMB(p *Partition) (nr1.Units, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(p.Path, &st); err != nil {
 		return 0, fmt.Errorf("statfs of image partition %s: %w", p.Path, err)
@@ -102,7 +102,7 @@ func partitionMB(p *Partition) (int64, error) {
 	if total < p.ReserveMB {
 		return 0, fmt.Errorf("image partition %s holds %d MB, less than the reserve of %d MB", p.Path, total, p.ReserveMB)
 	}
-	return total - p.ReserveMB, nil
+	return nr1.Units(total - p.ReserveMB), nil
 }
 
 // Status is the health of one resource.
@@ -113,17 +113,7 @@ type Status struct {
 }
 
 // Health is the status of each resource.
-type Health [nr1.NumResources]Status
-
-// AllHealthy reports whether every resource is healthy.
-func (h Health) AllHealthy() bool {
-	for _, s := range h {
-		if !s.Healthy {
-			return false
-		}
-	}
-	return true
-}
+type Health = nr1.PerResource[Status]
 
 // Probe reads the NR1's health now: the health attribute, when configured, reads one of
 // the healthy values, and each resource's device files exist.

@@ -29,7 +29,7 @@ func fixture(t *testing.T) (Config, string) {
 		must(t, os.WriteFile(filepath.Join(dev, name), []byte(v), 0o644))
 	}
 	for _, r := range nr1.All {
-		rc := cfg.Resources.Of(r)
+		rc := cfg.Resources[r]
 		for i := range rc.Files {
 			rc.Files[i].Path = filepath.Join(root, "dev", filepath.Base(rc.Files[i].Path))
 			must(t, os.MkdirAll(filepath.Dir(rc.Files[i].Path), 0o755))
@@ -64,17 +64,17 @@ func TestCapacityPrecedence(t *testing.T) {
 	cfg, sys := fixture(t)
 	must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "cpu_dma_memory_mb")))
 	must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "docker_partition_mb")))
-	n := int64(256)
-	cfg.Resources.CPUDMAMemory.Capacity = &n
+	n := nr1.Units(256)
+	cfg.Resources[nr1.CPUDMAMemory].Capacity = &n
 	partition := t.TempDir()
-	cfg.Resources.DockerPartition.Partition = &Partition{Path: partition, ReserveMB: 1}
-	cfg.Resources.DockerPartition.Capacity = &n // the partition wins over the static value
+	cfg.Resources[nr1.DockerPartition].Partition = &Partition{Path: partition, ReserveMB: 1}
+	cfg.Resources[nr1.DockerPartition].Capacity = &n // the partition wins over the static value
 
 	got, src, err := NewInventory(cfg, sys).Capacity()
 	must(t, err)
 	var st unix.Statfs_t
 	must(t, unix.Statfs(partition, &st))
-	wantPartition := int64(st.Blocks)*st.Bsize>>20 - 1
+	wantPartition := nr1.Units(int64(st.Blocks)*st.Bsize>>20 - 1)
 	if got[nr1.CPUDMAMemory] != 256 || src[nr1.CPUDMAMemory] != FromConfig {
 		t.Errorf("cpu dma: %d from %s", got[nr1.CPUDMAMemory], src[nr1.CPUDMAMemory])
 	}
@@ -89,8 +89,8 @@ func TestCapacityPrecedence(t *testing.T) {
 func TestCapacityErrors(t *testing.T) {
 	t.Run("malformed attribute is not skipped", func(t *testing.T) {
 		cfg, sys := fixture(t)
-		n := int64(1)
-		cfg.Resources.HypervisorQueue.Capacity = &n
+		n := nr1.Units(1)
+		cfg.Resources[nr1.HypervisorQueue].Capacity = &n
 		must(t, os.WriteFile(filepath.Join(sys, cfg.SysfsDevice, "ai_hypervisor_queues"), []byte("lots\n"), 0o644))
 		_, _, err := NewInventory(cfg, sys).Capacity()
 		if err == nil || !strings.Contains(err.Error(), `ai_hypervisor_queues: want a non-negative integer, got "lots"`) {
@@ -109,7 +109,7 @@ func TestCapacityErrors(t *testing.T) {
 	t.Run("reserve above partition", func(t *testing.T) {
 		cfg, sys := fixture(t)
 		must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "docker_partition_mb")))
-		cfg.Resources.DockerPartition.Partition = &Partition{Path: t.TempDir(), ReserveMB: 1 << 40}
+		cfg.Resources[nr1.DockerPartition].Partition = &Partition{Path: t.TempDir(), ReserveMB: 1 << 40}
 		_, _, err := NewInventory(cfg, sys).Capacity()
 		if err == nil || !strings.Contains(err.Error(), "less than the reserve") {
 			t.Fatalf("err = %v", err)
@@ -120,7 +120,7 @@ func TestCapacityErrors(t *testing.T) {
 func TestProbe(t *testing.T) {
 	cfg, sys := fixture(t)
 	inv := NewInventory(cfg, sys)
-	if h := inv.Probe(); !h.AllHealthy() {
+	if h := inv.Probe(); !allHealthy(h) {
 		t.Fatalf("fresh fixture unhealthy: %+v", h)
 	}
 	health := filepath.Join(sys, cfg.SysfsDevice, "health")
@@ -132,7 +132,7 @@ func TestProbe(t *testing.T) {
 		}
 	}
 	must(t, os.WriteFile(health, []byte("HEALTHY"), 0o644))
-	queue := cfg.Resources.HypervisorQueue.Files[0].Path
+	queue := cfg.Resources[nr1.HypervisorQueue].Files[0].Path
 	must(t, os.Remove(queue))
 	h = inv.Probe()
 	if h[nr1.HypervisorQueue].Healthy || !strings.Contains(h[nr1.HypervisorQueue].Reason, queue) {
@@ -185,11 +185,11 @@ func TestMonitorWakesWatchersOnChange(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	cfg := DefaultConfig()
-	neg := int64(-3)
-	cfg.Resources.CPUDMAMemory.Capacity = &neg
-	cfg.Resources.HypervisorQueue.Files = []File{{Path: "dev/q"}, {Path: "/dev/q2", Measure: "fdinfo"}, {Path: "/dev/q3", Measure: "bytes"}}
-	cfg.Resources.ComputeDMAMemory.Partition = &Partition{Path: "/x"}
-	cfg.Resources.DockerPartition = Resource{}
+	neg := nr1.Units(-3)
+	cfg.Resources[nr1.CPUDMAMemory].Capacity = &neg
+	cfg.Resources[nr1.HypervisorQueue].Files = []File{{Path: "dev/q"}, {Path: "/dev/q2", Measure: "fdinfo"}, {Path: "/dev/q3", Measure: "bytes"}}
+	cfg.Resources[nr1.ComputeDMAMemory].Partition = &Partition{Path: "/x"}
+	cfg.Resources[nr1.DockerPartition] = Resource{}
 	cfg.SysfsDevice = "/abs"
 	err := cfg.Validate("nr1")
 	for _, want := range []string{
@@ -209,4 +209,13 @@ func TestValidate(t *testing.T) {
 	if err := def.Validate("nr1"); err != nil {
 		t.Errorf("default config invalid: %v", err)
 	}
+}
+
+func allHealthy(h Health) bool {
+	for _, s := range h {
+		if !s.Healthy {
+			return false
+		}
+	}
+	return true
 }

@@ -9,8 +9,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // Measure is how a target's use is counted.
@@ -67,10 +65,6 @@ type Source interface {
 	Scan(ctx context.Context) (*Scan, error)
 	Close() error
 }
-
-// Usage is what a cgroup holds of each resource, in base units: bytes for memory
-// resources (mapped bytes), handles (or the fdinfo value) for the others.
-type Usage = nr1.Amounts
 
 func (m Measure) String() string {
 	switch m {

@@ -79,7 +79,7 @@ type population struct {
 	cgroupV2  string
 	cgroups   []string // paths under cgroupV2
 	ids       []uint64
-	expected  map[uint64]Usage
+	expected  map[uint64]nr1.Usage
 	procs     []*exec.Cmd
 	stopChurn chan struct{}
 	churnWG   sync.WaitGroup
@@ -118,7 +118,7 @@ func newCgroups(tb testing.TB, n int) (p *population, dir string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p = &population{sim: s, cgroupV2: v2, expected: map[uint64]Usage{}, stopChurn: make(chan struct{})}
+	p = &population{sim: s, cgroupV2: v2, expected: map[uint64]nr1.Usage{}, stopChurn: make(chan struct{})}
 	p.targets, err = Resolve([]TargetSpec{
 		{Resource: nr1.ComputeDMAMemory, Path: s.File(sim.ComputeDMA), Measure: MappedBytes},
 		{Resource: nr1.CPUDMAMemory, Path: s.File(sim.CPUDMA), Measure: MappedBytes},
@@ -187,9 +187,9 @@ func newPopulation(tb testing.TB) *population {
 		// Every load maps its files from offset 0, so the loads of a cgroup share their
 		// first MBs: the cgroup holds as much as its largest load, not their sum.
 		u := p.expected[p.ids[cg]]
-		u[nr1.ComputeDMAMemory] = max(u[nr1.ComputeDMAMemory], h[0]<<20)
-		u[nr1.CPUDMAMemory] = max(u[nr1.CPUDMAMemory], h[1]<<20)
-		u[nr1.HypervisorQueue] += h[2]
+		u[nr1.ComputeDMAMemory] = max(u[nr1.ComputeDMAMemory], nr1.Base(h[0]<<20))
+		u[nr1.CPUDMAMemory] = max(u[nr1.CPUDMAMemory], nr1.Base(h[1]<<20))
+		u[nr1.HypervisorQueue] += nr1.Base(h[2])
 		p.expected[p.ids[cg]] = u
 	}
 	exe, err := os.Executable()

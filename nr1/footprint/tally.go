@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // Tally sums records into groups the caller numbers (a CG, a container, the
@@ -66,8 +68,8 @@ func (t *Tally) check(g int) {
 //
 // Sorting by (group, target, offset) lets one sweep merge each run of overlapping or
 // adjacent ranges, without a set per group.
-func (t *Tally) Sums() []Usage {
-	out := make([]Usage, t.groups)
+func (t *Tally) Sums() []nr1.Usage {
+	out := make([]nr1.Usage, t.groups)
 	slices.SortFunc(t.spans, func(a, b span) int {
 		return cmp.Or(cmp.Compare(a.group, b.group), cmp.Compare(a.target, b.target), cmp.Compare(a.lo, b.lo))
 	})
@@ -81,7 +83,7 @@ func (t *Tally) Sums() []Usage {
 			}
 			cur.hi = max(cur.hi, s.hi)
 		}
-		out[cur.group][t.targets.At(cur.target).Resource] += int64(cur.hi - cur.lo) //nolint:gosec // a file's mapped range fits
+		out[cur.group][t.targets.At(cur.target).Resource] += nr1.Base(cur.hi - cur.lo) //nolint:gosec // a file's mapped range fits
 		i = j
 	}
 
@@ -104,7 +106,7 @@ func (t *Tally) Sums() []Usage {
 		if tg.Measure == OpenHandles {
 			out[cur.group][tg.Resource]++
 		} else {
-			out[cur.group][tg.Resource] += cur.value
+			out[cur.group][tg.Resource] += nr1.Base(cur.value)
 		}
 		i = j
 	}
@@ -114,7 +116,7 @@ func (t *Tally) Sums() []Usage {
 
 // Sum is the usage of one set of records: the union of their mapped ranges and their
 // distinct open file descriptions.
-func Sum(targets *Targets, mappings []Mapping, handles []Handle) Usage {
+func Sum(targets *Targets, mappings []Mapping, handles []Handle) nr1.Usage {
 	t := NewTally(targets, 1)
 	t.spans = slices.Grow(t.spans, len(mappings))
 	t.descs = slices.Grow(t.descs, len(handles))

@@ -39,7 +39,7 @@ func tallyTargets(t *testing.T) *Targets {
 const mib = 1 << 20
 
 // byCgroup sums a scan per cgroup, as the tests of the sources compare it.
-func byCgroup(s *Scan, targets *Targets) map[uint64]Usage {
+func byCgroup(s *Scan, targets *Targets) map[uint64]nr1.Usage {
 	index := map[uint64]int{}
 	var ids []uint64
 	group := func(id uint64) int {
@@ -64,7 +64,7 @@ func byCgroup(s *Scan, targets *Targets) map[uint64]Usage {
 	for _, h := range s.Handles {
 		t.AddHandle(index[h.CgroupID], h)
 	}
-	out := map[uint64]Usage{}
+	out := map[uint64]nr1.Usage{}
 	for g, u := range t.Sums() {
 		out[ids[g]] = u
 	}
@@ -79,28 +79,28 @@ func TestSumIsTheUnionOfMappedRanges(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		mappings []Mapping
-		want     Usage
+		want     nr1.Usage
 	}{
-		{"nothing", nil, Usage{}},
-		{"one mapping", []Mapping{m(1, tCompute0, 0x7000, 0, 3)}, Usage{3 * mib}},
+		{"nothing", nil, nr1.Usage{}},
+		{"one mapping", []Mapping{m(1, tCompute0, 0x7000, 0, 3)}, nr1.Usage{3 * mib}},
 		{"inherited by four forked children", []Mapping{
 			m(1, tCompute0, 0x7000, 0, 3), m(2, tCompute0, 0x7000, 0, 3), m(3, tCompute0, 0x7000, 0, 3),
 			m(4, tCompute0, 0x7000, 0, 3), m(5, tCompute0, 0x7000, 0, 3),
-		}, Usage{3 * mib}},
-		{"the same range mapped twice by one process", []Mapping{m(1, tCompute0, 0x7000, 0, 3), m(1, tCompute0, 0x9000, 0, 3)}, Usage{3 * mib}},
-		{"partial overlap adds the rest", []Mapping{m(1, tCompute0, 0x7000, 0, 2), m(2, tCompute0, 0x7000, 1, 3)}, Usage{4 * mib}},
-		{"contained range adds nothing", []Mapping{m(1, tCompute0, 0x7000, 1, 1), m(2, tCompute0, 0x7000, 0, 4)}, Usage{4 * mib}},
-		{"adjacent ranges add", []Mapping{m(1, tCompute0, 0x7000, 1, 1), m(1, tCompute0, 0x9000, 0, 1)}, Usage{2 * mib}},
-		{"distinct ranges add", []Mapping{m(1, tCompute0, 0x7000, 5, 2), m(2, tCompute0, 0x7000, 0, 1), m(3, tCompute0, 0x7000, 2, 1)}, Usage{4 * mib}},
+		}, nr1.Usage{3 * mib}},
+		{"the same range mapped twice by one process", []Mapping{m(1, tCompute0, 0x7000, 0, 3), m(1, tCompute0, 0x9000, 0, 3)}, nr1.Usage{3 * mib}},
+		{"partial overlap adds the rest", []Mapping{m(1, tCompute0, 0x7000, 0, 2), m(2, tCompute0, 0x7000, 1, 3)}, nr1.Usage{4 * mib}},
+		{"contained range adds nothing", []Mapping{m(1, tCompute0, 0x7000, 1, 1), m(2, tCompute0, 0x7000, 0, 4)}, nr1.Usage{4 * mib}},
+		{"adjacent ranges add", []Mapping{m(1, tCompute0, 0x7000, 1, 1), m(1, tCompute0, 0x9000, 0, 1)}, nr1.Usage{2 * mib}},
+		{"distinct ranges add", []Mapping{m(1, tCompute0, 0x7000, 5, 2), m(2, tCompute0, 0x7000, 0, 1), m(3, tCompute0, 0x7000, 2, 1)}, nr1.Usage{4 * mib}},
 		{"a run merged across several ranges", []Mapping{
 			m(1, tCompute0, 0, 0, 2), m(1, tCompute0, 0, 1, 1), m(1, tCompute0, 0, 2, 2), m(1, tCompute0, 0, 3, 3), m(1, tCompute0, 0, 8, 1),
-		}, Usage{7 * mib}},
-		{"the same range of two files of one resource adds", []Mapping{m(1, tCompute0, 0x7000, 0, 3), m(1, tCompute1, 0x7000, 0, 3)}, Usage{6 * mib}},
-		{"the same range of two resources' files counts for each", []Mapping{m(1, tCompute0, 0x7000, 0, 3), m(1, tCPU, 0x7000, 0, 2)}, Usage{3 * mib, 2 * mib}},
-		{"mappings of handle-measured files count nothing", []Mapping{m(1, tQueue, 0x7000, 0, 3), m(1, tClient, 0x7000, 0, 3)}, Usage{}},
+		}, nr1.Usage{7 * mib}},
+		{"the same range of two files of one resource adds", []Mapping{m(1, tCompute0, 0x7000, 0, 3), m(1, tCompute1, 0x7000, 0, 3)}, nr1.Usage{6 * mib}},
+		{"the same range of two resources' files counts for each", []Mapping{m(1, tCompute0, 0x7000, 0, 3), m(1, tCPU, 0x7000, 0, 2)}, nr1.Usage{3 * mib, 2 * mib}},
+		{"mappings of handle-measured files count nothing", []Mapping{m(1, tQueue, 0x7000, 0, 3), m(1, tClient, 0x7000, 0, 3)}, nr1.Usage{}},
 		{"a byte-granular overlap", []Mapping{
 			{Target: tCompute0, Offset: 100, Size: 50}, {Target: tCompute0, Offset: 149, Size: 2}, {Target: tCompute0, Offset: 151, Size: 1},
-		}, Usage{52}},
+		}, nr1.Usage{52}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Sum(targets, tc.mappings, nil); got != tc.want {
@@ -118,17 +118,17 @@ func TestSumCountsDistinctDescriptions(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		handles []Handle
-		want    Usage
+		want    nr1.Usage
 	}{
-		{"two opens", []Handle{h(1, 1, 3, tQueue, 7, 0), h(1, 1, 4, tQueue, 8, 0)}, Usage{0, 0, 0, 2}},
-		{"a dup", []Handle{h(1, 1, 3, tQueue, 7, 0), h(1, 1, 4, tQueue, 7, 0)}, Usage{0, 0, 0, 1}},
+		{"two opens", []Handle{h(1, 1, 3, tQueue, 7, 0), h(1, 1, 4, tQueue, 8, 0)}, nr1.Usage{0, 0, 0, 2}},
+		{"a dup", []Handle{h(1, 1, 3, tQueue, 7, 0), h(1, 1, 4, tQueue, 7, 0)}, nr1.Usage{0, 0, 0, 1}},
 		{"inherited by children in two cgroups", []Handle{
 			h(1, 1, 3, tQueue, 7, 0), h(1, 2, 3, tQueue, 7, 0), h(2, 3, 3, tQueue, 7, 0), h(2, 3, 9, tQueue, 8, 0),
-		}, Usage{0, 0, 0, 2}},
+		}, nr1.Usage{0, 0, 0, 2}},
 		{"fdinfo value once per description, the largest read", []Handle{
 			h(1, 1, 3, tClient, 5, 2*mib), h(1, 2, 3, tClient, 5, 3*mib), h(2, 3, 4, tClient, 6, 1*mib),
-		}, Usage{0, 4 * mib}},
-		{"handles of mapped files count nothing", []Handle{h(1, 1, 3, tCompute0, 9, 0)}, Usage{}},
+		}, nr1.Usage{0, 4 * mib}},
+		{"handles of mapped files count nothing", []Handle{h(1, 1, 3, tCompute0, 9, 0)}, nr1.Usage{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Sum(targets, nil, tc.handles); got != tc.want {
@@ -161,14 +161,14 @@ func TestTallyKeepsGroupsApart(t *testing.T) {
 	tl.AddHandle(0, Handle{PID: 3, FD: 3, Target: tQueue, Description: 1}) // passed to the sidecar
 	tl.AddHandle(2, Handle{PID: 3, FD: 3, Target: tQueue, Description: 1})
 	got := tl.Sums()
-	want := []Usage{{4 * mib, 0, 0, 1}, {3 * mib, 0, 0, 1}, {4 * mib, 0, 0, 1}, {5 * mib}}
+	want := []nr1.Usage{{4 * mib, 0, 0, 1}, {3 * mib, 0, 0, 1}, {4 * mib, 0, 0, 1}, {5 * mib}}
 	for g := range want {
 		if got[g] != want[g] {
 			t.Errorf("group %d: %v, want %v", g, got[g], want[g])
 		}
 	}
 	for g, u := range tl.Sums() {
-		if u != (Usage{}) {
+		if u != (nr1.Usage{}) {
 			t.Errorf("group %d after Sums: %v, want an empty tally", g, u)
 		}
 	}

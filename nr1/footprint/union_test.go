@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/sim"
 )
 
@@ -173,7 +174,7 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 	}
 
 	const mb = 1 << 20
-	want := []Usage{
+	want := []nr1.Usage{
 		forked:   {3 * mb},
 		twice:    {3 * mb},
 		podA:     {3 * mb, 0, 0, 2},
@@ -231,7 +232,7 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 			t.Errorf("%s: mapping sizes summed %d, %d, %d MB; want 15, 6, 17 (records missing?)", s.Source, raw[forked]/mb, raw[twice]/mb, raw[distinct]/mb)
 		}
 		// Only this test's processes know the simulator's files.
-		if u, want := Sum(p.targets, s.Mappings, s.Handles), (Usage{5 * mb, 1 * mb, 0, 2}); u != want { // [0, 3) and [4, 6) MB
+		if u, want := Sum(p.targets, s.Mappings, s.Handles), (nr1.Usage{5 * mb, 1 * mb, 0, 2}); u != want { // [0, 3) and [4, 6) MB
 			t.Errorf("%s: the whole scan holds %v, want %v", s.Source, u, want)
 		}
 	}

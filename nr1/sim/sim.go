@@ -65,15 +65,15 @@ func Create(dir string, opts Options) (*Sim, error) {
 	}
 	attrs := map[string]string{HealthFile: healthyValue}
 	for _, r := range nr1.All {
-		attrs[capacityAttribute(r)] = strconv.FormatInt(opts.Capacity[r], 10)
+		attrs[capacityAttribute(r)] = strconv.FormatInt(int64(opts.Capacity[r]), 10)
 	}
 	for name, v := range attrs {
 		if err := os.WriteFile(filepath.Join(s.sysfsDevice(), name), []byte(v+"\n"), 0o644); err != nil {
 			return nil, fmt.Errorf("simulator attribute %s: %w", name, err)
 		}
 	}
-	for name, mb := range map[string]int64{ComputeDMA: opts.Capacity[nr1.ComputeDMAMemory], CPUDMA: opts.Capacity[nr1.CPUDMAMemory]} {
-		if err := sparseFile(filepath.Join(dir, DevDir, name), mb<<20); err != nil {
+	for name, mb := range map[string]nr1.Units{ComputeDMA: opts.Capacity[nr1.ComputeDMAMemory], CPUDMA: opts.Capacity[nr1.CPUDMAMemory]} {
+		if err := sparseFile(filepath.Join(dir, DevDir, name), int64(nr1.ComputeDMAMemory.InBase(mb))); err != nil {
 			return nil, err
 		}
 	}
@@ -141,12 +141,12 @@ func (s *Sim) Config() device.Config {
 	c.SysfsDevice = DeviceDir
 	files := map[nr1.Resource]string{nr1.ComputeDMAMemory: ComputeDMA, nr1.CPUDMAMemory: CPUDMA, nr1.HypervisorQueue: HypervisorQ}
 	for r, name := range files {
-		c.Resources.Of(r).Files = []device.File{{Path: s.File(name), ContainerPath: filepath.Join(ContainerRoot, name)}}
+		c.Resources[r].Files = []device.File{{Path: s.File(name), ContainerPath: filepath.Join(ContainerRoot, name)}}
 	}
 	return c
 }
 
 func capacityAttribute(r nr1.Resource) string {
 	c := device.DefaultConfig()
-	return c.Resources.Of(r).CapacityAttribute
+	return c.Resources[r].CapacityAttribute
 }
