@@ -28,7 +28,7 @@ import (
 // Run starts the agent and blocks until ctx ends or a part fails. Everything that can be
 // checked before serving is checked first, so a bad setup stops the agent at startup.
 func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logger) error {
-	nr1Device := device.NewInventory(cfg.NR1, cfg.Paths.Sysfs)
+	nr1Device := device.NewInventory(cfg.NR1, cfg.Paths.Sysfs, cfg.Paths.Dev)
 	capacity, sources, err := nr1Device.Capacity()
 	if err != nil {
 		return err
@@ -40,11 +40,18 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		log.Info("NR1 capacity", "resource", r.Name(), "units", capacity[r], "source", sources[r])
 	}
 
+	// Resolved once: the device plugin, the footprint targets and the throttle share
+	// them, and health then checks they are still the same files.
+	files, err := nr1Device.Resolve()
+	if err != nil {
+		return err
+	}
+
 	clk := clock.RealClock{}
 	monitor := device.NewMonitor(nr1Device, cfg.DevicePlugin.HealthInterval.Duration, clk, log)
 	plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
 	for _, r := range nr1.All {
-		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], nr1Device.Files(r), monitor))
+		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], files, monitor))
 	}
 	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, log)
 
@@ -63,7 +70,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	defer podResources.Close()
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, clk, log)
 	inv := inventory.NewBuilder(watcher, tracker, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
-	source, targets, err := footprintSource(cfg, cgroups.V2, log)
+	source, targets, err := footprintSource(cfg, files, cgroups.V2, log)
 	if err != nil {
 		return err
 	}
@@ -74,7 +81,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	act, pins, closeActuator := actuator(cfg, node, cri, cgroups, log)
+	act, pins, closeActuator := actuator(cfg, node, files, cri, cgroups, log)
 	defer closeActuator()
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
 	enforcement, err := checkpoint.Restore(clk.Now())

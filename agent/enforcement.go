@@ -11,14 +11,14 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/bpf"
-	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
 // actuator builds what carries out enforcement on this node. Missing parts are logged
 // and leave their actions failing loudly: no API server (standalone kubelet) means
 // Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
 // the throttles attached now (nil when they cannot be read).
-func actuator(cfg *config.Config, node string, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
+func actuator(cfg *config.Config, node string, files []device.DeviceFile, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
 		Stopper:     cri,
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
@@ -31,7 +31,7 @@ func actuator(cfg *config.Config, node string, cri *runtime.Client, cgroups cgro
 		a.Events, a.Evictor = k, k
 		closers = append(closers, k.Close)
 	}
-	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(cfg, log)); err != nil {
+	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(files, log)); err != nil {
 		log.Error("throttling unavailable", "err", err)
 	} else {
 		a.Throttler = thr
@@ -53,15 +53,11 @@ func actuator(cfg *config.Config, node string, cri *runtime.Client, cgroups cgro
 }
 
 // nr1Devices are the NR1 character devices a throttle denies.
-func nr1Devices(cfg *config.Config, log *slog.Logger) []bpf.Device {
+func nr1Devices(files []device.DeviceFile, log *slog.Logger) []bpf.Device {
 	var out []bpf.Device
-	for _, r := range nr1.All {
-		for _, f := range cfg.NR1.Resources[r].Files {
-			var st unix.Stat_t
-			if err := unix.Stat(f.Path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
-				continue
-			}
-			out = append(out, bpf.Device{Major: unix.Major(st.Rdev), Minor: unix.Minor(st.Rdev)})
+	for _, f := range files {
+		if f.Char {
+			out = append(out, bpf.Device{Major: unix.Major(f.Rdev), Minor: unix.Minor(f.Rdev)})
 		}
 	}
 	if len(out) == 0 {

@@ -6,29 +6,14 @@ import (
 	"log/slog"
 
 	"github.com/neureality-sdk/nr1-agent/agent/config"
-	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
 
-// footprintSource resolves the NR1 device files and opens the configured source: BPF
-// when its iterators load (or when asked), procfs otherwise.
-func footprintSource(cfg *config.Config, cgroupV2 string, log *slog.Logger) (footprint.Source, *footprint.Targets, error) {
-	var specs []footprint.TargetSpec
-	for _, r := range nr1.All {
-		for _, f := range cfg.NR1.Resources[r].Files {
-			m := footprint.DefaultMeasure(r)
-			switch f.Measure {
-			case "mappedBytes":
-				m = footprint.MappedBytes
-			case "openHandles":
-				m = footprint.OpenHandles
-			case "fdinfo":
-				m = footprint.FdinfoKey
-			}
-			specs = append(specs, footprint.TargetSpec{Resource: r, Path: f.Path, Measure: m, Key: f.FdinfoKey})
-		}
-	}
-	targets, err := footprint.Resolve(specs)
+// footprintSource opens the configured source on the NR1 device files: BPF when its
+// iterators load (or when asked), procfs otherwise.
+func footprintSource(cfg *config.Config, files []device.DeviceFile, cgroupV2 string, log *slog.Logger) (footprint.Source, *footprint.Targets, error) {
+	targets, err := footprint.NewTargets(footprint.Specs(files))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -62,8 +62,13 @@ type Sampling struct {
 
 // Paths are the host roots the agent reads, so tests and containers can move them.
 type Paths struct {
-	Procfs   string `json:"procfs"`
-	Sysfs    string `json:"sysfs"`
+	Procfs string `json:"procfs"`
+	Sysfs  string `json:"sysfs"`
+	// Dev is where the host's /dev is mounted in the agent's container: NR1 files are
+	// configured by their host paths (what the kubelet gives containers), and the agent
+	// finds those in /dev under Dev. A device created after the agent started is seen
+	// there, not in the container's own /dev.
+	Dev      string `json:"dev"`
 	Kubelet  string `json:"kubelet"`
 	Cgroupfs string `json:"cgroupfs"`
 	// Bpffs is where throttles are pinned, so that they outlive the agent.
@@ -96,7 +101,7 @@ func Default() Config {
 		APIVersion:  APIVersion,
 		Kind:        Kind,
 		MetricsAddr: ":9470",
-		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf", State: "/var/lib/nr1-agent"},
+		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Dev: "/dev", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf", State: "/var/lib/nr1-agent"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
 			HealthInterval: Duration{Duration: 5 * time.Second},
@@ -140,7 +145,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
 	}
-	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs, "paths.state": c.Paths.State} {
+	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.dev": c.Paths.Dev, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs, "paths.state": c.Paths.State} {
 		if !filepath.IsAbs(p) {
 			field(name, "must be an absolute path, got %q", p)
 		}

@@ -35,6 +35,7 @@ var options = []option{
 	{"metrics-addr", "address for /metrics, /healthz and /readyz", setString(func(c *Config) *string { return &c.MetricsAddr })},
 	{"path.procfs", "host procfs root", setString(func(c *Config) *string { return &c.Paths.Procfs })},
 	{"path.sysfs", "host sysfs root, where the NR1 driver's attributes are", setString(func(c *Config) *string { return &c.Paths.Sysfs })},
+	{"path.dev", "where the host's /dev is mounted, to find the NR1 device files", setString(func(c *Config) *string { return &c.Paths.Dev })},
 	{"path.kubelet", "kubelet root dir, holding device-plugins/ and pod-resources/", setString(func(c *Config) *string { return &c.Paths.Kubelet })},
 	{"path.cgroupfs", "host cgroupfs root", setString(func(c *Config) *string { return &c.Paths.Cgroupfs })},
 	{"cri-endpoint", "CRI socket, unix:///...; empty detects containerd or CRI-O", setString(func(c *Config) *string { return &c.Runtime.Endpoint })},

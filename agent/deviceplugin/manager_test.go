@@ -40,7 +40,7 @@ type harness struct {
 	dir     string
 	monitor *device.Monitor
 	manager *Manager
-	files   map[nr1.Resource][]device.File
+	files   map[nr1.Resource][]device.DeviceFile
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -67,15 +67,16 @@ func startManager(t *testing.T) *harness {
 	h := &harness{
 		dir:     dir,
 		monitor: device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()),
-		files: map[nr1.Resource][]device.File{
-			nr1.ComputeDMAMemory: {{Path: dma, ContainerPath: "/dev/nr1/compute_dma"}},
-			nr1.HypervisorQueue:  {{Path: "/dev/null"}}, // a character device present everywhere
+		files: map[nr1.Resource][]device.DeviceFile{
+			nr1.ComputeDMAMemory: {resolved(t, nr1.ComputeDMAMemory, device.File{Path: dma, ContainerPath: "/dev/nr1/compute_dma"})},
+			nr1.HypervisorQueue:  {resolved(t, nr1.HypervisorQueue, device.File{Path: "/dev/null"})}, // a character device present everywhere
 		},
 		done: make(chan error, 1),
 	}
 	var plugins []*Plugin
+	all := append(slices.Clone(h.files[nr1.ComputeDMAMemory]), h.files[nr1.HypervisorQueue]...)
 	for _, r := range nr1.All {
-		plugins = append(plugins, NewPlugin(r, nodeCapacity[r], h.files[r], h.monitor))
+		plugins = append(plugins, NewPlugin(r, nodeCapacity[r], all, h.monitor))
 	}
 	h.manager = NewManager(dir, plugins, time.Minute, discard())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -352,4 +353,14 @@ func TestChmodOfKubeletSocketIsNotARestart(t *testing.T) {
 	if len(k.requests) != 4 {
 		t.Errorf("%d registrations after a chmod of kubelet.sock, want still 4", len(k.requests))
 	}
+}
+
+// resolved is f as nr1/device resolves it at the agent's start.
+func resolved(t testing.TB, r nr1.Resource, f device.File) device.DeviceFile {
+	t.Helper()
+	id, err := device.Identify(f.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return device.DeviceFile{File: f, Resource: r, Local: f.Path, Identity: id}
 }

@@ -5,7 +5,6 @@ package deviceplugin
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 
 	"google.golang.org/grpc/codes"
@@ -25,13 +24,20 @@ type HealthSource interface {
 type Plugin struct {
 	resource nr1.Resource
 	capacity int64
-	files    []device.File
+	files    []device.DeviceFile
 	health   HealthSource
 }
 
-// NewPlugin returns the plugin advertising capacity units of r.
-func NewPlugin(r nr1.Resource, capacity nr1.Units, files []device.File, health HealthSource) *Plugin {
-	return &Plugin{resource: r, capacity: int64(capacity), files: files, health: health}
+// NewPlugin returns the plugin advertising capacity units of r, giving containers r's
+// files among the NR1 files.
+func NewPlugin(r nr1.Resource, capacity nr1.Units, files []device.DeviceFile, health HealthSource) *Plugin {
+	p := &Plugin{resource: r, capacity: int64(capacity), health: health}
+	for _, f := range files {
+		if f.Resource == r {
+			p.files = append(p.files, f)
+		}
+	}
+	return p
 }
 
 // Resource is the resource the plugin advertises.
@@ -122,14 +128,14 @@ func (p *Plugin) Allocate(req *pluginapi.AllocateRequest) (*pluginapi.AllocateRe
 }
 
 // addFiles passes character devices as devices, which the runtime admits to the
-// container's device cgroup, and regular files as bind mounts.
+// container's device cgroup, and regular files as bind mounts. A file gone or replaced
+// since it was resolved fails the allocation: health reports it only at its next probe.
 func (p *Plugin) addFiles(cresp *pluginapi.ContainerAllocateResponse) error {
 	for _, f := range p.files {
-		fi, err := os.Stat(f.Path)
-		if err != nil {
-			return status.Errorf(codes.Unavailable, "%s: device file: %v", p.resource.Name(), err)
+		if id, err := device.Identify(f.Local); err != nil || id != f.Identity {
+			return status.Errorf(codes.Unavailable, "%s: device file %s is not the file resolved at start (%v)", p.resource.Name(), f.Path, err)
 		}
-		if fi.Mode()&os.ModeCharDevice != 0 {
+		if f.Char {
 			cresp.Devices = append(cresp.Devices, &pluginapi.DeviceSpec{
 				HostPath: f.Path, ContainerPath: f.InContainer(), Permissions: "rw",
 			})

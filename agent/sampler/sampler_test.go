@@ -16,6 +16,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
 
@@ -42,9 +43,13 @@ func targets(t *testing.T) *footprint.Targets {
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		specs = append(specs, footprint.TargetSpec{Resource: r, Path: p, Measure: footprint.DefaultMeasure(r)})
+		id, err := device.Identify(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, footprint.TargetSpec{Resource: r, Path: p, Measure: footprint.DefaultMeasure(r), Identity: id})
 	}
-	tg, err := footprint.Resolve(specs)
+	tg, err := footprint.NewTargets(specs)
 	if err != nil {
 		t.Fatal(err)
 	}

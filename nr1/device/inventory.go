@@ -18,15 +18,16 @@ import (
 type Inventory struct {
 	cfg       Config
 	sysfsRoot string
+	devRoot   string
+	// resolved are the files as Resolve found them; health checks they are still those.
+	resolved []DeviceFile
 }
 
-// NewInventory returns an inventory reading sysfs under sysfsRoot.
-func NewInventory(cfg Config, sysfsRoot string) *Inventory {
-	return &Inventory{cfg: cfg, sysfsRoot: sysfsRoot}
+// NewInventory returns an inventory reading sysfs under sysfsRoot and finding the files
+// of the host's /dev under devRoot.
+func NewInventory(cfg Config, sysfsRoot, devRoot string) *Inventory {
+	return &Inventory{cfg: cfg, sysfsRoot: sysfsRoot, devRoot: devRoot}
 }
-
-// Files returns the device files configured for r.
-func (inv *Inventory) Files(r nr1.Resource) []File { return inv.cfg.Resources[r].Files }
 
 // CapacitySource says where a resource's capacity was read.
 type CapacitySource string
@@ -116,20 +117,36 @@ type Status struct {
 type Health = nr1.PerResource[Status]
 
 // Probe reads the NR1's health now: the health attribute, when configured, reads one of
-// the healthy values, and each resource's device files exist.
+// the healthy values, and each resource's device files exist and, once resolved, are
+// still the files resolved (a device re-created with another number would be measured
+// and throttled under its old one).
 func (inv *Inventory) Probe() Health {
 	nr1Status := inv.probeAttribute()
 	var h Health
 	for _, r := range nr1.All {
 		h[r] = nr1Status
-		if !nr1Status.Healthy {
+	}
+	if !nr1Status.Healthy {
+		return h
+	}
+	files := inv.resolved
+	if files == nil {
+		for _, r := range nr1.All {
+			for _, f := range inv.cfg.Resources[r].Files {
+				files = append(files, DeviceFile{File: f, Resource: r, Local: Local(inv.devRoot, f.Path)})
+			}
+		}
+	}
+	for _, f := range files {
+		if !h[f.Resource].Healthy {
 			continue
 		}
-		for _, f := range inv.Files(r) {
-			if _, err := os.Stat(f.Path); err != nil {
-				h[r] = Status{Reason: fmt.Sprintf("device file %s: %v", f.Path, unwrapPathError(err))}
-				break
-			}
+		id, err := Identify(f.Local)
+		switch {
+		case err != nil:
+			h[f.Resource] = Status{Reason: fmt.Sprintf("device file %s: %v", f.Path, unwrapPathError(err))}
+		case inv.resolved != nil && id != f.Identity:
+			h[f.Resource] = Status{Reason: fmt.Sprintf("device file %s is not the file found at start (%+v, now %+v): restart the agent", f.Path, f.Identity, id)}
 		}
 	}
 	return h

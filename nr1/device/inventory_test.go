@@ -48,7 +48,7 @@ func must(t *testing.T, err error) {
 
 func TestCapacityFromSysfs(t *testing.T) {
 	cfg, sys := fixture(t)
-	got, src, err := NewInventory(cfg, sys).Capacity()
+	got, src, err := NewInventory(cfg, sys, "/dev").Capacity()
 	must(t, err)
 	if want := (nr1.Amounts{116244, 512, 13417, 65536}); got != want {
 		t.Fatalf("capacity %v, want %v", got, want)
@@ -70,7 +70,7 @@ func TestCapacityPrecedence(t *testing.T) {
 	cfg.Resources[nr1.DockerPartition].Partition = &Partition{Path: partition, ReserveMB: 1}
 	cfg.Resources[nr1.DockerPartition].Capacity = &n // the partition wins over the static value
 
-	got, src, err := NewInventory(cfg, sys).Capacity()
+	got, src, err := NewInventory(cfg, sys, "/dev").Capacity()
 	must(t, err)
 	var st unix.Statfs_t
 	must(t, unix.Statfs(partition, &st))
@@ -92,7 +92,7 @@ func TestCapacityErrors(t *testing.T) {
 		n := nr1.Units(1)
 		cfg.Resources[nr1.HypervisorQueue].Capacity = &n
 		must(t, os.WriteFile(filepath.Join(sys, cfg.SysfsDevice, "ai_hypervisor_queues"), []byte("lots\n"), 0o644))
-		_, _, err := NewInventory(cfg, sys).Capacity()
+		_, _, err := NewInventory(cfg, sys, "/dev").Capacity()
 		if err == nil || !strings.Contains(err.Error(), `ai_hypervisor_queues: want a non-negative integer, got "lots"`) {
 			t.Fatalf("err = %v", err)
 		}
@@ -100,7 +100,7 @@ func TestCapacityErrors(t *testing.T) {
 	t.Run("no source", func(t *testing.T) {
 		cfg, sys := fixture(t)
 		must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "compute_dma_memory_mb")))
-		_, _, err := NewInventory(cfg, sys).Capacity()
+		_, _, err := NewInventory(cfg, sys, "/dev").Capacity()
 		if err == nil || !strings.Contains(err.Error(), "neureality.ai/compute_dma_memory_in_mb") ||
 			!strings.Contains(err.Error(), "no capacity is configured") {
 			t.Fatalf("err = %v", err)
@@ -110,7 +110,7 @@ func TestCapacityErrors(t *testing.T) {
 		cfg, sys := fixture(t)
 		must(t, os.Remove(filepath.Join(sys, cfg.SysfsDevice, "docker_partition_mb")))
 		cfg.Resources[nr1.DockerPartition].Partition = &Partition{Path: t.TempDir(), ReserveMB: 1 << 40}
-		_, _, err := NewInventory(cfg, sys).Capacity()
+		_, _, err := NewInventory(cfg, sys, "/dev").Capacity()
 		if err == nil || !strings.Contains(err.Error(), "less than the reserve") {
 			t.Fatalf("err = %v", err)
 		}
@@ -119,7 +119,7 @@ func TestCapacityErrors(t *testing.T) {
 
 func TestProbe(t *testing.T) {
 	cfg, sys := fixture(t)
-	inv := NewInventory(cfg, sys)
+	inv := NewInventory(cfg, sys, "/dev")
 	if h := inv.Probe(); !allHealthy(h) {
 		t.Fatalf("fresh fixture unhealthy: %+v", h)
 	}
@@ -218,4 +218,51 @@ func allHealthy(h Health) bool {
 		}
 	}
 	return true
+}
+
+// The files are configured by their host paths (what the kubelet gives containers); the
+// agent finds those of the host's /dev under --path.dev.
+func TestResolve(t *testing.T) {
+	_, sys := fixture(t)
+	cfg := DefaultConfig() // /dev/nr1_0_compute_dma, /dev/nr1_0_cpu_dma, /dev/nr1_0_hv_queue
+	hostDev := filepath.Join(t.TempDir(), "host-dev")
+	must(t, os.MkdirAll(hostDev, 0o755))
+	for _, name := range []string{"nr1_0_compute_dma", "nr1_0_cpu_dma", "nr1_0_hv_queue"} {
+		must(t, os.WriteFile(filepath.Join(hostDev, name), nil, 0o600))
+	}
+	inv := NewInventory(cfg, sys, hostDev)
+	files, err := inv.Resolve()
+	must(t, err)
+	if len(files) != 3 {
+		t.Fatalf("resolved %d files, want 3: %+v", len(files), files)
+	}
+	for _, f := range files {
+		if !strings.HasPrefix(f.Path, "/dev/") || f.Local != filepath.Join(hostDev, filepath.Base(f.Path)) || f.Ino == 0 || f.Char {
+			t.Errorf("%s: %+v", f.Resource, f)
+		}
+	}
+	if got := Local("/host/dev", "/run/nr1-sim/dev/q"); got != "/run/nr1-sim/dev/q" {
+		t.Errorf("a path outside /dev moved to %s", got)
+	}
+	if h := inv.Probe(); !allHealthy(h) {
+		t.Fatalf("resolved files unhealthy: %+v", h)
+	}
+
+	// Re-created: another inode is another file, no longer the one measured.
+	queue := filepath.Join(hostDev, "nr1_0_hv_queue")
+	must(t, os.Rename(queue, queue+".old"))
+	must(t, os.WriteFile(queue, nil, 0o600))
+	if h := inv.Probe()[nr1.HypervisorQueue]; h.Healthy || !strings.Contains(h.Reason, "not the file found at start") {
+		t.Errorf("re-created queue device: %+v", h)
+	}
+
+	must(t, os.Remove(queue))
+	if _, err := NewInventory(cfg, sys, hostDev).Resolve(); err == nil ||
+		!strings.Contains(err.Error(), "nr1.resources.ai_hypervisor_queue.files[0] /dev/nr1_0_hv_queue") {
+		t.Errorf("missing file: %v", err)
+	}
+	cfg.Resources[nr1.HypervisorQueue].Files = []File{{Path: "/dev/nr1_0_cpu_dma"}}
+	if _, err := NewInventory(cfg, sys, hostDev).Resolve(); err == nil || !strings.Contains(err.Error(), "the same file as /dev/nr1_0_cpu_dma") {
+		t.Errorf("one file configured twice: %v", err)
+	}
 }

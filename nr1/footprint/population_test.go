@@ -119,7 +119,7 @@ func newCgroups(tb testing.TB, n int) (p *population, dir string) {
 		tb.Fatal(err)
 	}
 	p = &population{sim: s, cgroupV2: v2, expected: map[uint64]nr1.Usage{}, stopChurn: make(chan struct{})}
-	p.targets, err = Resolve([]TargetSpec{
+	p.targets, err = resolve([]TargetSpec{
 		{Resource: nr1.ComputeDMAMemory, Path: s.File(sim.ComputeDMA), Measure: MappedBytes},
 		{Resource: nr1.CPUDMAMemory, Path: s.File(sim.CPUDMA), Measure: MappedBytes},
 		{Resource: nr1.HypervisorQueue, Path: s.File(sim.HypervisorQ), Measure: OpenHandles},

@@ -25,7 +25,7 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	targets, err := Resolve([]TargetSpec{
+	targets, err := resolve([]TargetSpec{
 		{Resource: nr1.ComputeDMAMemory, Path: dma, Measure: MappedBytes},
 		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
 		{Resource: nr1.CPUDMAMemory, Path: client, Measure: FdinfoKey, Key: "drm-memory-dma"},

@@ -31,7 +31,7 @@ func tallyTargets(t *testing.T) *Targets {
 		specs[i].Path = filepath.Join(dir, specs[i].Path)
 		must(t, os.WriteFile(specs[i].Path, nil, 0o600))
 	}
-	tg, err := Resolve(specs)
+	tg, err := resolve(specs)
 	must(t, err)
 	return tg
 }
@@ -190,7 +190,7 @@ func BenchmarkTally(b *testing.B) {
 	if err := os.WriteFile(p, nil, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	targets, err := Resolve([]TargetSpec{{Resource: nr1.ComputeDMAMemory, Path: p, Measure: MappedBytes}})
+	targets, err := resolve([]TargetSpec{{Resource: nr1.ComputeDMAMemory, Path: p, Measure: MappedBytes}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
 // Target is one NR1 device file and how its use counts.
@@ -30,12 +31,13 @@ type Targets struct {
 	byKey map[bpf.TargetKey]int
 }
 
-// TargetSpec is a device file to resolve.
+// TargetSpec is a device file, as nr1/device resolved it, and how its use counts.
 type TargetSpec struct {
 	Resource nr1.Resource
 	Path     string
 	Measure  Measure
 	Key      string
+	device.Identity
 }
 
 // DefaultMeasure is how a resource's device files count by default: mapped bytes for
@@ -47,20 +49,15 @@ func DefaultMeasure(r nr1.Resource) Measure {
 	return MappedBytes
 }
 
-// Resolve stats each device file. A file that does not exist is an error: the agent
-// must know what it measures.
-func Resolve(specs []TargetSpec) (*Targets, error) {
+// NewTargets indexes the device files by their kernel identity.
+func NewTargets(specs []TargetSpec) (*Targets, error) {
 	t := &Targets{byKey: map[bpf.TargetKey]int{}}
 	for _, s := range specs {
-		var st unix.Stat_t
-		if err := unix.Stat(s.Path, &st); err != nil {
-			return nil, fmt.Errorf("NR1 device file %s (%s): %w", s.Path, s.Resource.Name(), err)
-		}
 		tg := Target{Resource: s.Resource, Path: s.Path, Measure: s.Measure, Key: s.Key}
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR {
-			tg.Char, tg.Rdev = true, bpf.KernelDev(st.Rdev)
+		if s.Char {
+			tg.Char, tg.Rdev = true, bpf.KernelDev(s.Rdev)
 		} else {
-			tg.Dev, tg.Ino = bpf.KernelDev(st.Dev), st.Ino
+			tg.Dev, tg.Ino = bpf.KernelDev(s.Dev), s.Ino
 		}
 		k := tg.key()
 		if i, dup := t.byKey[k]; dup {
@@ -119,4 +116,25 @@ func (t *Targets) hasCharMapping() bool {
 		}
 	}
 	return false
+}
+
+// Specs are the targets of the resolved device files, each counted by its configured
+// measure or its resource's default.
+func Specs(files []device.DeviceFile) []TargetSpec {
+	out := make([]TargetSpec, 0, len(files))
+	for _, f := range files {
+		m := DefaultMeasure(f.Resource)
+		switch f.Measure {
+		case "mappedBytes":
+			m = MappedBytes
+		case "openHandles":
+			m = OpenHandles
+		case "fdinfo":
+			m = FdinfoKey
+		}
+		// The agent reads the file's identity at its own path; /proc shows the
+		// processes' paths, which the targets match by identity, not by name.
+		out = append(out, TargetSpec{Resource: f.Resource, Path: f.Path, Measure: m, Key: f.FdinfoKey, Identity: f.Identity})
+	}
+	return out
 }

@@ -19,7 +19,7 @@ func TestSimulatorIsAnNR1TheInventoryReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv := device.NewInventory(s.Config(), s.SysfsRoot())
+	inv := device.NewInventory(s.Config(), s.SysfsRoot(), "/dev")
 	capacity, _, err := inv.Capacity()
 	if err != nil {
 		t.Fatal(err)
