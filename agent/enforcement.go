@@ -18,7 +18,7 @@ import (
 // and leave their actions failing loudly: no API server (standalone kubelet) means
 // Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
 // the throttles attached now (nil when they cannot be read).
-func actuator(cfg *config.Config, node string, files []device.DeviceFile, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
+func actuator(cfg *config.Config, node string, files []device.ResolvedFile, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
 		Stopper:     cri,
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
@@ -53,7 +53,7 @@ func actuator(cfg *config.Config, node string, files []device.DeviceFile, cri *r
 }
 
 // nr1Devices are the NR1 character devices a throttle denies.
-func nr1Devices(files []device.DeviceFile, log *slog.Logger) []bpf.Device {
+func nr1Devices(files []device.ResolvedFile, log *slog.Logger) []bpf.Device {
 	var out []bpf.Device
 	for _, f := range files {
 		if f.Char {

@@ -12,7 +12,7 @@ import (
 
 // footprintSource opens the configured source on the NR1 device files: BPF when its
 // iterators load (or when asked), procfs otherwise.
-func footprintSource(cfg *config.Config, files []device.DeviceFile, cgroupV2 string, log *slog.Logger) (footprint.Source, *footprint.Targets, error) {
+func footprintSource(cfg *config.Config, files []device.ResolvedFile, cgroupV2 string, log *slog.Logger) (footprint.Source, *footprint.Targets, error) {
 	targets, err := footprint.NewTargets(footprint.Specs(files))
 	if err != nil {
 		return nil, nil, err

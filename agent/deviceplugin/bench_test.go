@@ -47,7 +47,7 @@ func allocateRequest(n int) *pluginapi.AllocateRequest {
 // plugin's real gRPC socket as the kubelet calls it.
 func BenchmarkAllocate(b *testing.B) {
 	p := NewPlugin(nr1.ComputeDMAMemory, nodeCapacity[nr1.ComputeDMAMemory],
-		[]device.DeviceFile{resolved(b, nr1.ComputeDMAMemory, device.File{Path: "/dev/null"})}, device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()))
+		[]device.ResolvedFile{resolved(b, nr1.ComputeDMAMemory, device.File{Path: "/dev/null"})}, device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()))
 	req := allocateRequest(50000)
 	b.Run("in-process", func(b *testing.B) {
 		for b.Loop() {

@@ -40,7 +40,7 @@ type harness struct {
 	dir     string
 	monitor *device.Monitor
 	manager *Manager
-	files   map[nr1.Resource][]device.DeviceFile
+	files   map[nr1.Resource][]device.ResolvedFile
 	cancel  context.CancelFunc
 	done    chan error
 }
@@ -67,7 +67,7 @@ func startManager(t *testing.T) *harness {
 	h := &harness{
 		dir:     dir,
 		monitor: device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()),
-		files: map[nr1.Resource][]device.DeviceFile{
+		files: map[nr1.Resource][]device.ResolvedFile{
 			nr1.ComputeDMAMemory: {resolved(t, nr1.ComputeDMAMemory, device.File{Path: dma, ContainerPath: "/dev/nr1/compute_dma"})},
 			nr1.HypervisorQueue:  {resolved(t, nr1.HypervisorQueue, device.File{Path: "/dev/null"})}, // a character device present everywhere
 		},
@@ -356,11 +356,11 @@ func TestChmodOfKubeletSocketIsNotARestart(t *testing.T) {
 }
 
 // resolved is f as nr1/device resolves it at the agent's start.
-func resolved(t testing.TB, r nr1.Resource, f device.File) device.DeviceFile {
+func resolved(t testing.TB, r nr1.Resource, f device.File) device.ResolvedFile {
 	t.Helper()
 	id, err := device.Identify(f.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return device.DeviceFile{File: f, Resource: r, Local: f.Path, Identity: id}
+	return device.ResolvedFile{File: f, Resource: r, Local: f.Path, Identity: id}
 }

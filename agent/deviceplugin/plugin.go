@@ -24,13 +24,13 @@ type HealthSource interface {
 type Plugin struct {
 	resource nr1.Resource
 	capacity int64
-	files    []device.DeviceFile
+	files    []device.ResolvedFile
 	health   HealthSource
 }
 
 // NewPlugin returns the plugin advertising capacity units of r, giving containers r's
 // files among the NR1 files.
-func NewPlugin(r nr1.Resource, capacity nr1.Units, files []device.DeviceFile, health HealthSource) *Plugin {
+func NewPlugin(r nr1.Resource, capacity nr1.Units, files []device.ResolvedFile, health HealthSource) *Plugin {
 	p := &Plugin{resource: r, capacity: int64(capacity), health: health}
 	for _, f := range files {
 		if f.Resource == r {

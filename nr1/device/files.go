@@ -31,10 +31,10 @@ func Identify(path string) (Identity, error) {
 	return Identity{Dev: st.Dev, Ino: st.Ino}, nil
 }
 
-// DeviceFile is one configured NR1 file as found when the agent started. The device
+// ResolvedFile is one configured NR1 file as found when the agent started. The device
 // plugin, the footprint targets and the throttle all take their files from here, so they
 // agree on what an NR1 file is.
-type DeviceFile struct {
+type ResolvedFile struct {
 	File
 	Resource nr1.Resource
 	// Local is where the agent reaches the file: under --path.dev for a file in the
@@ -56,12 +56,12 @@ func Local(devRoot, path string) string {
 // Resolve finds every configured file and remembers what it is: a file that does not
 // exist is an error (the agent must know what it advertises, measures and throttles),
 // and so is one file configured twice.
-func (inv *Inventory) Resolve() ([]DeviceFile, error) {
-	var out []DeviceFile
+func (inv *Inventory) Resolve() ([]ResolvedFile, error) {
+	var out []ResolvedFile
 	seen := map[Identity]string{}
 	for _, r := range nr1.All {
 		for i, f := range inv.cfg.Resources[r].Files {
-			df := DeviceFile{File: f, Resource: r, Local: Local(inv.devRoot, f.Path)}
+			df := ResolvedFile{File: f, Resource: r, Local: Local(inv.devRoot, f.Path)}
 			id, err := Identify(df.Local)
 			if err != nil {
 				return nil, fmt.Errorf("nr1.resources.%s.files[%d] %s: %w", r.Short(), i, f.Path, err)

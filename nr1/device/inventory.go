@@ -20,7 +20,7 @@ type Inventory struct {
 	sysfsRoot string
 	devRoot   string
 	// resolved are the files as Resolve found them; health checks they are still those.
-	resolved []DeviceFile
+	resolved []ResolvedFile
 }
 
 // NewInventory returns an inventory reading sysfs under sysfsRoot and finding the files
@@ -133,7 +133,7 @@ func (inv *Inventory) Probe() Health {
 	if files == nil {
 		for _, r := range nr1.All {
 			for _, f := range inv.cfg.Resources[r].Files {
-				files = append(files, DeviceFile{File: f, Resource: r, Local: Local(inv.devRoot, f.Path)})
+				files = append(files, ResolvedFile{File: f, Resource: r, Local: Local(inv.devRoot, f.Path)})
 			}
 		}
 	}

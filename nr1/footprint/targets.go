@@ -120,7 +120,7 @@ func (t *Targets) hasCharMapping() bool {
 
 // Specs are the targets of the resolved device files, each counted by its configured
 // measure or its resource's default.
-func Specs(files []device.DeviceFile) []TargetSpec {
+func Specs(files []device.ResolvedFile) []TargetSpec {
 	out := make([]TargetSpec, 0, len(files))
 	for _, f := range files {
 		m := DefaultMeasure(f.Resource)
