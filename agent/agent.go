@@ -96,13 +96,10 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
-	sampleDuration := metrics.NewSampleDuration()
+	sampleDuration := sampler.NewSampleDuration()
 	smp.OnSample(func(s *sampler.Snapshot) { sampleDuration.Observe(s.Took.Seconds()) })
-	reg.MustRegister(metrics.NewBuildInfo(version), metrics.NewDeviceCollector(state), metrics.NewCGCollector(smp), sampleDuration,
-		metrics.NewAgentCollector(metrics.AgentState{
-			Enforcement: enforcer, Source: source.Name, Reconnects: watcher.Reconnects,
-			Registrations: manager.Registrations, Mismatches: inv.Mismatches,
-		}),
+	reg.MustRegister(metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(smp, source.Name()), sampleDuration,
+		enforce.NewCollector(enforcer), watcher.ReconnectsCounter(), inv.MismatchesCounter(),
 		metrics.NewStageCollector(map[string]metrics.Stage{
 			"device_health": monitor, "device_plugins": manager, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
 		}))
@@ -155,6 +152,8 @@ func (s *deviceState) Health() device.Health {
 }
 
 func (s *deviceState) Registered(r nr1.Resource) bool { return s.manager.Registered(r) }
+
+func (s *deviceState) Registrations() int { return s.manager.Registrations() }
 
 func (s *deviceState) allRegistered() error {
 	var missing []string

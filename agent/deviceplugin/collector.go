@@ -1,4 +1,4 @@
-package metrics
+package deviceplugin
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -7,23 +7,25 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
-// DeviceState is what the device side of the agent knows at scrape time.
-type DeviceState interface {
+// State is what the device side of the agent knows at scrape time.
+type State interface {
 	Capacity() nr1.Amounts
 	Health() device.Health
 	Registered(r nr1.Resource) bool
+	Registrations() int
 }
 
-// DeviceCollector exports capacity, health and device-plugin registration per resource.
-type DeviceCollector struct {
-	state                                      DeviceState
-	capacity, allocatable, healthy, registered *prometheus.Desc
+// Collector exports capacity, health and device-plugin registration per resource.
+type Collector struct {
+	state                                            State
+	capacity, allocatable, healthy, registered, regs *prometheus.Desc
 }
 
-// NewDeviceCollector collects from state.
-func NewDeviceCollector(state DeviceState) *DeviceCollector {
-	return &DeviceCollector{
+// NewCollector collects from state.
+func NewCollector(state State) *Collector {
+	return &Collector{
 		state:       state,
+		regs:        prometheus.NewDesc("nr1_kubelet_registrations_total", "Device-plugin registrations with the kubelet.", nil, nil),
 		capacity:    prometheus.NewDesc("nr1_capacity", "NR1 capacity of the node, in the resource's units (MB or queues).", []string{"resource"}, nil),
 		allocatable: prometheus.NewDesc("nr1_allocatable", "NR1 units the device plugin advertises as allocatable: the capacity while healthy, else 0.", []string{"resource"}, nil),
 		healthy:     prometheus.NewDesc("nr1_device_healthy", "1 when the NR1 resource is healthy.", []string{"resource"}, nil),
@@ -32,7 +34,8 @@ func NewDeviceCollector(state DeviceState) *DeviceCollector {
 }
 
 // Describe sends the descriptors.
-func (c *DeviceCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.regs
 	ch <- c.capacity
 	ch <- c.allocatable
 	ch <- c.healthy
@@ -40,7 +43,8 @@ func (c *DeviceCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect builds the series from the state now.
-func (c *DeviceCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.regs, prometheus.CounterValue, float64(c.state.Registrations()))
 	capacity, health := c.state.Capacity(), c.state.Health()
 	for _, r := range nr1.All {
 		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(capacity[r]), r.Short())
@@ -55,13 +59,4 @@ func boolValue(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// NewBuildInfo is the nr1_build_info gauge, always 1, labelled with the version.
-func NewBuildInfo(version string) prometheus.Collector {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "nr1_build_info", Help: "Build of the running nr1-agent.", ConstLabels: prometheus.Labels{"version": version},
-	})
-	g.Set(1)
-	return g
 }

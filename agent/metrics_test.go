@@ -1,4 +1,4 @@
-package metrics
+package agent
 
 import (
 	"encoding/json"
@@ -10,14 +10,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
+
+	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/metrics"
 )
 
 // exported lists every metric name the agent exports, from its collectors' descriptors.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
+	// Describe reads no state: the collectors need none of their sources here.
 	collectors := []prometheus.Collector{
-		NewDeviceCollector(&fakeDevices{}), NewCGCollector(&fixedSamples{}), NewAgentCollector(AgentState{}),
-		NewBuildInfo("v"), NewStageCollector(nil),
+		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf"), enforce.NewCollector(nil),
+		(&runtime.Watcher{}).ReconnectsCounter(), (&inventory.Builder{}).MismatchesCounter(),
+		metrics.NewBuildInfo("v"), metrics.NewStageCollector(nil),
 	}
 	names := map[string]bool{}
 	nameRE := regexp.MustCompile(`fqName: "([^"]+)"`)

@@ -1,4 +1,4 @@
-package metrics
+package sampler
 
 import (
 	"slices"
@@ -7,29 +7,32 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // Samples gives the latest sample.
 type Samples interface {
-	Load() (*sampler.Snapshot, <-chan struct{})
+	Load() (*Snapshot, <-chan struct{})
 }
 
-// CGCollector exports every CG's allocation, usage and ratio from the latest sample at
+// Collector exports every CG's allocation, usage and ratio from the latest sample at
 // scrape time: a new CG has series before it consumes anything, and a deleted pod's
 // series are gone at the next scrape. Memory is exported in MB (2^20 bytes), like the
 // allocations; queues as counts. No label carries a PID, buffer or handle.
-type CGCollector struct {
+type Collector struct {
 	samples                                        Samples
+	source                                         string
 	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
+	sourceDesc                                     *prometheus.Desc
 }
 
-// NewCGCollector collects from samples.
-func NewCGCollector(samples Samples) *CGCollector {
+// NewCollector collects from samples, measured by the footprint source named source.
+func NewCollector(samples Samples, source string) *Collector {
 	ctr := []string{"namespace", "pod", "container", "resource"}
-	return &CGCollector{
+	return &Collector{
 		samples:      samples,
+		source:       source,
+		sourceDesc:   prometheus.NewDesc("nr1_footprint_source", "The footprint source in use (bpf or procfs).", []string{"source"}, nil),
 		allocated:    prometheus.NewDesc("nr1_allocated", "NR1 units allocated to a container by the kubelet (MB or queues).", ctr, nil),
 		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
@@ -39,7 +42,8 @@ func NewCGCollector(samples Samples) *CGCollector {
 }
 
 // Describe sends the descriptors.
-func (c *CGCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.sourceDesc
 	ch <- c.allocated
 	ch <- c.usage
 	ch <- c.ratio
@@ -48,7 +52,8 @@ func (c *CGCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect builds the series from the latest sample.
-func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.sourceDesc, prometheus.GaugeValue, 1, c.source)
 	snap, _ := c.samples.Load()
 	if snap == nil {
 		return
@@ -90,7 +95,7 @@ func (c *CGCollector) Collect(ch chan<- prometheus.Metric) {
 // running returns one container per name, the running one started last: the runtime
 // keeps a killed or restarted container's exited instance beside its new one, and two
 // series sets for one name would fail the whole scrape.
-func running(cg *sampler.CG) []*inventory.Container {
+func running(cg *CG) []*inventory.Container {
 	byName := make(map[string]*inventory.Container, len(cg.Containers))
 	out := make([]*inventory.Container, 0, len(cg.Containers))
 	for _, ctr := range cg.Containers {
@@ -109,4 +114,14 @@ func running(cg *sampler.CG) []*inventory.Container {
 		byName[ctr.Name] = ctr
 	}
 	return out
+}
+
+// NewSampleDuration is the nr1_sample_duration_seconds histogram; observe each
+// sample's scan time into it.
+func NewSampleDuration() prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "nr1_sample_duration_seconds",
+		Help:    "Time one footprint scan of every process took.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	})
 }

@@ -1,4 +1,4 @@
-package metrics
+package sampler
 
 import (
 	"bytes"
@@ -13,35 +13,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-type fixedSamples struct{ s *sampler.Snapshot }
+type fixedSamples struct{ s *Snapshot }
 
-func (f *fixedSamples) Load() (*sampler.Snapshot, <-chan struct{}) { return f.s, nil }
+func (f *fixedSamples) Load() (*Snapshot, <-chan struct{}) { return f.s, nil }
 
-type fixedEnforcement struct{}
-
-func (fixedEnforcement) Counts() map[enforce.Count]int {
-	return map[enforce.Count]int{
-		{Kind: enforce.Warn}: 3, {Kind: enforce.Kill}: 1, {Kind: enforce.Warn, DryRun: true}: 2,
-		{Kind: enforce.Evict, Failed: true}: 1,
-	}
-}
-func (fixedEnforcement) Breaches() nr1.PerResource[int] { return nr1.PerResource[int]{2, 0, 1, 1} }
-
-const mb = 1 << 20
-
-// fixture: the ResNet-50 CG within budget, a greedy CG with queues and no allocation,
+// scrapeFixture: the ResNet-50 CG within budget, a greedy CG with queues and no allocation,
 // and a pod whose allocation is not known yet.
-func fixture() *sampler.Snapshot {
-	resnet := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true, Ready: true,
+func scrapeFixture() *Snapshot {
+	resnet := &CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true, Ready: true,
 		Allocation: nr1.Amounts{3, 0, 2392, 7},
 		Containers: []*inventory.Container{
 			{Name: "graph", ID: "g", State: runtime.Running},
@@ -51,26 +37,23 @@ func fixture() *sampler.Snapshot {
 			// A second running instance the runtime briefly reports during a restart.
 			{Name: "health-handler", ID: "hh-old", State: runtime.Running, StartedAt: time.Unix(50, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
 		}},
-		Usage:        nr1.Usage{3 * mb, 0, 1200 * mb, 7},
-		PerContainer: map[string]nr1.Usage{"graph": {2 * mb, 0, 0, 0}, "health-handler": {1 * mb, 0, 1200 * mb, 7}}}
-	resnet.Ratio = sampler.Ratios(resnet.Usage, resnet.Allocation)
-	greedy := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
+		Usage:        nr1.Usage{3 * mib, 0, 1200 * mib, 7},
+		PerContainer: map[string]nr1.Usage{"graph": {2 * mib, 0, 0, 0}, "health-handler": {1 * mib, 0, 1200 * mib, 7}}}
+	resnet.Ratio = Ratios(resnet.Usage, resnet.Allocation)
+	greedy := &CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
 		Containers: []*inventory.Container{{Name: "main", ID: "m", State: runtime.Running}}},
 		Usage: nr1.Usage{0, 0, 0, 2}, PerContainer: map[string]nr1.Usage{"main": {0, 0, 0, 2}}}
-	greedy.Ratio = sampler.Ratios(greedy.Usage, greedy.Allocation)
-	unknown := &sampler.CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3", Ready: true, AllocationUnknown: "pod not in the kubelet's pod-resources answer"}}
+	greedy.Ratio = Ratios(greedy.Usage, greedy.Allocation)
+	unknown := &CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3", Ready: true, AllocationUnknown: "pod not in the kubelet's pod-resources answer"}}
 	// The sandbox of an earlier resnet50 the runtime still keeps: same name, not ready.
-	ended := &sampler.CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
+	ended := &CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
 		Containers: []*inventory.Container{{Name: "health-handler", ID: "old", State: runtime.Running}}}, PerContainer: map[string]nr1.Usage{}}
-	return &sampler.Snapshot{CGs: []*sampler.CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Usage{5 * mb, 0, 0, 1}}
+	return &Snapshot{CGs: []*CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Usage{5 * mib, 0, 0, 1}}
 }
 
 func registry(samples Samples) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCGCollector(samples), NewAgentCollector(AgentState{
-		Enforcement: fixedEnforcement{}, Source: func() string { return "bpf" },
-		Reconnects: func() int { return 1 }, Registrations: func() int { return 8 }, Mismatches: func() int64 { return 0 },
-	}))
+	reg.MustRegister(NewCollector(samples, "bpf"))
 	return reg
 }
 
@@ -92,9 +75,9 @@ func scrape(t *testing.T, reg *prometheus.Registry) []byte {
 }
 
 func TestGoldenMetrics(t *testing.T) {
-	reg := registry(&fixedSamples{fixture()})
+	reg := registry(&fixedSamples{scrapeFixture()})
 	got := scrape(t, reg)
-	const golden = "testdata/metrics.golden"
+	const golden = "testdata/collector.golden"
 	if *update {
 		if err := os.WriteFile(golden, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -120,12 +103,12 @@ func TestGoldenMetrics(t *testing.T) {
 }
 
 func TestDeletedPodSeriesGoAtTheNextScrape(t *testing.T) {
-	samples := &fixedSamples{fixture()}
+	samples := &fixedSamples{scrapeFixture()}
 	reg := registry(samples)
 	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 12 {
 		t.Fatalf("%d nr1_usage series, want 12 (3 containers × 4 resources)", n)
 	}
-	next := fixture()
+	next := scrapeFixture()
 	next.CGs = next.CGs[2:] // resnet50 deleted
 	samples.s = next
 	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 4 {
@@ -139,10 +122,12 @@ func TestPromtoolAcceptsTheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal("promtool not found: install Debian's prometheus package (make deps)")
 	}
-	got := scrape(t, registry(&fixedSamples{fixture()}))
+	got := scrape(t, registry(&fixedSamples{scrapeFixture()}))
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin = bytes.NewReader(got)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("promtool check metrics: %v\n%s", err, out)
 	}
 }
+
+const mib = 1 << 20
