@@ -48,7 +48,7 @@ func newActuator() (*Actuator, *recorder, *fakes) {
 
 func act(k enforce.Kind) enforce.Action {
 	return enforce.Action{Kind: k, UID: "u", Namespace: "default", Pod: "cg", PodCgroup: "/cg/podu", Resource: nr1.HypervisorQueue,
-		Containers: []enforce.Container{{ID: "c1", Name: "health-handler"}}, Message: "holds 20 of 7"}
+		Containers: []enforce.ContainerRef{{ID: "c1", Name: "health-handler"}}, Message: "holds 20 of 7"}
 }
 
 func TestActionsAndTheirEvents(t *testing.T) {

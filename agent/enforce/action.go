@@ -8,8 +8,8 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// Container names a container of a CG.
-type Container struct {
+// ContainerRef names a container of a CG an action stops.
+type ContainerRef struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
 }
@@ -27,7 +27,7 @@ type Action struct {
 	PodCgroup string `json:"podCgroup,omitempty"`
 	// Containers are the ones a kill stops (and an eviction's fallback would): the one
 	// most over its own allocation, or all of them by policy.
-	Containers []Container `json:"containers,omitempty"`
+	Containers []ContainerRef `json:"containers,omitempty"`
 	// LiftThrottle, on a kill or eviction, lifts the CG's throttle once it is done.
 	LiftThrottle bool             `json:"liftThrottle,omitempty"`
 	Resource     nr1.Resource     `json:"resource"`
@@ -68,17 +68,17 @@ func podCgroup(cg *sampler.CG) string {
 // targets are the running containers a kill of r stops: every one by policy, or the one
 // most over its own allocation of r. Excess, not holding, decides: a health-handler
 // within what it was given is not stopped for a sidecar's extra queue.
-func targets(cg *sampler.CG, r nr1.Resource, p Policy) []Container {
+func targets(cg *sampler.CG, r nr1.Resource, p Policy) []ContainerRef {
 	var (
-		out               []Container
-		best              *Container
+		out               []ContainerRef
+		best              *ContainerRef
 		bestExcess, bestU nr1.Base
 	)
 	for _, c := range cg.Containers {
 		if c.State != runtime.Running {
 			continue
 		}
-		ref := Container{ID: c.ID, Name: c.Name}
+		ref := ContainerRef{ID: c.ID, Name: c.Name}
 		if p.KillScope == "cg" {
 			out = append(out, ref)
 			continue

@@ -33,7 +33,7 @@ func cg(uid string, usage nr1.Usage) *sampler.CG {
 }
 
 func snap(at time.Time, cgs ...*sampler.CG) *sampler.Snapshot {
-	return &sampler.Snapshot{Taken: at, RuntimeConnected: true, AllocationRead: at, PartitionRead: at, CGs: cgs}
+	return &sampler.Snapshot{Taken: at, Inputs: inventory.Inputs{RuntimeConnected: true, AllocationRead: at}, PartitionRead: at, CGs: cgs}
 }
 
 // run feeds Decide one sample per second from t0, each built by at(second), and
@@ -160,8 +160,8 @@ func TestUncertainAttributionDoesNothing(t *testing.T) {
 	young.Containers[0].StartedAt = t0.Add(-time.Second)
 	cases := map[string]*sampler.Snapshot{
 		"stale sample":           snap(t0.Add(-time.Minute), overCG()),
-		"runtime disconnected":   {Taken: t0, AllocationRead: t0, CGs: []*sampler.CG{overCG()}},
-		"allocations never read": {Taken: t0, RuntimeConnected: true, CGs: []*sampler.CG{overCG()}},
+		"runtime disconnected":   {Taken: t0, Inputs: inventory.Inputs{AllocationRead: t0}, CGs: []*sampler.CG{overCG()}},
+		"allocations never read": {Taken: t0, Inputs: inventory.Inputs{RuntimeConnected: true}, CGs: []*sampler.CG{overCG()}},
 		"allocation not known":   snap(t0, unknown),
 		"container just started": snap(t0, young),
 		"no sample":              nil,

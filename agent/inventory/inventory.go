@@ -19,12 +19,20 @@ import (
 
 // Snapshot is the node's CGs at one time.
 type Snapshot struct {
-	Taken            time.Time `json:"taken"`
-	RuntimeConnected bool      `json:"runtimeConnected"`
+	Taken time.Time `json:"taken"`
+	Inputs
+	CGs []*CG `json:"cgs"`
+}
+
+// Inputs say how certain a view of the node is; every view built on the inventory
+// carries them on unchanged.
+type Inputs struct {
+	// RuntimeConnected is false while the runtime cannot be reached: its pods are the
+	// last ones seen.
+	RuntimeConnected bool `json:"runtimeConnected"`
 	// AllocationRead is when the pod-resources API was last read; zero means allocations
 	// are not known yet.
 	AllocationRead time.Time `json:"allocationRead,omitzero"`
-	CGs            []*CG     `json:"cgs"`
 }
 
 // CG is a compute graph: one pod, whose allocation is the sum over its containers.
@@ -113,7 +121,7 @@ func (b *Builder) Mismatches() int64 { return b.mismatches.Load() }
 func (b *Builder) Build(now time.Time) *Snapshot {
 	rs, _ := b.runtime.Load()
 	alloc, _ := b.allocation.Load()
-	snap := &Snapshot{Taken: now, RuntimeConnected: rs.Connected, AllocationRead: alloc.Read, CGs: make([]*CG, 0, len(rs.Pods))}
+	snap := &Snapshot{Taken: now, Inputs: Inputs{RuntimeConnected: rs.Connected, AllocationRead: alloc.Read}, CGs: make([]*CG, 0, len(rs.Pods))}
 	seen := make(map[string]bool)
 	for _, p := range rs.Pods {
 		cg := &CG{

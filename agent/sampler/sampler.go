@@ -21,9 +21,8 @@ type Snapshot struct {
 	Taken  time.Time     `json:"taken"`
 	Took   time.Duration `json:"took"`
 	Source string        `json:"source"`
-	// RuntimeConnected and AllocationRead say how certain the attribution is.
-	RuntimeConnected bool      `json:"runtimeConnected"`
-	AllocationRead   time.Time `json:"allocationRead,omitzero"`
+	// Inputs say how certain the attribution is.
+	inventory.Inputs
 	// PartitionRead is when the docker partition was last measured; zero until then.
 	PartitionRead time.Time `json:"partitionRead,omitzero"`
 	CGs           []*CG     `json:"cgs"`
@@ -141,8 +140,7 @@ type group struct {
 // known container holds is unattributed, also as one union.
 func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage) *Snapshot {
 	snap := &Snapshot{
-		Taken: now, Took: scan.Took, Source: scan.Source, RuntimeConnected: inv.RuntimeConnected,
-		AllocationRead: inv.AllocationRead, PartitionRead: part.Read, CGs: make([]*CG, 0, len(inv.CGs)),
+		Taken: now, Took: scan.Took, Source: scan.Source, Inputs: inv.Inputs, PartitionRead: part.Read, CGs: make([]*CG, 0, len(inv.CGs)),
 	}
 	const unattributed = 0
 	groups := []group{unattributed: {}}

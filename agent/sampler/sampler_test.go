@@ -58,7 +58,7 @@ func targets(t *testing.T) *footprint.Targets {
 
 func fixture(t *testing.T) (*Sampler, *testingclock.FakeClock) {
 	t.Helper()
-	inv := &inventory.Snapshot{RuntimeConnected: true, AllocationRead: time.Unix(100, 0), CGs: []*inventory.CG{
+	inv := &inventory.Snapshot{Inputs: inventory.Inputs{RuntimeConnected: true, AllocationRead: time.Unix(100, 0)}, CGs: []*inventory.CG{
 		{UID: "u1", Namespace: "default", Name: "resnet50", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
 			Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}, {ID: "g", Name: "graph", CgroupID: 12}}},
 		{UID: "u2", Namespace: "default", Name: "greedy", AllocationKnown: true,
