@@ -11,6 +11,8 @@
 
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
+// An O_PATH fd names a file without opening it: no I/O, no mapping, nothing held.
+#define FMODE_PATH (1U << 14)
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -80,6 +82,8 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 	__u32 *target;
 
 	if (!task || !file)
+		return 0;
+	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
 		return 0;
 	target = match(file);
 	if (!target)

@@ -57,6 +57,7 @@ struct inode {
 };
 
 struct file {
+	unsigned int f_mode;
 	struct inode *f_inode;
 };
 

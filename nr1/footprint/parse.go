@@ -82,3 +82,20 @@ func fdinfoValue(content []byte, key string) (int64, bool, error) {
 	}
 	return 0, false, nil
 }
+
+// fdinfoFlags reads the open flags (octal, as the kernel writes them) from
+// /proc/PID/fdinfo/FD content.
+func fdinfoFlags(content []byte) (uint64, error) {
+	for _, line := range bytes.Split(content, []byte("\n")) {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if !ok || string(bytes.TrimSpace(k)) != "flags" {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(string(v)), 8, 64)
+		if err != nil {
+			return 0, fmt.Errorf("fdinfo flags: want an octal number, got %q", strings.TrimSpace(string(v)))
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("fdinfo: no flags line")
+}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseMapsFixture(t *testing.T) {
@@ -91,4 +93,20 @@ func FuzzFdinfoValue(f *testing.F) {
 			return
 		}
 	})
+}
+
+func TestFdinfoFlags(t *testing.T) {
+	// As the kernel writes it for an fd opened with O_PATH|O_CLOEXEC.
+	flags, err := fdinfoFlags([]byte("pos:\t0\nflags:\t012000000\nmnt_id:\t30\nino:\t5\n"))
+	if err != nil || flags&unix.O_PATH == 0 {
+		t.Errorf("O_PATH fd: flags %o, %v", flags, err)
+	}
+	if flags, err := fdinfoFlags([]byte("pos:\t0\nflags:\t02\n")); err != nil || flags&unix.O_PATH != 0 || flags&unix.O_RDWR == 0 {
+		t.Errorf("O_RDWR fd: flags %o, %v", flags, err)
+	}
+	for _, bad := range []string{"pos:\t0\n", "flags:\t9\n", "flags:\n"} {
+		if _, err := fdinfoFlags([]byte(bad)); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
 }

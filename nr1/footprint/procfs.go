@@ -178,9 +178,11 @@ func (p *Procfs) fds(s *Scan, base string, pid int, cg uint64) error {
 		if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
 			continue
 		}
-		if i, ok := p.targets.match(st.Mode, st.Dev, st.Ino, st.Rdev); ok {
-			s.Handles = append(s.Handles, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i})
+		i, ok := p.targets.match(st.Mode, st.Dev, st.Ino, st.Rdev)
+		if !ok || pathOnly(base, e.Name()) {
+			continue
 		}
+		s.Handles = append(s.Handles, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i})
 	}
 	return nil
 }
@@ -246,4 +248,15 @@ func fillFdinfo(procRoot string, targets *Targets, handles []Handle) {
 			handles[i].Value = v
 		}
 	}
+}
+
+// pathOnly reports an O_PATH fd: it names the file without opening it (no I/O, no
+// mapping), so it holds nothing. An fd closed since its stat counts as it was then.
+func pathOnly(base, fd string) bool {
+	b, err := os.ReadFile(filepath.Join(base, "fdinfo", fd))
+	if err != nil {
+		return false
+	}
+	flags, err := fdinfoFlags(b)
+	return err == nil && flags&unix.O_PATH != 0
 }

@@ -28,6 +28,9 @@ import (
 type mapperSpec struct {
 	Maps  []mapperRange `json:"maps"`
 	Forks int           `json:"forks"`
+	// Open files are opened and held; OpenPath files only named (O_PATH) and held.
+	Open     []string `json:"open,omitempty"`
+	OpenPath []string `json:"openPath,omitempty"`
 }
 
 type mapperRange struct {
@@ -61,6 +64,18 @@ func mapper(spec string) {
 			m[i] = 1
 		}
 		_ = f.Close() // the mapping keeps the file; no handle left to count
+	}
+	for _, name := range s.Open {
+		if _, err := unix.Open(name, unix.O_RDWR, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "open %s: %v\n", name, err)
+			os.Exit(1)
+		}
+	}
+	for _, name := range s.OpenPath {
+		if _, err := unix.Open(name, unix.O_PATH, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "open %s (O_PATH): %v\n", name, err)
+			os.Exit(1)
+		}
 	}
 	for range s.Forks {
 		if _, errno := forkHolding(); errno != 0 {
@@ -231,9 +246,22 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 		if raw[forked] != 15*mb || raw[twice] != 6*mb || raw[distinct] != 17*mb {
 			t.Errorf("%s: mapping sizes summed %d, %d, %d MB; want 15, 6, 17 (records missing?)", s.Source, raw[forked]/mb, raw[twice]/mb, raw[distinct]/mb)
 		}
-		// Only this test's processes know the simulator's files.
-		if u, want := Sum(p.targets, s.Mappings, s.Handles), (nr1.Usage{5 * mb, 1 * mb, 0, 2}); u != want { // [0, 3) and [4, 6) MB
-			t.Errorf("%s: the whole scan holds %v, want %v", s.Source, u, want)
+		// Every record of this test's cgroups together. The queue device's number is
+		// tun's, which other tests running beside this one hold too: only this test's
+		// cgroups are summed.
+		var mine Scan
+		for _, m := range s.Mappings {
+			if _, ok := group[m.CgroupID]; ok {
+				mine.Mappings = append(mine.Mappings, m)
+			}
+		}
+		for _, h := range s.Handles {
+			if _, ok := group[h.CgroupID]; ok {
+				mine.Handles = append(mine.Handles, h)
+			}
+		}
+		if u, want := Sum(p.targets, mine.Mappings, mine.Handles), (nr1.Usage{5 * mb, 1 * mb, 0, 2}); u != want { // [0, 3) and [4, 6) MB
+			t.Errorf("%s: the test's cgroups together hold %v, want %v", s.Source, u, want)
 		}
 	}
 	bs.Normalize()
@@ -243,5 +271,29 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 	}
 	if !reflect.DeepEqual(bs.Handles, ps.Handles) {
 		t.Errorf("handles differ:\nbpf    %+v\nprocfs %+v", bs.Handles, ps.Handles)
+	}
+}
+
+// TestPathOnlyFdsHoldNothing: an O_PATH fd on the queue device names it without opening
+// it (no I/O, no mapping), so it is no queue handle; a CG holding four of them and one
+// real open holds one queue, for both sources.
+func TestPathOnlyFdsHoldNothing(t *testing.T) {
+	p, _ := newCgroups(t, 2)
+	queue, cpu := p.sim.File(sim.HypervisorQ), p.sim.File(sim.CPUDMA)
+	p.startMapper(t, 0, mapperSpec{Open: []string{queue}, OpenPath: []string{queue, queue, queue, cpu}})
+	p.startMapper(t, 1, mapperSpec{OpenPath: []string{queue, queue}})
+	want := map[uint64]nr1.Usage{p.ids[0]: {0, 0, 0, 1}, p.ids[1]: {}}
+	b := newBPFOrSkip(t, p)
+	for _, src := range []Source{b, NewProcfs("/proc", p.cgroupV2, p.targets)} {
+		s, err := src.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := byCgroup(s, p.targets)
+		for _, id := range p.ids {
+			if got[id] != want[id] {
+				t.Errorf("%s: cgroup %d holds %v, want %v", s.Source, id, got[id], want[id])
+			}
+		}
 	}
 }
