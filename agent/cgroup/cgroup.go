@@ -155,10 +155,17 @@ func ID(dir string) (uint64, error) {
 	return st.Ino, nil
 }
 
-// Procs lists the processes in dir and its descendants (a container's processes may
-// sit in child cgroups).
-func Procs(dir string) ([]int, error) {
-	var pids []int
+// Subtree is what a container's cgroup holds: the processes in it and in its
+// descendants, and the descendants' v2 ids. A container may make child cgroups; what
+// their processes hold is the container's.
+type Subtree struct {
+	PIDs        []int
+	Descendants []uint64
+}
+
+// ReadSubtree reads the processes of dir and its descendants, and the descendants' ids.
+func ReadSubtree(dir string) (Subtree, error) {
+	var t Subtree
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) && p != dir {
@@ -180,15 +187,22 @@ func Procs(dir string) ([]int, error) {
 		for sc.Scan() {
 			pid, err := strconv.Atoi(sc.Text())
 			if err == nil {
-				pids = append(pids, pid)
+				t.PIDs = append(t.PIDs, pid)
+			}
+		}
+		if p != dir {
+			if info, err := d.Info(); err == nil {
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					t.Descendants = append(t.Descendants, st.Ino)
+				}
 			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("processes of cgroup %s: %w", dir, err)
+		return Subtree{}, fmt.Errorf("processes of cgroup %s: %w", dir, err)
 	}
-	return pids, nil
+	return t, nil
 }
 
 // ProcsDir is the directory whose cgroup.procs lists a container's processes: the v2

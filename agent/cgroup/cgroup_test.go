@@ -70,9 +70,35 @@ func TestRealCgroups(t *testing.T) {
 	if p.ProcsDir() != p.V2 {
 		t.Errorf("ProcsDir %q, want the v2 dir", p.ProcsDir())
 	}
-	pids, err := Procs(p.ProcsDir())
-	if err != nil || !slices.Equal(pids, []int{cmd.Process.Pid}) {
-		t.Fatalf("Procs = %v, %v; want [%d]", pids, err, cmd.Process.Pid)
+	// A worker the container moved into a child cgroup of its own is still its.
+	child := filepath.Join(p.V2, "worker")
+	if err := os.Mkdir(child, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(child) })
+	worker := exec.Command("sleep", "30")
+	if err := worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait() })
+	if err := os.WriteFile(filepath.Join(child, "cgroup.procs"), []byte(strconv.Itoa(worker.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	childID, err := ID(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := ReadSubtree(p.ProcsDir())
+	pids := tree.PIDs
+	slices.Sort(pids)
+	want := []int{cmd.Process.Pid, worker.Process.Pid}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(pids, want) || !slices.Equal(tree.Descendants, []uint64{childID}) {
+		t.Fatalf("ReadSubtree = %+v, %v; want processes %v and the child cgroup %d", tree, err, want, childID)
+	}
+	// The worker leaves, so that the container's own cgroup can be removed.
+	if err := os.WriteFile(filepath.Join(p.V2, "cgroup.procs"), []byte(strconv.Itoa(worker.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
 	}
 	// /proc/PID/cgroup names the v2 cgroup on its "0::" line; its inode is the id.
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "cgroup"))

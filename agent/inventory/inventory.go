@@ -69,6 +69,9 @@ type Container struct {
 	Cgroup    cgroup.Paths           `json:"cgroup"`
 	// CgroupID is the v2 cgroup id (0 on legacy hosts or when the cgroup is gone).
 	CgroupID uint64 `json:"cgroupID,omitempty"`
+	// ChildCgroupIDs are the v2 ids of cgroups the container made below its own: what
+	// their processes hold is the container's.
+	ChildCgroupIDs []uint64 `json:"childCgroupIDs,omitempty"`
 	PIDs     []int  `json:"pids,omitempty"`
 	// Allocation is what this container was given, from AllocationSource.
 	Allocation nr1.Amounts `json:"allocation"`
@@ -156,8 +159,11 @@ func (b *Builder) container(c *runtime.Container) *Container {
 		}
 	}
 	// The container may have exited since the runtime said it runs: no processes then.
-	if pids, err := cgroup.Procs(paths.ProcsDir()); err == nil {
-		ctr.PIDs = pids
+	if t, err := cgroup.ReadSubtree(paths.ProcsDir()); err == nil {
+		ctr.PIDs = t.PIDs
+		if paths.V2 != "" {
+			ctr.ChildCgroupIDs = t.Descendants
+		}
 	}
 	return ctr
 }

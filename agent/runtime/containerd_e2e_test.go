@@ -220,7 +220,8 @@ func TestRealContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids, err := cgroup.Procs(paths.ProcsDir())
+	tree, err := cgroup.ReadSubtree(paths.ProcsDir())
+	pids := tree.PIDs
 	if err != nil || len(pids) == 0 || pids[0] != c.PID {
 		t.Fatalf("cgroup %s processes %v (%v), runtime PID %d", paths.ProcsDir(), pids, err, c.PID)
 	}

@@ -152,7 +152,11 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		groups = append(groups, group{cg: cg})
 		for _, c := range icg.Containers {
 			if c.CgroupID != 0 {
-				owners[c.CgroupID] = owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name)}
+				o := owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name)}
+				owners[c.CgroupID] = o
+				for _, id := range c.ChildCgroupIDs {
+					owners[id] = o
+				}
 			}
 			if v, ok := part.ByCtr[c.ID]; ok {
 				u := cg.PerContainer[c.Name]

@@ -211,3 +211,22 @@ func TestRunPublishesEveryInterval(t *testing.T) {
 		clk.Step(time.Second)
 	}
 }
+
+// A worker the container moved into a child cgroup holds what it holds for the
+// container: nothing of it is unattributed.
+func TestChildCgroupsCountForTheirContainer(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*inventory.CG{{UID: "u1", Name: "cg", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7},
+		Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11, ChildCgroupIDs: []uint64{111, 112}}}}}}
+	scan := &footprint.Scan{
+		Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Size: 1 << 20}, {CgroupID: 112, PID: 2, Offset: 1 << 20, Size: 2 << 20}},
+		Handles:  []footprint.Handle{{CgroupID: 111, PID: 3, FD: 3, Target: 1, Description: 1}},
+	}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	want := nr1.Usage{3 << 20, 0, 0, 1}
+	if cg := snap.CGs[0]; cg.Usage != want || cg.PerContainer["health-handler"] != want {
+		t.Errorf("CG %v, container %v; want %v for both", cg.Usage, cg.PerContainer["health-handler"], want)
+	}
+	if snap.Unattributed != (nr1.Usage{}) {
+		t.Errorf("unattributed %v, want nothing", snap.Unattributed)
+	}
+}
