@@ -70,7 +70,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	defer podResources.Close()
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, clk, log)
 	inv := inventory.NewBuilder(watcher, tracker, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
-	source, targets, err := footprintSource(cfg, files, cgroups.V2, log)
+	source, targets, bpfRefused, err := footprintSource(cfg, files, cgroups.V2, log)
 	if err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	reg := prometheus.NewRegistry()
 	sampleDuration := sampler.NewSampleDuration()
 	smp.OnSample(func(s *sampler.Snapshot) { sampleDuration.Observe(s.Took.Seconds()) })
-	reg.MustRegister(metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(smp, source.Name()), sampleDuration,
+	reg.MustRegister(metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(smp, source.Name(), bpfRefused), sampleDuration,
 		enforce.NewCollector(enforcer), watcher.ReconnectsCounter(), inv.MismatchesCounter(),
 		metrics.NewStageCollector(map[string]metrics.Stage{
 			"device_health": monitor, "device_plugins": manager, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,

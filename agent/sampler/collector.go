@@ -21,18 +21,21 @@ type Samples interface {
 // allocations; queues as counts. No label carries a PID, buffer or handle.
 type Collector struct {
 	samples                                        Samples
-	source                                         string
+	source, bpfRefused                             string
 	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
-	sourceDesc                                     *prometheus.Desc
+	sourceDesc, refusedDesc                        *prometheus.Desc
 }
 
-// NewCollector collects from samples, measured by the footprint source named source.
-func NewCollector(samples Samples, source string) *Collector {
+// NewCollector collects from samples, measured by the footprint source named source;
+// bpfRefused says why the BPF source was wanted and refused, empty when it was not.
+func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 	ctr := []string{"namespace", "pod", "container", "resource"}
 	return &Collector{
 		samples:      samples,
 		source:       source,
+		bpfRefused:   bpfRefused,
 		sourceDesc:   prometheus.NewDesc("nr1_footprint_source", "The footprint source in use (bpf or procfs).", []string{"source"}, nil),
+		refusedDesc:  prometheus.NewDesc("nr1_footprint_bpf_refused", "1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).", []string{"reason"}, nil),
 		allocated:    prometheus.NewDesc("nr1_allocated", "NR1 units allocated to a container by the kubelet (MB or queues).", ctr, nil),
 		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
@@ -44,6 +47,7 @@ func NewCollector(samples Samples, source string) *Collector {
 // Describe sends the descriptors.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sourceDesc
+	ch <- c.refusedDesc
 	ch <- c.allocated
 	ch <- c.usage
 	ch <- c.ratio
@@ -54,6 +58,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect builds the series from the latest sample.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.sourceDesc, prometheus.GaugeValue, 1, c.source)
+	if c.bpfRefused != "" {
+		ch <- prometheus.MustNewConstMetric(c.refusedDesc, prometheus.GaugeValue, 1, c.bpfRefused)
+	}
 	snap, _ := c.samples.Load()
 	if snap == nil {
 		return

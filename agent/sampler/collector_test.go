@@ -53,7 +53,7 @@ func scrapeFixture() *Snapshot {
 
 func registry(samples Samples) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(samples, "bpf"))
+	reg.MustRegister(NewCollector(samples, "bpf", ""))
 	return reg
 }
 
@@ -131,3 +131,23 @@ func TestPromtoolAcceptsTheMetrics(t *testing.T) {
 }
 
 const mib = 1 << 20
+
+// A refused BPF source shows with its reason; none shows when BPF is in use.
+func TestBPFRefusedMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(&fixedSamples{}, "procfs", "unattributable"))
+	want := `
+# HELP nr1_footprint_bpf_refused 1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).
+# TYPE nr1_footprint_bpf_refused gauge
+nr1_footprint_bpf_refused{reason="unattributable"} 1
+# HELP nr1_footprint_source The footprint source in use (bpf or procfs).
+# TYPE nr1_footprint_source gauge
+nr1_footprint_source{source="procfs"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(registry(&fixedSamples{}), "nr1_footprint_bpf_refused"); n != 0 {
+		t.Errorf("%d refusal series with BPF in use", n)
+	}
+}

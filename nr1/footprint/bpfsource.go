@@ -2,8 +2,14 @@ package footprint
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/bpf"
 )
@@ -16,11 +22,19 @@ type BPF struct {
 	procRoot string // for fdinfo values
 }
 
-// NewBPF loads the iterators; an error means the kernel cannot run them and procfs must
-// be used instead.
-func NewBPF(procRoot string, targets *Targets) (*BPF, error) {
+// ErrUnattributable is a BPF source that loads but cannot tell which cgroup a process
+// is in: every record would be unattributed, so it is refused.
+var ErrUnattributable = errors.New("the BPF footprint source cannot attribute processes to cgroups on this node")
+
+// NewBPF loads the iterators and checks that they attribute: an error means the kernel
+// cannot run them, or they cannot tell cgroups apart here, and procfs must be used.
+func NewBPF(procRoot, cgroupV2 string, targets *Targets) (*BPF, error) {
 	fp, err := bpf.LoadFootprint()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAttribution(fp, procRoot, cgroupV2); err != nil {
+		_ = fp.Close()
 		return nil, err
 	}
 	if err := fp.SetTargets(targets.Keys()); err != nil {
@@ -28,6 +42,47 @@ func NewBPF(procRoot string, targets *Targets) (*BPF, error) {
 		return nil, err
 	}
 	return &BPF{fp: fp, targets: targets, procRoot: procRoot}, nil
+}
+
+// checkAttribution holds a file of its own as the only target and runs the iterator:
+// the cgroup id it reports for this process must be the id of the v2 cgroup procfs
+// names for it. A kernel whose tasks' default cgroup is not that tree (cgroup v2 not
+// mounted, ids of 0) fails here instead of leaving everything unattributed.
+func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
+	if cgroupV2 == "" {
+		return fmt.Errorf("%w: no cgroup v2 hierarchy", ErrUnattributable)
+	}
+	want, err := (&Procfs{cgroupV2: cgroupV2}).cgroupID(&scanState{ids: map[string]uint64{}}, filepath.Join(procRoot, strconv.Itoa(os.Getpid())))
+	if err != nil {
+		return fmt.Errorf("%w: the agent's own cgroup: %v", ErrUnattributable, err)
+	}
+	probe, err := os.CreateTemp("", "nr1-footprint-probe")
+	if err != nil {
+		return fmt.Errorf("attribution probe: %w", err)
+	}
+	defer os.Remove(probe.Name())
+	defer probe.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(probe.Fd()), &st); err != nil {
+		return fmt.Errorf("attribution probe: %w", err)
+	}
+	const probeTarget = 0
+	if err := fp.SetTargets(map[bpf.TargetKey]uint32{{Ino: st.Ino, Dev: bpf.KernelDev(st.Dev)}: probeTarget}); err != nil {
+		return err
+	}
+	var got []uint64
+	pid := uint32(os.Getpid()) //nolint:gosec // a PID fits
+	if err := fp.Files(func(r *bpf.Record) {
+		if r.Pid == pid && r.Target == probeTarget {
+			got = append(got, r.CgroupId)
+		}
+	}); err != nil {
+		return fmt.Errorf("attribution probe: %w", err)
+	}
+	if len(got) != 1 || got[0] != want || want == 0 {
+		return fmt.Errorf("%w: it reports cgroup ids %v for the agent, whose v2 cgroup id is %d", ErrUnattributable, got, want)
+	}
+	return nil
 }
 
 // Name is "bpf".

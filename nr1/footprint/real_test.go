@@ -3,7 +3,10 @@ package footprint
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -11,7 +14,7 @@ import (
 
 func newBPFOrSkip(tb testing.TB, p *population) *BPF {
 	tb.Helper()
-	b, err := NewBPF("/proc", p.targets)
+	b, err := NewBPF("/proc", p.cgroupV2, p.targets)
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		tb.Skipf("kernel lacks BPF iterators or BTF: %v", err)
 	}
@@ -64,5 +67,33 @@ func TestSourcesAgreeOnARealPopulation(t *testing.T) {
 			t.Errorf("round %d: handles differ: bpf %d, procfs %d", round, len(bs.Handles), len(ps.Handles))
 		}
 		t.Logf("round %d: %d mappings, %d handles; bpf %v, procfs %v", round, len(bs.Mappings), len(bs.Handles), bs.Took, ps.Took)
+	}
+}
+
+// The BPF source is refused where the cgroup its iterators see for a task is not the one
+// procfs names: on such a node every record would be unattributed.
+func TestBPFRefusedWhereItCannotAttribute(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	newBPFOrSkip(t, p) // loads and attributes on the real v2 tree
+
+	if _, err := NewBPF("/proc", "", p.targets); !errors.Is(err, ErrUnattributable) {
+		t.Errorf("no cgroup v2 hierarchy: %v", err)
+	}
+	// A tree with the same paths whose ids are not the kernel's.
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := t.TempDir()
+	for _, line := range strings.Split(string(b), "\n") {
+		if path, ok := strings.CutPrefix(line, "0::"); ok {
+			if err := os.MkdirAll(filepath.Join(fake, path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, err = NewBPF("/proc", fake, p.targets)
+	if !errors.Is(err, ErrUnattributable) || !strings.Contains(err.Error(), "v2 cgroup id") {
+		t.Errorf("a tree that is not the kernel's: %v", err)
 	}
 }
