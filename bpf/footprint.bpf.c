@@ -31,6 +31,26 @@ struct {
 	__type(value, __u32); // the target's index in user space's list
 } targets SEC(".maps");
 
+// An open file description already reported for a cgroup in this scan is not reported
+// again: a process that dup()s one fd 400000 times, or forks 1000 children that inherit
+// it, costs one record. An LRU drops the oldest entries when full, so the entries of an
+// earlier scan never block this one; a description reported twice (this scan's entries
+// evicted) is still counted once by user space, which keeps distinct descriptions.
+struct seen_key {
+	__u64 file;
+	__u64 cgroup_id;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_key);
+	__type(value, __u32); // the scan that last reported it
+} seen SEC(".maps");
+
+// The current scan, set by user space before each run of the task_file iterator.
+__u32 scan = 0;
+
 enum { KIND_FD = 0, KIND_VMA = 1 };
 
 struct record {
@@ -89,8 +109,15 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 	if (!target)
 		return 0;
 	fill(&r, task, file, *target, KIND_FD);
+	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+	if (last && *last == scan)
+		return 0;
 	r.fd = ctx->fd;
-	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	// Marked seen only once written: a record that does not fit the seq buffer is
+	// dropped, and the same fd is visited again after the buffer is read.
+	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) == 0)
+		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
 	return 0;
 }
 

@@ -36,6 +36,7 @@ type Footprint struct {
 	objs  footprintObjects
 	files *link.Iter
 	vmas  *link.Iter
+	scan  uint32
 }
 
 // LoadFootprint loads the task_file and task_vma iterators. It fails when the kernel
@@ -87,8 +88,16 @@ func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 	return nil
 }
 
-// Files runs the task_file iterator, calling fn for every fd open on a target.
-func (f *Footprint) Files(fn func(*Record)) error { return run(f.files, fn) }
+// Files runs the task_file iterator, calling fn for each open file description of a
+// target in each cgroup: the first fd the iterator meets (lowest PID, then lowest fd),
+// not the others sharing it.
+func (f *Footprint) Files(fn func(*Record)) error {
+	f.scan++
+	if err := f.objs.Scan.Set(f.scan); err != nil {
+		return fmt.Errorf("starting a footprint scan: %w", err)
+	}
+	return run(f.files, fn)
+}
 
 // VMAs runs the task_vma iterator, calling fn for every mapping of a target.
 func (f *Footprint) VMAs(fn func(*Record)) error { return run(f.vmas, fn) }

@@ -26,6 +26,12 @@ type footprintRecord struct {
 	Kind     uint32
 }
 
+type footprintSeenKey struct {
+	_        structs.HostLayout
+	File     uint64
+	CgroupId uint64
+}
+
 type footprintTargetKey struct {
 	_    structs.HostLayout
 	Ino  uint64
@@ -37,9 +43,11 @@ type footprintTargetKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	footprintMapSeen         = "seen"
 	footprintMapTargets      = "targets"
 	footprintProgNr1TaskFile = "nr1_task_file"
 	footprintProgNr1TaskVma  = "nr1_task_vma"
+	footprintVarScan         = "scan"
 	footprintVarUnusedRecord = "unused_record"
 )
 
@@ -93,6 +101,7 @@ type footprintProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintMapSpecs struct {
+	Seen    *ebpf.MapSpec `ebpf:"seen"`
 	Targets *ebpf.MapSpec `ebpf:"targets"`
 }
 
@@ -100,6 +109,7 @@ type footprintMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintVariableSpecs struct {
+	Scan         *ebpf.VariableSpec `ebpf:"scan"`
 	UnusedRecord *ebpf.VariableSpec `ebpf:"unused_record"`
 }
 
@@ -123,11 +133,13 @@ func (o *footprintObjects) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintMaps struct {
+	Seen    *ebpf.Map `ebpf:"seen"`
 	Targets *ebpf.Map `ebpf:"targets"`
 }
 
 func (m *footprintMaps) Close() error {
 	return _FootprintClose(
+		m.Seen,
 		m.Targets,
 	)
 }
@@ -136,6 +148,7 @@ func (m *footprintMaps) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintVariables struct {
+	Scan         *ebpf.Variable `ebpf:"scan"`
 	UnusedRecord *ebpf.Variable `ebpf:"unused_record"`
 }
 

@@ -54,7 +54,7 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	}
 	want, err := (&Procfs{cgroupV2: cgroupV2}).cgroupID(&scanState{ids: map[string]uint64{}}, filepath.Join(procRoot, strconv.Itoa(os.Getpid())))
 	if err != nil {
-		return fmt.Errorf("%w: the agent's own cgroup: %v", ErrUnattributable, err)
+		return fmt.Errorf("%w: the agent's own cgroup: %w", ErrUnattributable, err)
 	}
 	probe, err := os.CreateTemp("", "nr1-footprint-probe")
 	if err != nil {

@@ -63,6 +63,7 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 		}
 	}
 	p.describe(s.Handles)
+	s.Handles = firstOfEach(s.Handles)
 	fillFdinfo(p.root, p.targets, s.Handles)
 	s.Took = time.Since(start)
 	return s, nil
@@ -259,4 +260,29 @@ func pathOnly(base, fd string) bool {
 	}
 	flags, err := fdinfoFlags(b)
 	return err == nil && flags&unix.O_PATH != 0
+}
+
+// firstOfEach keeps one fd per open file description and cgroup, the first in
+// (PID, fd) order, as the BPF source reports them: the other fds of a description
+// (dup'ed, inherited) hold nothing more.
+func firstOfEach(handles []Handle) []Handle {
+	type key struct {
+		cgroup      uint64
+		target      int
+		description uint64
+	}
+	first := make(map[key]int, len(handles))
+	out := handles[:0]
+	for _, h := range handles {
+		k := key{h.CgroupID, h.Target, h.Description}
+		i, seen := first[k]
+		switch {
+		case !seen:
+			first[k] = len(out)
+			out = append(out, h)
+		case h.PID < out[i].PID || h.PID == out[i].PID && h.FD < out[i].FD:
+			out[i] = h
+		}
+	}
+	return out
 }

@@ -31,6 +31,8 @@ type mapperSpec struct {
 	// Open files are opened and held; OpenPath files only named (O_PATH) and held.
 	Open     []string `json:"open,omitempty"`
 	OpenPath []string `json:"openPath,omitempty"`
+	// Dups dup()s the first opened file's fd so many times.
+	Dups int `json:"dups,omitempty"`
 }
 
 type mapperRange struct {
@@ -65,10 +67,33 @@ func mapper(spec string) {
 		}
 		_ = f.Close() // the mapping keeps the file; no handle left to count
 	}
+	var opened []int
 	for _, name := range s.Open {
-		if _, err := unix.Open(name, unix.O_RDWR, 0); err != nil {
+		fd, err := unix.Open(name, unix.O_RDWR, 0)
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "open %s: %v\n", name, err)
 			os.Exit(1)
+		}
+		opened = append(opened, fd)
+	}
+	if s.Dups > 0 {
+		// Up to the hard limit: raising that needs CAP_SYS_RESOURCE, which a container
+		// need not have.
+		var lim unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			fmt.Fprintln(os.Stderr, "fd limit:", err)
+			os.Exit(1)
+		}
+		lim.Cur = lim.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			fmt.Fprintln(os.Stderr, "raising the fd limit:", err)
+			os.Exit(1)
+		}
+		for range s.Dups {
+			if _, err := unix.Dup(opened[0]); err != nil {
+				fmt.Fprintln(os.Stderr, "dup:", err)
+				os.Exit(1)
+			}
 		}
 	}
 	for _, name := range s.OpenPath {
@@ -296,4 +321,27 @@ func TestPathOnlyFdsHoldNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestFdFloodIsOneRecord: one queue opened once, dup()ed 15000 times and inherited by
+// six forked children (105007 fds), is one queue and one record from the BPF source:
+// what the sample holds does not grow with the fds a CG makes.
+func TestFdFloodIsOneRecord(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	p.startMapper(t, 0, mapperSpec{Open: []string{p.sim.File(sim.HypervisorQ)}, Dups: 15000, Forks: 6})
+	b := newBPFOrSkip(t, p)
+	s, err := b.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []Handle
+	for _, h := range s.Handles {
+		if h.CgroupID == p.ids[0] {
+			mine = append(mine, h)
+		}
+	}
+	if got := byCgroup(s, p.targets)[p.ids[0]]; got != (nr1.Usage{0, 0, 0, 1}) || len(mine) != 1 {
+		t.Errorf("the flood holds %v in %d records, want one queue in one record", got, len(mine))
+	}
+	t.Logf("105007 fds on one description: %d records in all, scan %v", len(s.Handles), s.Took)
 }
