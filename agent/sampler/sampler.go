@@ -40,9 +40,14 @@ type CG struct {
 	PerContainer map[string]nr1.Usage `json:"usageByContainer"`
 	// PartitionUnknown says why the docker partition of this CG is not known: it was
 	// not measured yet, or its measurement failed. Unknown is never zero.
-	PartitionUnknown string              `json:"partitionUnknown,omitempty"`
-	Mappings         []footprint.Mapping `json:"mappings,omitempty"`
-	Handles          []footprint.Handle  `json:"handles,omitempty"`
+	PartitionUnknown string `json:"partitionUnknown,omitempty"`
+	// Mappings and Handles are the records behind the usage, the largest mappings and
+	// the first handles up to MaxDetail each: a CG that makes 400000 of them must not
+	// make the sample (and /debug/cgs) as large. The totals count them all.
+	Mappings      []footprint.Mapping `json:"mappings,omitempty"`
+	Handles       []footprint.Handle  `json:"handles,omitempty"`
+	MappingsTotal int                 `json:"mappingsTotal"`
+	HandlesTotal  int                 `json:"handlesTotal"`
 }
 
 // Inventory builds the node's view of CGs.
@@ -107,7 +112,8 @@ func (s *Sampler) step(ctx context.Context) {
 	s.Publish(snap.Taken, snap)
 }
 
-// Sample takes one sample now: the inventory, then one scan of every process.
+// Sample takes one sample now: the inventory, then one scan of every process. Took is
+// the whole sample's time, inventory and attribution included: what a sample costs.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	now := s.clock.Now()
 	inv := s.inv.Build(now)
@@ -116,7 +122,9 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	part, _ := s.partition.Load()
-	return Attribute(now, inv, scan, s.targets, part), nil
+	snap := Attribute(now, inv, scan, s.targets, part)
+	snap.Took = s.clock.Since(now)
+	return snap, nil
 }
 
 // owner is who a container cgroup's records count for: its CG's tally group and its
@@ -181,7 +189,7 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		}
 		tally.AddMapping(o.cgGroup, m)
 		tally.AddMapping(o.ctrGroup, m)
-		o.cg.Mappings = append(o.cg.Mappings, m)
+		o.cg.keepMapping(m)
 	}
 	for _, h := range scan.Handles {
 		o, ok := owners[h.CgroupID]
@@ -191,7 +199,10 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		}
 		tally.AddHandle(o.cgGroup, h)
 		tally.AddHandle(o.ctrGroup, h)
-		o.cg.Handles = append(o.cg.Handles, h)
+		o.cg.HandlesTotal++
+		if len(o.cg.Handles) < MaxDetail {
+			o.cg.Handles = append(o.cg.Handles, h)
+		}
 	}
 	for g, u := range tally.Sums() {
 		switch gr := groups[g]; {
@@ -235,4 +246,25 @@ func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
 		}
 	}
 	return r
+}
+
+// MaxDetail bounds the records a CG keeps in the sample, per kind.
+const MaxDetail = 32
+
+// keepMapping counts m and keeps it if it is among the MaxDetail largest.
+func (cg *CG) keepMapping(m footprint.Mapping) {
+	cg.MappingsTotal++
+	if len(cg.Mappings) < MaxDetail {
+		cg.Mappings = append(cg.Mappings, m)
+		return
+	}
+	smallest := 0
+	for i, k := range cg.Mappings {
+		if k.Size < cg.Mappings[smallest].Size {
+			smallest = i
+		}
+	}
+	if m.Size > cg.Mappings[smallest].Size {
+		cg.Mappings[smallest] = m
+	}
 }

@@ -230,3 +230,28 @@ func TestChildCgroupsCountForTheirContainer(t *testing.T) {
 		t.Errorf("unattributed %v, want nothing", snap.Unattributed)
 	}
 }
+
+// A CG that makes many records keeps MaxDetail of each kind in the sample, the largest
+// mappings, with the totals; its usage counts them all.
+func TestSampleDetailIsBounded(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*inventory.CG{{UID: "u1", Name: "cg", AllocationKnown: true,
+		Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}}}}}
+	scan := &footprint.Scan{}
+	const n = 1000
+	for i := range n {
+		scan.Mappings = append(scan.Mappings, footprint.Mapping{CgroupID: 11, PID: 1, Start: uint64(i) << 30, Offset: uint64(i) << 20, Size: uint64(i+1) << 12})
+		scan.Handles = append(scan.Handles, footprint.Handle{CgroupID: 11, PID: 1, FD: i, Target: 1, Description: uint64(i + 1)})
+	}
+	cg := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}).CGs[0]
+	if len(cg.Mappings) != MaxDetail || len(cg.Handles) != MaxDetail || cg.MappingsTotal != n || cg.HandlesTotal != n {
+		t.Fatalf("kept %d mappings of %d and %d handles of %d; want %d of %d each", len(cg.Mappings), cg.MappingsTotal, len(cg.Handles), cg.HandlesTotal, MaxDetail, n)
+	}
+	for _, m := range cg.Mappings {
+		if m.Size <= (n-MaxDetail)<<12 {
+			t.Errorf("kept a mapping of %d bytes, not among the %d largest", m.Size, MaxDetail)
+		}
+	}
+	if cg.Usage[nr1.HypervisorQueue] != n {
+		t.Errorf("usage %v: every handle counts", cg.Usage)
+	}
+}

@@ -354,7 +354,7 @@ type allocationView struct {
 // returns.
 func allocationsKnown(ip string, pods []*corev1.Pod, after time.Time) (time.Time, error) {
 	var v allocationView
-	if err := getJSON("http://"+ip+":9470/debug/cgs", &v); err != nil {
+	if err := getJSON("http://"+ip+":9470/debug/cgs?limit=500", &v); err != nil {
 		return time.Time{}, err
 	}
 	if v.AllocationRead.Before(after) {
@@ -388,7 +388,7 @@ func watchAllocations(ctx context.Context, ip string, pods []*corev1.Pod) <-chan
 		for {
 			s := allocationSeen{at: time.Now(), known: map[string]bool{}, queues: map[string]nr1.Base{}}
 			var v allocationView
-			if s.err = getJSON("http://"+ip+":9470/debug/cgs", &v); s.err == nil {
+			if s.err = getJSON("http://"+ip+":9470/debug/cgs?limit=500", &v); s.err == nil {
 				s.age = v.Taken.Sub(v.AllocationRead)
 				for _, p := range pods {
 					if cg := v.CG(string(p.UID)); cg != nil {

@@ -52,7 +52,7 @@ func agentDebug(t *testing.T, c kubernetes.Interface) (*debugSnapshot, error) {
 	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
 		return nil, fmt.Errorf("%d agent pods, or no pod IP yet", len(pods.Items))
 	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + pods.Items[0].Status.PodIP + ":9470/debug/cgs")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + pods.Items[0].Status.PodIP + ":9470/debug/cgs?limit=500")
 	if err != nil {
 		return nil, err
 	}
