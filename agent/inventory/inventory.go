@@ -72,7 +72,7 @@ type Container struct {
 	// ChildCgroupIDs are the v2 ids of cgroups the container made below its own: what
 	// their processes hold is the container's.
 	ChildCgroupIDs []uint64 `json:"childCgroupIDs,omitempty"`
-	PIDs     []int  `json:"pids,omitempty"`
+	PIDs           []int    `json:"pids,omitempty"`
 	// Allocation is what this container was given, from AllocationSource.
 	Allocation nr1.Amounts `json:"allocation"`
 	// AllocationSource is "pod-resources" for a container the kubelet lists and
