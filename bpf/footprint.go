@@ -90,8 +90,9 @@ func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 
 // Files runs the task_file iterator, calling fn for each open file description of a
 // target in each cgroup: the first fd the iterator meets (lowest PID, then lowest fd),
-// not the others sharing it.
-func (f *Footprint) Files(fn func(*Record)) error {
+// not the others sharing it. Records come in PID order; fn returning false stops the
+// iterator.
+func (f *Footprint) Files(fn func(*Record) bool) error {
 	f.scan++
 	if err := f.objs.Scan.Set(f.scan); err != nil {
 		return fmt.Errorf("starting a footprint scan: %w", err)
@@ -99,10 +100,11 @@ func (f *Footprint) Files(fn func(*Record)) error {
 	return run(f.files, fn)
 }
 
-// VMAs runs the task_vma iterator, calling fn for every mapping of a target.
-func (f *Footprint) VMAs(fn func(*Record)) error { return run(f.vmas, fn) }
+// VMAs runs the task_vma iterator, calling fn for every mapping of a target, in PID
+// order; fn returning false stops the iterator.
+func (f *Footprint) VMAs(fn func(*Record) bool) error { return run(f.vmas, fn) }
 
-func run(it *link.Iter, fn func(*Record)) error {
+func run(it *link.Iter, fn func(*Record) bool) error {
 	rd, err := it.Open()
 	if err != nil {
 		return fmt.Errorf("running iterator: %w", err)
@@ -117,6 +119,8 @@ func run(it *link.Iter, fn func(*Record)) error {
 			}
 			return fmt.Errorf("reading iterator output: %w", err)
 		}
-		fn(&r)
+		if !fn(&r) {
+			return nil
+		}
 	}
 }

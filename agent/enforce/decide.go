@@ -137,6 +137,11 @@ func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resourc
 	if math.IsInf(ratio, 1) && p.NoAllocation == "ignore" {
 		ratio = 0
 	}
+	// Usage the scan could not read in full is a lower bound: over is certain, under
+	// is not.
+	if r != nr1.DockerPartition && cg.UsageUncertain != "" && ratio <= 1 {
+		return 0, false
+	}
 	return ratio, true
 }
 

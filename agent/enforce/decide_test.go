@@ -296,3 +296,34 @@ func TestGoneCGLosesItsThrottle(t *testing.T) {
 		t.Fatalf("again: %+v", again)
 	}
 }
+
+// A CG whose processes the scan could not all read has a lower bound for its usage: a
+// bound already over is acted on; one under neither acts nor counts as back under.
+func TestUncertainUsageIsALowerBound(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{Duration: 0}
+	uncertain := func(u nr1.Usage) *sampler.CG {
+		c := cg("a", u)
+		c.UsageUncertain = "the procfs scan ran out of time"
+		return c
+	}
+	// 20 queues of 7 read before the scan stopped: past the hard ratio, certain.
+	if got := Decide(t0, snap(t0, uncertain(nr1.Usage{0, 0, 0, 20})), NewState(t0.Add(-time.Hour)), p); len(got) == 0 || got[len(got)-1].Kind != Kill {
+		t.Errorf("a lower bound past the hard ratio: %v, want the kill", got)
+	}
+	// Over (8 of 7) and warned; then only 2 read: not back under, the ladder goes on.
+	st := NewState(t0.Add(-time.Hour))
+	if got := Decide(t0, snap(t0, cg("a", nr1.Usage{0, 0, 0, 8})), st, p); len(got) != 1 || got[0].Kind != Warn {
+		t.Fatalf("over: %v, want a warning", got)
+	}
+	for s := 1; s <= 30; s++ {
+		at := t0.Add(time.Duration(s) * time.Second)
+		if got := Decide(at, snap(at, uncertain(nr1.Usage{0, 0, 0, 2})), st, p); len(got) != 0 {
+			t.Fatalf("%d s: %v while uncertain under", s, got)
+		}
+	}
+	at := t0.Add(31 * time.Second)
+	if got := Decide(at, snap(at, cg("a", nr1.Usage{0, 0, 0, 8})), st, p); len(got) != 2 || got[0].Kind != Throttle || got[1].Kind != Kill {
+		t.Errorf("over again, certain, after 31 s: %v; want the throttle and kill the ladder had due", got)
+	}
+}

@@ -23,6 +23,7 @@ type Collector struct {
 	samples                                        Samples
 	source, bpfRefused                             string
 	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
+	uncertain                                      *prometheus.Desc
 	sourceDesc, refusedDesc                        *prometheus.Desc
 }
 
@@ -40,6 +41,7 @@ func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
 		unattributed: prometheus.NewDesc("nr1_unattributed_usage", "NR1 units held by processes outside every known container (MB or queues).", []string{"resource"}, nil),
+		uncertain:    prometheus.NewDesc("nr1_usage_uncertain", "1 for a CG whose processes the last scan could not all read in its time (a flood of fds or mappings): its usage is a lower bound, acted on only when even that is over.", []string{"namespace", "pod"}, nil),
 		unknown:      prometheus.NewDesc("nr1_allocation_unknown", "1 for a pod whose NR1 allocation is not known (not in the kubelet's answer, an answer too old, or Allocate annotations disagreeing): it is neither measured against an allocation nor enforced.", []string{"namespace", "pod"}, nil),
 	}
 }
@@ -53,6 +55,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ratio
 	ch <- c.unattributed
 	ch <- c.unknown
+	ch <- c.uncertain
 }
 
 // Collect builds the series from the latest sample.
@@ -79,6 +82,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		seen[key] = true
 		if !cg.AllocationKnown {
 			ch <- prometheus.MustNewConstMetric(c.unknown, prometheus.GaugeValue, 1, cg.Namespace, cg.Name)
+			continue
+		}
+		if cg.UsageUncertain != "" {
+			ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, 1, cg.Namespace, cg.Name)
 			continue
 		}
 		for _, ctr := range running(cg) {

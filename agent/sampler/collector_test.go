@@ -151,3 +151,23 @@ nr1_footprint_source{source="procfs"} 1
 		t.Errorf("%d refusal series with BPF in use", n)
 	}
 }
+
+// An uncertain CG's usage is a lower bound: it has only the series saying so, never a
+// usage that reads as complete.
+func TestUncertainCGHasOnlyItsFlag(t *testing.T) {
+	snap := scrapeFixture()
+	for _, cg := range snap.CGs {
+		if cg.Name == "resnet50" && cg.Ready {
+			cg.UsageUncertain = "the bpf scan ran out of time"
+		}
+	}
+	got := string(scrape(t, registry(&fixedSamples{snap})))
+	if !strings.Contains(got, `nr1_usage_uncertain{namespace="default",pod="resnet50"} 1`) {
+		t.Error("no nr1_usage_uncertain for the uncertain CG")
+	}
+	for _, line := range strings.Split(got, "\n") {
+		if strings.Contains(line, `pod="resnet50"`) && !strings.HasPrefix(line, "nr1_usage_uncertain{") {
+			t.Errorf("the uncertain CG has a series: %s", line)
+		}
+	}
+}

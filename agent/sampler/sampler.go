@@ -4,6 +4,7 @@ package sampler
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -38,6 +39,10 @@ type CG struct {
 	// Ratio is usage over allocation per resource; +Inf for usage with no allocation.
 	Ratio        Ratio                `json:"ratio"`
 	PerContainer map[string]nr1.Usage `json:"usageByContainer"`
+	// UsageUncertain says why the usage is only a lower bound: the scan ran out of time
+	// before it read all of the CG's processes. It is acted on only when even that
+	// lower bound is over.
+	UsageUncertain string `json:"usageUncertain,omitempty"`
 	// PartitionUnknown says why the docker partition of this CG is not known: it was
 	// not measured yet, or its measurement failed. Unknown is never zero.
 	PartitionUnknown string `json:"partitionUnknown,omitempty"`
@@ -117,7 +122,11 @@ func (s *Sampler) step(ctx context.Context) {
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	now := s.clock.Now()
 	inv := s.inv.Build(now)
-	scan, err := s.source.Scan(ctx)
+	// The scan has the interval: a source slowed down by what a CG does (a flood of fds
+	// or mappings) stops, and the CGs it did not read are uncertain, not the node.
+	sctx, cancel := context.WithTimeout(ctx, s.interval)
+	scan, err := s.source.Scan(sctx)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +163,7 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	groups := []group{unattributed: {}}
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
-		cg := &CG{CG: icg, PerContainer: map[string]nr1.Usage{}}
+		cg := &CG{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)}
 		snap.CGs = append(snap.CGs, cg)
 		cgGroup := len(groups)
 		groups = append(groups, group{cg: cg})
@@ -267,4 +276,19 @@ func (cg *CG) keepMapping(m footprint.Mapping) {
 	if m.Size > cg.Mappings[smallest].Size {
 		cg.Mappings[smallest] = m
 	}
+}
+
+// unread says why the scan did not read all of the CG's processes, "" when it did.
+func unread(cg *inventory.CG, scan *footprint.Scan) string {
+	if scan.Cutoff == 0 {
+		return ""
+	}
+	for _, c := range cg.Containers {
+		for _, pid := range c.PIDs {
+			if pid >= scan.Cutoff {
+				return fmt.Sprintf("the %s scan ran out of time at PID %d, before process %d of %s", scan.Source, scan.Cutoff, pid, c.Name)
+			}
+		}
+	}
+	return ""
 }

@@ -255,3 +255,21 @@ func TestSampleDetailIsBounded(t *testing.T) {
 		t.Errorf("usage %v: every handle counts", cg.Usage)
 	}
 }
+
+// A scan that ran out of time leaves the CGs with a process at or past its cutoff
+// uncertain, and only those.
+func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*inventory.CG{
+		{UID: "early", Name: "early", AllocationKnown: true, Containers: []*inventory.Container{{Name: "main", CgroupID: 11, PIDs: []int{100, 900}}}},
+		{UID: "late", Name: "late", AllocationKnown: true, Containers: []*inventory.Container{{Name: "main", CgroupID: 12, PIDs: []int{200, 5000}}}},
+	}}
+	scan := &footprint.Scan{Source: "procfs", Cutoff: 4000}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "ran out of time at PID 4000, before process 5000 of main") {
+		t.Errorf("early %q, late %q", early.UsageUncertain, late.UsageUncertain)
+	}
+	scan.Cutoff = 0
+	if snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}); snap.CGs[1].UsageUncertain != "" {
+		t.Errorf("a complete scan left %q", snap.CGs[1].UsageUncertain)
+	}
+}

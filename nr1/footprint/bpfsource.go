@@ -72,10 +72,11 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	}
 	var got []uint64
 	pid := uint32(os.Getpid()) //nolint:gosec // a PID fits
-	if err := fp.Files(func(r *bpf.Record) {
+	if err := fp.Files(func(r *bpf.Record) bool {
 		if r.Pid == pid && r.Target == probeTarget {
 			got = append(got, r.CgroupId)
 		}
+		return true
 	}); err != nil {
 		return fmt.Errorf("attribution probe: %w", err)
 	}
@@ -91,20 +92,42 @@ func (b *BPF) Name() string { return "bpf" }
 // Close unloads the programs.
 func (b *BPF) Close() error { return b.fp.Close() }
 
-// Scan runs both iterators.
-func (b *BPF) Scan(_ context.Context) (*Scan, error) {
+// Scan runs both iterators. When ctx ends, the iterators stop where they are and the
+// scan says up to which PID it is complete (Scan.Cutoff); the mappings' pass gets half
+// the time left, so that a flood of mappings leaves time for the handles.
+func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	start := time.Now()
 	s := &Scan{Source: b.Name()}
-	err := b.fp.VMAs(func(r *bpf.Record) {
+	vctx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		vctx, cancel = context.WithDeadline(ctx, start.Add(time.Until(deadline)/2))
+		defer cancel()
+	}
+	n := 0
+	err := b.fp.VMAs(func(r *bpf.Record) bool {
+		if n++; n%1024 == 0 && vctx.Err() != nil {
+			s.Cutoff = int(r.Pid)
+			return false
+		}
 		s.Mappings = append(s.Mappings, Mapping{
 			CgroupID: r.CgroupId, PID: int(r.Pid), Target: int(r.Target), Start: r.Start, Size: r.Size, Offset: r.Pgoff << pageShift,
 		})
+		return true
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
-	err = b.fp.Files(func(r *bpf.Record) {
+	err = b.fp.Files(func(r *bpf.Record) bool {
+		if s.Cutoff != 0 && int(r.Pid) >= s.Cutoff {
+			return false // beyond what the mappings' pass read
+		}
+		if n++; n%1024 == 0 && ctx.Err() != nil {
+			s.Cutoff = int(r.Pid)
+			return false
+		}
 		s.Handles = append(s.Handles, Handle{CgroupID: r.CgroupId, PID: int(r.Pid), FD: int(r.Fd), Target: int(r.Target), Description: r.File})
+		return true
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bpf footprint: %w", err)

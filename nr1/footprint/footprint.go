@@ -57,6 +57,10 @@ type Scan struct {
 	Handles  []Handle      `json:"handles"`
 	// Unreadable counts processes whose /proc entries were refused (procfs only).
 	Unreadable int `json:"unreadable,omitempty"`
+	// Cutoff is 0 when every process was read. A scan that ran out of its time (its
+	// context's deadline) stops early: then only the processes with a PID below Cutoff
+	// were read completely, and the records of the others are missing or partial.
+	Cutoff int `json:"cutoff,omitempty"`
 }
 
 // Source scans every process on the host.

@@ -35,31 +35,41 @@ func (p *Procfs) Name() string { return "procfs" }
 // Close releases nothing.
 func (p *Procfs) Close() error { return nil }
 
-// Scan reads every process. A process that exits during the scan is skipped.
+// Scan reads every process in PID order. A process that exits during the scan is
+// skipped. When ctx ends, the scan stops and says where (Scan.Cutoff).
 func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 	start := time.Now()
 	dir, err := os.ReadDir(p.root)
 	if err != nil {
 		return nil, fmt.Errorf("procfs %s: %w", p.root, err)
 	}
-	s := &Scan{Source: p.Name()}
-	st := &scanState{ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10)}
+	pids := make([]int, 0, len(dir))
 	for _, e := range dir {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("procfs scan: %w", err)
+	}
+	slices.Sort(pids)
+	s := &Scan{Source: p.Name()}
+	st := &scanState{ctx: ctx, ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10)}
+	for _, pid := range pids {
+		if ctx.Err() != nil {
+			s.Cutoff = pid
+			break
 		}
 		if err := p.process(st, s, pid); err != nil {
 			switch {
+			case errors.Is(err, errOutOfTime):
+				s.Cutoff = pid
 			case gone(err):
 			case errors.Is(err, fs.ErrPermission):
 				s.Unreadable++
 			default:
 				return nil, err
 			}
+		}
+		if s.Cutoff != 0 {
+			break
 		}
 	}
 	p.describe(s.Handles)
@@ -70,9 +80,13 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 }
 
 type scanState struct {
+	ctx context.Context
 	ids map[string]uint64 // cgroup path → id, for this scan
 	buf []byte
 }
+
+// errOutOfTime stops a process's scan part way when the scan's time is up.
+var errOutOfTime = errors.New("footprint scan out of time")
 
 // gone reports errors that mean the process (or its fd) went away while we looked.
 func gone(err error) bool {
@@ -88,7 +102,7 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 	if err := p.maps(st, s, base, pid, cg); err != nil {
 		return err
 	}
-	return p.fds(s, base, pid, cg)
+	return p.fds(st, s, base, pid, cg)
 }
 
 func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
@@ -157,7 +171,7 @@ func (p *Procfs) mappedChar(base string, m mapsLine) (int, bool) {
 	return p.targets.match(st.Mode, st.Dev, st.Ino, st.Rdev)
 }
 
-func (p *Procfs) fds(s *Scan, base string, pid int, cg uint64) error {
+func (p *Procfs) fds(st *scanState, s *Scan, base string, pid int, cg uint64) error {
 	dir := filepath.Join(base, "fd")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -166,7 +180,11 @@ func (p *Procfs) fds(s *Scan, base string, pid int, cg uint64) error {
 		}
 		return fmt.Errorf("process fds: %w", err)
 	}
-	for _, e := range entries {
+	for n, e := range entries {
+		// A process with 400000 fds takes seconds: the deadline is checked within it.
+		if n%1024 == 1023 && st.ctx.Err() != nil {
+			return errOutOfTime
+		}
 		fd, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue

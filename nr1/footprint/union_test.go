@@ -33,6 +33,10 @@ type mapperSpec struct {
 	OpenPath []string `json:"openPath,omitempty"`
 	// Dups dup()s the first opened file's fd so many times.
 	Dups int `json:"dups,omitempty"`
+	// TinyMaps maps so many single pages of TinyFile, at every other page so that no two
+	// mappings merge.
+	TinyMaps int    `json:"tinyMaps,omitempty"`
+	TinyFile string `json:"tinyFile,omitempty"`
 }
 
 type mapperRange struct {
@@ -101,6 +105,21 @@ func mapper(spec string) {
 			fmt.Fprintf(os.Stderr, "open %s (O_PATH): %v\n", name, err)
 			os.Exit(1)
 		}
+	}
+	if s.TinyMaps > 0 {
+		f, err := os.OpenFile(s.TinyFile, os.O_RDWR, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		page := os.Getpagesize()
+		for i := range s.TinyMaps {
+			if _, err := unix.Mmap(int(f.Fd()), int64(2*i*page), page, unix.PROT_READ, unix.MAP_SHARED); err != nil {
+				fmt.Fprintf(os.Stderr, "tiny mapping %d: %v\n", i, err)
+				os.Exit(1)
+			}
+		}
+		_ = f.Close()
 	}
 	for range s.Forks {
 		if _, errno := forkHolding(); errno != 0 {
@@ -345,3 +364,38 @@ func TestFdFloodIsOneRecord(t *testing.T) {
 	}
 	t.Logf("105007 fds on one description: %d records in all, scan %v", len(s.Handles), s.Took)
 }
+
+// TestScanStopsWhenOutOfTime: a CG with 30000 tiny mappings makes a scan slow; given no
+// time, each source stops, says where (Cutoff), and holds only records of processes
+// below it. Given time, it reads them all.
+func TestScanStopsWhenOutOfTime(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	p.startMapper(t, 0, mapperSpec{TinyMaps: 30000, TinyFile: p.sim.File(sim.ComputeDMA)})
+	b := newBPFOrSkip(t, p)
+	for _, src := range []Source{b, NewProcfs("/proc", p.cgroupV2, p.targets)} {
+		full, err := src.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if full.Cutoff != 0 || byCgroup(full, p.targets)[p.ids[0]][nr1.ComputeDMAMemory] != 30000*pageBytes() {
+			t.Fatalf("%s with time: cutoff %d, %v", full.Source, full.Cutoff, byCgroup(full, p.targets)[p.ids[0]])
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		s, err := src.Scan(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Cutoff == 0 {
+			t.Fatalf("%s out of time: no cutoff, %d mappings", s.Source, len(s.Mappings))
+		}
+		for _, m := range s.Mappings {
+			if m.PID > s.Cutoff {
+				t.Fatalf("%s: a record of PID %d beyond the cutoff %d", s.Source, m.PID, s.Cutoff)
+			}
+		}
+		t.Logf("%s: with time %d mappings in %v; out of time cut at PID %d with %d mappings", s.Source, len(full.Mappings), full.Took, s.Cutoff, len(s.Mappings))
+	}
+}
+
+func pageBytes() nr1.Base { return nr1.Base(os.Getpagesize()) }
