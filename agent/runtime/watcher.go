@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 )
@@ -25,6 +26,10 @@ type Options struct {
 	Poll time.Duration
 	// MaxBackoff bounds the wait between reconnection attempts.
 	MaxBackoff time.Duration
+	// Clock times the resync, the poll and the reconnection backoff (nil: the real
+	// clock), so that tests step a fake one. The deadlines of CRI calls stay on real
+	// time: they bound calls to a real runtime.
+	Clock clock.WithTicker
 }
 
 // Watcher keeps an up-to-date view of the node's pods and containers.
@@ -47,6 +52,9 @@ type Watcher struct {
 func NewWatcher(client *Client, opts Options, log *slog.Logger) *Watcher {
 	if opts.MaxBackoff == 0 {
 		opts.MaxBackoff = 5 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Watcher{
 		client: client, opts: opts, log: log,
@@ -79,9 +87,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.countReconnect()
 			}
 			w.log.Info("connected to container runtime", "endpoint", conn.Endpoint, "runtime", conn.Runtime)
-			start := time.Now()
+			start := w.opts.Clock.Now()
 			err = w.session(ctx, conn)
-			if time.Since(start) > 10*time.Second {
+			if w.opts.Clock.Since(start) > 10*time.Second {
 				backoff = 100 * time.Millisecond // it was healthy for a while
 			}
 		}
@@ -94,7 +102,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff):
+		case <-w.opts.Clock.After(backoff):
 		}
 		backoff = min(backoff*2, w.opts.MaxBackoff)
 	}
@@ -134,7 +142,7 @@ func (w *Watcher) session(ctx context.Context, conn *Conn) error {
 		return err
 	}
 	w.setConnected(true)
-	resync := time.NewTicker(w.opts.Resync)
+	resync := w.opts.Clock.NewTicker(w.opts.Resync)
 	defer resync.Stop()
 	for {
 		select {
@@ -148,7 +156,7 @@ func (w *Watcher) session(ctx context.Context, conn *Conn) error {
 				return w.poll(ctx, conn)
 			}
 			return fmt.Errorf("container events: %w", err)
-		case <-resync.C:
+		case <-resync.C():
 			if err := w.Relist(ctx, conn.RS); err != nil {
 				return err
 			}
@@ -157,13 +165,13 @@ func (w *Watcher) session(ctx context.Context, conn *Conn) error {
 }
 
 func (w *Watcher) poll(ctx context.Context, conn *Conn) error {
-	t := time.NewTicker(w.opts.Poll)
+	t := w.opts.Clock.NewTicker(w.opts.Poll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-t.C():
 			if err := w.Relist(ctx, conn.RS); err != nil {
 				return err
 			}
@@ -307,7 +315,7 @@ func (w *Watcher) countReconnect() {
 // publishLocked builds a new immutable snapshot from the view.
 func (w *Watcher) publishLocked(connected bool) {
 	byID := make(map[string]*Pod, len(w.pods))
-	snap := &Snapshot{Taken: time.Now(), Connected: connected, Runtime: w.runtime, Pods: make([]*Pod, 0, len(w.pods))}
+	snap := &Snapshot{Taken: w.opts.Clock.Now(), Connected: connected, Runtime: w.runtime, Pods: make([]*Pod, 0, len(w.pods))}
 	for id, p := range w.pods {
 		cp := *p
 		cp.Containers = nil

@@ -1,15 +1,20 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/connectivity"
+
 	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -17,12 +22,15 @@ func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, ni
 type rig struct {
 	cri     *fakecri.Server
 	watcher *Watcher
+	clk     *clocktest.Clock
 	cancel  context.CancelFunc
 	done    chan error
 }
 
-// start serves a fake runtime with a ResNet-50-like pod and runs a watcher on it.
-func start(t *testing.T, noEvents bool, resync time.Duration) *rig {
+// start serves a fake runtime with a ResNet-50-like pod and runs a watcher on it, timed
+// by a fake clock: a resync, a poll or a reconnection happens when the test steps it.
+// Unset options are a 50 ms poll and a 50 ms backoff bound.
+func start(t *testing.T, noEvents bool, opts Options) *rig {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "cri.sock")
 	cri := fakecri.New(socket)
@@ -36,8 +44,11 @@ func start(t *testing.T, noEvents bool, resync time.Duration) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(cri.Stop)
-	r := &rig{cri: cri, done: make(chan error, 1)}
-	r.watcher = NewWatcher(NewClient("unix://"+socket), Options{Resync: resync, Poll: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}, discard())
+	r := &rig{cri: cri, clk: clocktest.New(time.Unix(1000, 0)), done: make(chan error, 1)}
+	opts.Poll = cmp.Or(opts.Poll, 50*time.Millisecond)
+	opts.MaxBackoff = cmp.Or(opts.MaxBackoff, 50*time.Millisecond)
+	opts.Clock = r.clk
+	r.watcher = NewWatcher(NewClient("unix://"+socket), opts, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- r.watcher.Run(ctx) }()
@@ -66,13 +77,42 @@ func (r *rig) until(t *testing.T, timeout time.Duration, what string, cond func(
 // subscribed waits until the watcher's event stream is open at the runtime.
 func (r *rig) subscribed(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for r.cri.Streams() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no event stream opened")
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := r.cri.WaitStream(ctx); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// connectionUp waits until the client's connection to the restarted runtime is up:
+// gRPC reconnects by itself, in real time, and the watcher's next attempt then succeeds.
+func (r *rig) connectionUp(t *testing.T) {
+	t.Helper()
+	conn, err := r.watcher.client.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for st := conn.cc.GetState(); st != connectivity.Ready; st = conn.cc.GetState() {
+		conn.cc.Connect()
+		if !conn.cc.WaitForStateChange(ctx, st) {
+			t.Fatalf("connection to the restarted runtime still %v", st)
+		}
+	}
+}
+
+// nextRetry returns the wait the watcher has started before its next reconnection.
+func (r *rig) nextRetry(t *testing.T) time.Duration {
+	t.Helper()
+	return r.clk.Next(t, clocktest.After, 5*time.Second)
+}
+
+func connected(s *Snapshot) error {
+	if !s.Connected {
+		return fmt.Errorf("not connected")
+	}
+	return nil
 }
 
 func containerIn(s *Snapshot, podUID, name string) *Container {
@@ -105,7 +145,7 @@ func hasContainers(uid string, names ...string) func(*Snapshot) error {
 }
 
 func TestInitialList(t *testing.T) {
-	r := start(t, false, time.Hour)
+	r := start(t, false, Options{Resync: time.Hour})
 	s := r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
 	if !s.Connected || s.Runtime != "fake 1.0" {
 		t.Errorf("connected %v runtime %q", s.Connected, s.Runtime)
@@ -122,7 +162,7 @@ func TestInitialList(t *testing.T) {
 }
 
 func TestEventsFollowTheLifecycle(t *testing.T) {
-	r := start(t, false, time.Hour) // no resync: only events can explain what follows
+	r := start(t, false, Options{Resync: time.Hour}) // the clock is never stepped: only events can explain what follows
 	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
 	r.subscribed(t)
 
@@ -155,26 +195,34 @@ func TestEventsFollowTheLifecycle(t *testing.T) {
 }
 
 func TestRelistRepairsMissedEvent(t *testing.T) {
-	r := start(t, false, 100*time.Millisecond)
+	r := start(t, false, Options{Resync: time.Hour})
 	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
+	if d := r.clk.Next(t, clocktest.Ticker, 2*time.Second); d != time.Hour {
+		t.Fatalf("the session's ticker is of %v, want the resync", d)
+	}
 	r.cri.PutContainer(fakecri.Container{ID: "c-late", SandboxID: "sb1", Name: "sidecar", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-late"}, true)
 	r.cri.DropContainer("c-g", true)
+	r.clk.Step(time.Hour)
 	s := r.until(t, time.Second, "relist repairs two missed events", hasContainers("uid-1", "health-handler", "sidecar"))
 	if c := containerIn(s, "uid-1", "sidecar"); c.PID != 103 {
 		t.Errorf("sidecar %+v", c)
 	}
+	if n := r.cri.Calls("ListPodSandbox"); n != 2 {
+		t.Errorf("%d lists, want the initial one and the resync", n)
+	}
 }
 
 func TestStreamBrokenAndRestored(t *testing.T) {
-	r := start(t, false, time.Hour)
+	r := start(t, false, Options{Resync: time.Hour})
 	before := r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
 	r.subscribed(t)
 	r.cri.BreakStreams()
-	r.until(t, 2*time.Second, "reconnected", func(*Snapshot) error {
+	r.clk.Step(r.nextRetry(t))
+	r.until(t, 2*time.Second, "reconnected", func(s *Snapshot) error {
 		if r.watcher.Reconnects() < 1 {
 			return fmt.Errorf("no reconnect yet")
 		}
-		return nil
+		return connected(s)
 	})
 	// Events flow again on the new stream.
 	r.subscribed(t)
@@ -186,7 +234,7 @@ func TestStreamBrokenAndRestored(t *testing.T) {
 }
 
 func TestRuntimeGoneKeepsTheViewThenReconnects(t *testing.T) {
-	r := start(t, false, time.Hour)
+	r := start(t, false, Options{Resync: time.Hour})
 	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
 	r.cri.Stop()
 	down := r.until(t, 2*time.Second, "disconnected", func(s *Snapshot) error {
@@ -198,29 +246,92 @@ func TestRuntimeGoneKeepsTheViewThenReconnects(t *testing.T) {
 	if err := hasContainers("uid-1", "graph", "health-handler")(down); err != nil {
 		t.Fatalf("containers reported gone while the runtime is away: %v", err)
 	}
+	retry := r.nextRetry(t)
 	if err := r.cri.Start(); err != nil {
 		t.Fatal(err)
 	}
+	r.connectionUp(t)
+	r.clk.Step(retry)
 	r.until(t, 3*time.Second, "reconnected with the same view", func(s *Snapshot) error {
-		if !s.Connected {
-			return fmt.Errorf("not connected")
+		if err := connected(s); err != nil {
+			return err
 		}
 		return hasContainers("uid-1", "graph", "health-handler")(s)
 	})
 }
 
-func TestRuntimeWithoutEventsIsPolled(t *testing.T) {
-	r := start(t, true, time.Hour)
+// TestReconnectionBacksOff: the wait before each attempt doubles up to MaxBackoff; a
+// session that was healthy for a while starts the next waits afresh, a short one does not.
+func TestReconnectionBacksOff(t *testing.T) {
+	r := start(t, false, Options{Resync: time.Hour, MaxBackoff: time.Second})
 	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
+	r.cri.Stop()
+	var waits []time.Duration
+	for range 6 {
+		d := r.nextRetry(t)
+		waits = append(waits, d)
+		if len(waits) < 6 {
+			r.clk.Step(d) // the runtime is still away: the attempt fails
+		}
+	}
+	want := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits before the attempts %v, want %v", waits, want)
+	}
+	if err := r.cri.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.connectionUp(t)
+	r.clk.Step(waits[5])
+	reconnected := func(n int) func(*Snapshot) error {
+		return func(s *Snapshot) error {
+			if got := r.watcher.Reconnects(); got < n {
+				return fmt.Errorf("%d reconnects, want %d", got, n)
+			}
+			return connected(s)
+		}
+	}
+	r.until(t, 3*time.Second, "reconnected", reconnected(1))
+
+	r.subscribed(t)
+	r.cri.BreakStreams() // at once: the backoff goes on
+	if d := r.nextRetry(t); d != time.Second {
+		t.Fatalf("after a short session the wait is %v, want still %v", d, time.Second)
+	} else {
+		r.clk.Step(d)
+	}
+	r.until(t, 3*time.Second, "reconnected again", reconnected(2))
+
+	r.subscribed(t)
+	r.clk.Step(11 * time.Second)
+	r.cri.BreakStreams() // after a session healthy for 11 s: the backoff starts afresh
+	if d := r.nextRetry(t); d != 100*time.Millisecond {
+		t.Fatalf("after a healthy session the wait is %v, want 100ms", d)
+	}
+}
+
+func TestRuntimeWithoutEventsIsPolled(t *testing.T) {
+	r := start(t, true, Options{Resync: time.Hour, Poll: 50 * time.Millisecond})
+	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
+	// The session's resync ticker, then the poll's, once events are found missing.
+	for _, want := range []time.Duration{time.Hour, 50 * time.Millisecond} {
+		if d := r.clk.Next(t, clocktest.Ticker, 2*time.Second); d != want {
+			t.Fatalf("ticker of %v, want %v", d, want)
+		}
+	}
 	r.cri.PutContainer(fakecri.Container{ID: "c-p", SandboxID: "sb1", Name: "polled", PID: 105, CgroupsPath: "/x/c-p"}, true)
+	r.clk.Step(50 * time.Millisecond)
 	r.until(t, time.Second, "seen by polling", hasContainers("uid-1", "graph", "health-handler", "polled"))
 	if r.cri.Calls("GetContainerEvents") < 1 {
 		t.Error("events were not tried")
 	}
+	if n := r.cri.Calls("ListPodSandbox"); n != 2 {
+		t.Errorf("%d lists, want the initial one and one poll", n)
+	}
 }
 
 func TestKnownContainersCostNoStatusCall(t *testing.T) {
-	r := start(t, false, time.Hour)
+	r := start(t, false, Options{Resync: time.Hour})
 	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
 	calls := r.cri.Calls("ContainerStatus")
 	conn, err := r.watcher.client.Conn(context.Background())

@@ -51,12 +51,14 @@ type Server struct {
 	imageSizes       map[string]uint64
 	writable         map[string]uint64
 	statsErr         map[string]error
+	// streamsChanged is closed, and replaced, when a stream opens or ends.
+	streamsChanged chan struct{}
 }
 
 // New returns a fake runtime to be served on socket.
 func New(socket string) *Server {
 	return &Server{Socket: socket, sandboxes: map[string]*Sandbox{}, containers: map[string]*Container{},
-		streams: map[chan *runtimeapi.ContainerEventResponse]chan error{}, calls: map[string]int{}, removedSandboxes: map[string]bool{},
+		streams: map[chan *runtimeapi.ContainerEventResponse]chan error{}, streamsChanged: make(chan struct{}), calls: map[string]int{}, removedSandboxes: map[string]bool{},
 		imageSizes: map[string]uint64{}, writable: map[string]uint64{}, statsErr: map[string]error{}}
 }
 
@@ -187,11 +189,27 @@ func (s *Server) Emit(id string, typ runtimeapi.ContainerEventType) {
 	}
 }
 
-// Streams counts the open event streams.
-func (s *Server) Streams() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.streams)
+// WaitStream waits until an event stream is open: events emitted before then reach
+// nobody.
+func (s *Server) WaitStream(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		n, changed := len(s.streams), s.streamsChanged
+		s.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("no event stream opened: %w", ctx.Err())
+		}
+	}
+}
+
+func (s *Server) streamsChangedLocked() {
+	close(s.streamsChanged)
+	s.streamsChanged = make(chan struct{})
 }
 
 // BreakStreams ends every event stream with an error, as a runtime restart would.
@@ -202,6 +220,7 @@ func (s *Server) BreakStreams() {
 		errc <- status.Error(codes.Unavailable, "stream broken by test")
 		delete(s.streams, ch)
 	}
+	s.streamsChangedLocked()
 }
 
 func sandboxStatus(sb *Sandbox) *runtimeapi.PodSandboxStatus {
@@ -283,10 +302,12 @@ func (s *Server) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream grpc.
 	errc := make(chan error, 1)
 	s.mu.Lock()
 	s.streams[ch] = errc
+	s.streamsChangedLocked()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.streams, ch)
+		s.streamsChangedLocked()
 		s.mu.Unlock()
 	}()
 	for {
