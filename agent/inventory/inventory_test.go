@@ -127,16 +127,31 @@ func newWorld(t *testing.T) *world {
 	go func() { done <- w.watcher.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	w.builder = NewBuilder(w.watcher, w.tracker, w.cgroups, 5*time.Second, discard())
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		if s, _ := w.watcher.Load(); s.Connected {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("watcher never connected")
-		}
-		time.Sleep(5 * time.Millisecond)
+	w.watched(t, "watcher never connected", func(s *runtime.Snapshot) bool { return s.Connected })
+	// The tests' changes reach the watcher by events alone (the resync is an hour).
+	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer scancel()
+	if err := w.cri.WaitStream(sctx); err != nil {
+		t.Fatal(err)
 	}
 	return w
+}
+
+// watched waits until the watcher publishes a snapshot for which cond holds.
+func (w *world) watched(t *testing.T, failure string, cond func(*runtime.Snapshot) bool) {
+	t.Helper()
+	deadline := time.After(2 * time.Second)
+	for {
+		s, changed := w.watcher.Load()
+		if cond(s) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatal(failure)
+		}
+	}
 }
 
 func inode(t *testing.T, dir string) uint64 {
@@ -183,15 +198,10 @@ func (w *world) putContainers(t *testing.T, ctrs ...fakecri.Container) {
 	for _, c := range ctrs {
 		w.cri.PutContainer(c, false)
 	}
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		s, _ := w.watcher.Load()
-		if p := s.Pod("uid-1"); p != nil && seenAll(p, ctrs) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("events not applied")
-		}
-	}
+	w.watched(t, "events not applied", func(s *runtime.Snapshot) bool {
+		p := s.Pod("uid-1")
+		return p != nil && seenAll(p, ctrs)
+	})
 }
 
 func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
