@@ -53,7 +53,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	for _, r := range nr1.All {
 		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], files, monitor))
 	}
-	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, log)
+	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, clk, log)
 
 	cgroups, err := cgroup.Detect(cfg.Paths.Cgroupfs)
 	if err != nil {

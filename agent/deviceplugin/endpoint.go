@@ -64,6 +64,8 @@ func (e *endpoint) close() {
 	close(e.stop)
 	done := make(chan struct{})
 	go func() { e.server.GracefulStop(); close(done) }()
+	// Real time, not the manager's clock: this bounds how long a real gRPC server takes
+	// to finish the RPCs in flight, which a test's clock cannot hurry.
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -48,6 +49,7 @@ type Manager struct {
 	dir     string
 	plugins []*Plugin
 	resync  time.Duration
+	clock   clock.WithTicker
 	log     *slog.Logger
 
 	mu            sync.Mutex
@@ -77,9 +79,10 @@ func (m *Manager) Socket(r nr1.Resource) string {
 }
 
 // NewManager returns a manager for plugins with sockets in dir (<kubelet root>/device-plugins).
-// resync bounds how long a missed filesystem event can go unnoticed.
-func NewManager(dir string, plugins []*Plugin, resync time.Duration, log *slog.Logger) *Manager {
-	return &Manager{dir: dir, plugins: plugins, resync: resync, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix(),
+// resync bounds how long a missed filesystem event can go unnoticed; clk times it, the
+// retries and the debounce of events.
+func NewManager(dir string, plugins []*Plugin, resync time.Duration, clk clock.WithTicker, log *slog.Logger) *Manager {
+	return &Manager{dir: dir, plugins: plugins, resync: resync, clock: clk, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix(),
 		passes: latest.New(0)}
 }
 
@@ -121,25 +124,24 @@ func (m *Manager) Run(ctx context.Context) error {
 		m.setRegistered(nil)
 		m.setSockets(nil)
 	}()
-	tick := time.NewTicker(m.resync)
+	tick := m.clock.NewTicker(m.resync)
 	defer tick.Stop()
 	// A failed registration is retried soon, backing off: the kubelet's socket appears
 	// (bind) a moment before the kubelet accepts on it (listen), so the first try after
 	// its creation event can be refused.
-	retry := time.NewTimer(time.Hour)
-	defer retry.Stop()
+	var retry <-chan time.Time // nil while nothing is left to retry
 	backoff := retryMin
 	for pass := 1; ; pass++ {
 		if m.reconcile(ctx, s) {
-			backoff = retryMin
-			m.passes.Publish(time.Now(), pass)
+			backoff, retry = retryMin, nil
+			m.passes.Publish(m.clock.Now(), pass)
 		} else {
-			retry.Reset(backoff)
+			retry = m.clock.After(backoff)
 			backoff = min(backoff*2, m.resync)
 			m.passes.PublishFailing(pass, errUnsettled)
 		}
 		select {
-		case <-retry.C:
+		case <-retry:
 		case <-ctx.Done():
 			return nil
 		case ev, ok := <-watcher.Events:
@@ -148,18 +150,18 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			// Events come in bursts (a starting kubelet empties the directory, then makes
 			// its socket): act once the burst is over, not in the middle of it.
-			for quiet := time.NewTimer(debounce); ok; {
+			for quiet := m.clock.NewTimer(debounce); ok; {
 				m.noteKubeletRemoval(ev, s)
 				select {
 				case ev, ok = <-watcher.Events:
 					quiet.Reset(debounce)
-				case <-quiet.C:
+				case <-quiet.C():
 					ok = false
 				}
 			}
 		case werr := <-watcher.Errors:
 			m.log.Warn("device-plugins dir watch error", "dir", m.dir, "err", werr)
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
 
+	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
@@ -38,6 +39,7 @@ func healthy() device.Health {
 
 type harness struct {
 	dir     string
+	clk     *clocktest.Clock
 	monitor *device.Monitor
 	manager *Manager
 	files   map[nr1.Resource][]device.ResolvedFile
@@ -46,10 +48,13 @@ type harness struct {
 }
 
 // startManager runs a manager for the four resources at node capacity, with the
-// compute-DMA resource carrying a regular file and the queue resource a char device.
-// The resync is long so that only filesystem events can drive what the tests see.
+// compute-DMA resource carrying a regular file and the queue resource a char device. Its
+// clock is fake: every debounce and retry shorter than the resync ends as it starts, and
+// the resync comes only when a test steps the clock, so filesystem events alone drive
+// what the tests see.
 func startManager(t *testing.T) *harness {
 	t.Helper()
+	const resync = time.Hour
 	// Short: unix socket paths are limited to 107 bytes.
 	root, err := os.MkdirTemp("", "dp")
 	if err != nil {
@@ -66,6 +71,7 @@ func startManager(t *testing.T) *harness {
 	}
 	h := &harness{
 		dir:     dir,
+		clk:     clocktest.NewJumping(time.Unix(1000, 0), func(w clocktest.Wait) bool { return w.Kind != clocktest.Ticker && w.D < resync }),
 		monitor: device.NewMonitor(fixedProber{healthy()}, time.Hour, clock.RealClock{}, discard()),
 		files: map[nr1.Resource][]device.ResolvedFile{
 			nr1.ComputeDMAMemory: {resolved(t, nr1.ComputeDMAMemory, device.File{Path: dma, ContainerPath: "/dev/nr1/compute_dma"})},
@@ -78,7 +84,7 @@ func startManager(t *testing.T) *harness {
 	for _, r := range nr1.All {
 		plugins = append(plugins, NewPlugin(r, nodeCapacity[r], all, h.monitor))
 	}
-	h.manager = NewManager(dir, plugins, time.Minute, discard())
+	h.manager = NewManager(dir, plugins, resync, h.clk, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.done <- h.manager.Run(ctx) }()
@@ -93,6 +99,23 @@ func (h *harness) stop() {
 	h.cancel()
 	<-h.done
 	h.cancel = nil
+}
+
+// settled waits until a reconcile pass has left nothing to retry.
+func (h *harness) settled(t *testing.T) {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		_, next := h.manager.Passes()
+		if _, err := h.manager.Health(); err == nil {
+			return
+		}
+		select {
+		case <-next:
+		case <-deadline:
+			t.Fatal("no reconcile pass left nothing to retry")
+		}
+	}
 }
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -281,8 +304,9 @@ func TestReregistersWhenKubeletRestarts(t *testing.T) {
 
 	restarted := time.Now()
 	k2 := startStubKubelet(t, h.dir)
-	// The resync is an hour: only the filesystem event can register again within this
-	// bound, which leaves room for a loaded machine (the latency is measured, not judged).
+	// The resync never comes (the test does not step the clock): only the filesystem
+	// event can register again. The bound leaves room for a loaded machine (the latency
+	// is measured, not judged).
 	k2.waitFor(10*time.Second, "four registrations with the new kubelet", func() bool {
 		names := k2.registeredNames()
 		sort.Strings(names)
@@ -298,12 +322,17 @@ func TestReservesRemovedPluginSocket(t *testing.T) {
 	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
 
 	socket := h.manager.Socket(nr1.HypervisorQueue)
+	removed := time.Now()
 	if err := os.Remove(socket); err != nil {
 		t.Fatal(err)
 	}
-	k.waitFor(time.Second, "queue plugin registered again", func() bool {
+	// The resync never comes (the test does not step the clock): only the removal's
+	// event can serve and register the plugin again. The bound leaves room for a loaded
+	// machine (the latency is measured, not judged).
+	k.waitFor(10*time.Second, "queue plugin registered again", func() bool {
 		return len(k.requests) == 5 && k.requests[4].ResourceName == nr1.HypervisorQueue.Name()
 	})
+	t.Logf("served and registered again %v after its socket was removed", time.Since(removed))
 	if now := h.manager.Socket(nr1.HypervisorQueue); now == socket {
 		t.Fatalf("served again on the same path %s", now)
 	} else if _, err := os.Stat(now); err != nil {
@@ -339,7 +368,7 @@ func TestChmodOfKubeletSocketIsNotARestart(t *testing.T) {
 	if err := os.Chmod(filepath.Join(h.dir, KubeletSocketName), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The chmod's event wakes the manager (the resync is an hour): once a pass after it
+	// The chmod's event wakes the manager (the resync never comes): once a pass after it
 	// has finished, the manager has judged the chmod.
 	for passes := before; passes == before; passes, next = h.manager.Passes() {
 		select {
@@ -352,6 +381,40 @@ func TestChmodOfKubeletSocketIsNotARestart(t *testing.T) {
 	defer k.mu.Unlock()
 	if len(k.requests) != 4 {
 		t.Errorf("%d registrations after a chmod of kubelet.sock, want still 4", len(k.requests))
+	}
+}
+
+// TestRefusedRegistrationIsRetried: a registration the kubelet refuses is asked again,
+// with no event nor resync to prompt it, after a wait that doubles at every refusal and
+// starts afresh once the plugin is registered.
+func TestRefusedRegistrationIsRetried(t *testing.T) {
+	h := startManager(t)
+	// Once the manager has taken the events of its own four sockets, events can prompt
+	// two of the four registrations asked below at most: retries ask the others.
+	for range 4 {
+		h.clk.Next(t, clocktest.Timer, 5*time.Second)
+	}
+	queue := nr1.HypervisorQueue.Name()
+	k := startRefusingKubelet(t, h.dir, map[string]int{queue: 3})
+	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+	h.settled(t)
+	want := []time.Duration{retryMin, 2 * retryMin, 4 * retryMin}
+	if got := h.clk.Waits(clocktest.After); !slices.Equal(got, want) {
+		t.Errorf("waits before the retries %v, want %v", got, want)
+	}
+	k.mu.Lock()
+	if k.attempts[queue] != 4 {
+		t.Errorf("%d registrations of %s asked, want 3 refused and 1 taken", k.attempts[queue], queue)
+	}
+	k.mu.Unlock()
+
+	k.stop()
+	k2 := startRefusingKubelet(t, h.dir, map[string]int{queue: 1})
+	k2.waitFor(5*time.Second, "four registrations with the new kubelet", func() bool { return len(k2.requests) == 4 })
+	h.settled(t)
+	want = append(want, retryMin)
+	if got := h.clk.Waits(clocktest.After); !slices.Equal(got, want) {
+		t.Errorf("waits before the retries %v, want %v: a registered plugin's next refusal waits the least", got, want)
 	}
 }
 

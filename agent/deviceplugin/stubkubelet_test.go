@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -23,6 +25,8 @@ type stubKubelet struct {
 	server *grpc.Server
 
 	mu       sync.Mutex
+	refuse   map[string]int // registrations to refuse, by resource name
+	attempts map[string]int // registrations asked for, refused ones included
 	requests []*pluginapi.RegisterRequest
 	lists    map[string][]*pluginapi.ListAndWatchResponse
 	conns    []*grpc.ClientConn
@@ -31,9 +35,25 @@ type stubKubelet struct {
 
 func startStubKubelet(t *testing.T, dir string) *stubKubelet {
 	t.Helper()
-	k := &stubKubelet{t: t, dir: dir, lists: map[string][]*pluginapi.ListAndWatchResponse{}, changed: make(chan struct{})}
-	lis, err := net.Listen("unix", filepath.Join(dir, KubeletSocketName))
+	return startRefusingKubelet(t, dir, nil)
+}
+
+// startRefusingKubelet starts a stub kubelet that refuses the first refuse[name]
+// registrations of the resource name.
+func startRefusingKubelet(t *testing.T, dir string, refuse map[string]int) *stubKubelet {
+	t.Helper()
+	k := &stubKubelet{t: t, dir: dir, refuse: refuse, attempts: map[string]int{},
+		lists: map[string][]*pluginapi.ListAndWatchResponse{}, changed: make(chan struct{})}
+	// The socket is made aside and renamed into place already listening: a real
+	// kubelet's appears a moment before it accepts, and a registration caught in between
+	// is refused, which a test asks for with refuse instead.
+	aside := filepath.Join(filepath.Dir(dir), KubeletSocketName+".new")
+	lis, err := net.Listen("unix", aside)
 	if err != nil {
+		t.Fatal(err)
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Rename(aside, filepath.Join(dir, KubeletSocketName)); err != nil {
 		t.Fatal(err)
 	}
 	k.server = grpc.NewServer()
@@ -56,6 +76,13 @@ func (k *stubKubelet) stop() {
 }
 
 func (k *stubKubelet) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.mu.Lock()
+	k.attempts[req.ResourceName]++
+	refused := k.attempts[req.ResourceName] <= k.refuse[req.ResourceName]
+	k.mu.Unlock()
+	if refused {
+		return nil, status.Errorf(codes.Unavailable, "registration of %s refused by the test", req.ResourceName)
+	}
 	conn, err := grpc.NewClient("unix://"+filepath.Join(k.dir, req.Endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
