@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 )
 
 // watchTimeout is how long one watch request lasts before it is made again.
@@ -37,6 +38,9 @@ type Removal struct {
 	namespace, pod string
 	log            *slog.Logger
 	retry          time.Duration // first wait after a failure, doubling to 30 s
+	// clock times the waits between attempts, so that tests step a fake one; the
+	// deadlines of API calls stay on real time, bounding calls to a real API server.
+	clock clock.Clock
 
 	mu      sync.Mutex
 	owner   *metav1.OwnerReference
@@ -62,7 +66,7 @@ func NewRemoval(kubeconfig, namespace, pod string, log *slog.Logger) (*Removal, 
 }
 
 func newRemoval(getPod podGetter, ds daemonSetClient, namespace, pod string, log *slog.Logger) *Removal {
-	return &Removal{getPod: getPod, daemonSets: ds, namespace: namespace, pod: pod, log: log, retry: time.Second}
+	return &Removal{getPod: getPod, daemonSets: ds, namespace: namespace, pod: pod, log: log, retry: time.Second, clock: clock.RealClock{}}
 }
 
 // daemonSetClient is the part of client-go's typed DaemonSet client the watch needs.
@@ -137,7 +141,7 @@ func (r *Removal) Run(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(wait):
+		case <-r.clock.After(wait):
 		}
 		wait = min(2*wait, 30*time.Second)
 	}
