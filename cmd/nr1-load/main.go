@@ -92,6 +92,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&initial.Queues, "queues", 0, "hypervisor queue handles to open")
 	fs.Int64Var(&initial.WriteMB, "write-mb", 0, "MB to write into the writable layer")
 	forks := fs.Int("fork", 0, "after taking the initial holding, start this many worker processes that inherit its DMA file and queue descriptors, map the same ranges of the DMA files and hold it all until nr1-load exits (steps change only nr1-load's own holding)")
+	var adv adversary
+	fs.IntVar(&adv.dupQueues, "dup-queues", 0, "adversary: open one more queue handle and dup() it so many times (one queue, many fds)")
+	fs.IntVar(&adv.tinyMaps, "tiny-maps", 0, "adversary: map so many single pages of the compute DMA file, every other page from --tiny-maps-offset-mb")
+	fs.Int64Var(&adv.tinyBaseMB, "tiny-maps-offset-mb", 1024, "where in the compute DMA file the tiny mappings start (MB)")
+	fs.IntVar(&adv.inflightQueues, "inflight-queues", 0, "adversary: open so many queue handles, send them over a unix socket nobody reads and close its own fds")
+	fs.IntVar(&adv.pathOnlyQueues, "path-only-queues", 0, "adversary: open so many O_PATH fds on the queue device (names, not handles)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
 	ignoreTerm := fs.Bool("ignore-sigterm", false, "keep running on SIGTERM, logging it with its time: only SIGINT or SIGKILL ends nr1-load")
 	var steps []Step
@@ -119,6 +125,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	start := l.now()
 	if err := l.apply(initial); err != nil {
 		return err
+	}
+	if adv.any() {
+		if err := adv.hold(out, l.queues.path, l.compute.path); err != nil {
+			return err
+		}
+		defer func() { _ = adv.release() }()
 	}
 	if *forks > 0 {
 		w, err := l.fork(*forks)

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// adversary holds NR1 files the ways a CG written to get more than it was given might,
+// to hide what it holds or to make measuring it costly. What it holds is counted in its
+// report line, so a test knows what the agent should see.
+type adversary struct {
+	// dupQueues dup()s one queue handle so many times: many fds, one queue.
+	dupQueues int
+	// tinyMaps maps so many single pages of the compute DMA file, every other page from
+	// tinyBaseMB, so that no two merge: many mappings, each page held.
+	tinyMaps   int
+	tinyBaseMB int64
+	// inflightQueues opens so many queue handles, sends them over a unix socket and
+	// closes its own fds: the handles are held only in flight.
+	inflightQueues int
+	// pathOnlyQueues opens so many O_PATH fds on the queue device: names, not handles.
+	pathOnlyQueues int
+
+	fds      []int
+	sockets  [2]int
+	held     bool
+	mappings [][]byte
+}
+
+func (a *adversary) any() bool {
+	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0
+}
+
+// hold takes everything asked, reporting it to out.
+func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
+	if a.dupQueues > 0 {
+		if err := raiseFdLimit(); err != nil {
+			return err
+		}
+		fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", queuePath, err)
+		}
+		a.fds = append(a.fds, fd)
+		for range a.dupQueues {
+			d, err := unix.Dup(fd)
+			if err != nil {
+				return fmt.Errorf("dup of a queue handle: %w", err)
+			}
+			a.fds = append(a.fds, d)
+		}
+	}
+	if a.tinyMaps > 0 {
+		f, err := os.OpenFile(computePath, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", computePath, err)
+		}
+		page := int64(os.Getpagesize())
+		for i := range int64(a.tinyMaps) {
+			m, err := unix.Mmap(int(f.Fd()), a.tinyBaseMB*mb+2*i*page, int(page), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			if err != nil {
+				_ = f.Close()
+				return fmt.Errorf("tiny mapping %d of %s: %w", i, computePath, err)
+			}
+			m[0] = 1
+			a.mappings = append(a.mappings, m)
+		}
+		_ = f.Close() // the mappings keep the file
+	}
+	if a.inflightQueues > 0 {
+		if err := a.sendInFlight(queuePath); err != nil {
+			return err
+		}
+	}
+	for range a.pathOnlyQueues {
+		fd, err := unix.Open(queuePath, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s with O_PATH: %w", queuePath, err)
+		}
+		a.fds = append(a.fds, fd)
+	}
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues)
+	return nil
+}
+
+// sendInFlight opens the queue handles, sends them (SCM_RIGHTS, as many per message as
+// the kernel takes) to the other end of a socket pair nobody reads, and closes its own.
+func (a *adversary) sendInFlight(queuePath string) error {
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket pair: %w", err)
+	}
+	a.sockets, a.held = sp, true
+	const perMessage = 250 // SCM_MAX_FD is 253
+	for sent := 0; sent < a.inflightQueues; {
+		n := min(perMessage, a.inflightQueues-sent)
+		fds := make([]int, 0, n)
+		for range n {
+			fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+			if err != nil {
+				closeAll(fds)
+				return fmt.Errorf("opening %s: %w", queuePath, err)
+			}
+			fds = append(fds, fd)
+		}
+		err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(fds...), nil, 0)
+		closeAll(fds)
+		if err != nil {
+			return fmt.Errorf("sending %d queue handles: %w", n, err)
+		}
+		sent += n
+	}
+	return nil
+}
+
+// release lets go of everything.
+func (a *adversary) release() error {
+	var errs []error
+	closeAll(a.fds)
+	for _, m := range a.mappings {
+		errs = append(errs, unix.Munmap(m))
+	}
+	if a.held {
+		errs = append(errs, unix.Close(a.sockets[0]), unix.Close(a.sockets[1]))
+	}
+	return errors.Join(errs...)
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		_ = unix.Close(fd)
+	}
+}
+
+// raiseFdLimit takes the soft fd limit to the hard one: raising the hard limit needs
+// CAP_SYS_RESOURCE, which a CG need not have.
+func raiseFdLimit() error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("fd limit: %w", err)
+	}
+	lim.Cur = lim.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raising the fd limit: %w", err)
+	}
+	return nil
+}

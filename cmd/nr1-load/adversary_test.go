@@ -1,0 +1,67 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Each adversary holds what it says, the way it says: one queue behind many fds, pages
+// in many mappings, handles only in flight, names without handles.
+func TestAdversaryHoldsWhatItSays(t *testing.T) {
+	l := newLoad(t)
+	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3}
+	out := &strings.Builder{}
+	if err := a.hold(out, l.queues.path, l.compute.path); err != nil {
+		t.Fatal(err)
+	}
+	// 301 fds on the queue file (one open and its dups) and 3 O_PATH fds; the in-flight
+	// ones are not the process's fds any more.
+	if n := openHandles(t, l.queues.path); n != 301+3 {
+		t.Errorf("%d fds on the queue file, want 304", n)
+	}
+	var pathOnly int
+	for _, fd := range a.fds {
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+		if err == nil && flags&unix.O_PATH != 0 {
+			pathOnly++
+		}
+	}
+	if pathOnly != 3 {
+		t.Errorf("%d O_PATH fds, want 3", pathOnly)
+	}
+	if got := countMappings(t, l.compute.path); got != 100 {
+		t.Errorf("%d mappings of the compute file, want 100 single pages that do not merge", got)
+	}
+	// What is in flight is queued on the socket nobody reads: 260 handles in 2 messages.
+	if n, err := unix.IoctlGetInt(a.sockets[1], unix.SIOCINQ); err != nil || n == 0 {
+		t.Errorf("nothing queued on the receiving end (%d, %v)", n, err)
+	}
+	if !strings.Contains(out.String(), "adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3") {
+		t.Errorf("report %q", out.String())
+	}
+	if err := a.release(); err != nil {
+		t.Fatal(err)
+	}
+	if n := openHandles(t, l.queues.path); n != 0 || countMappings(t, l.compute.path) != 0 {
+		t.Errorf("after release: %d fds, %d mappings", n, countMappings(t, l.compute.path))
+	}
+}
+
+// countMappings counts this process's mappings of path.
+func countMappings(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 6 && f[5] == path {
+			n++
+		}
+	}
+	return n
+}
