@@ -23,14 +23,19 @@ import (
 
 // debugSnapshot is the agent's /debug/cgs: the inventory of each CG with its usage.
 type debugSnapshot struct {
-	Source       string     `json:"source"`
-	Unattributed nr1.Usage  `json:"unattributed"`
-	CGs          []*debugCG `json:"cgs"`
+	Source       string        `json:"source"`
+	Took         time.Duration `json:"took"`
+	Unattributed nr1.Usage     `json:"unattributed"`
+	CGs          []*debugCG    `json:"cgs"`
 }
 
 type debugCG struct {
 	inventory.CG
-	Usage nr1.Usage `json:"usage"`
+	Usage          nr1.Usage            `json:"usage"`
+	PerContainer   map[string]nr1.Usage `json:"usageByContainer"`
+	UsageUncertain string               `json:"usageUncertain"`
+	MappingsTotal  int                  `json:"mappingsTotal"`
+	HandlesTotal   int                  `json:"handlesTotal"`
 }
 
 func (s *debugSnapshot) CG(uid string) *debugCG {

@@ -1,0 +1,239 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+const adversaryNS = "nr1-adversary"
+
+// adversary is a CG written to get more than it was given, and what the agent must make
+// of it.
+type adversary struct {
+	name string
+	args []string
+	// want is what the agent must measure for the CG once it holds everything.
+	want func(page int64) nr1.Usage
+	// killed: over its allocation, so killed (by the ladder or at once); else left alone.
+	killed bool
+	// compute is its compute DMA allocation (MB) when not the ResNet-50's 3.
+	compute nr1.Units
+	pod     *corev1.Pod
+}
+
+// TestAdversaries runs CGs that hide what they hold or make measuring them costly, on
+// the same node as a well-behaved CG and one that goes over at a known time:
+//   - a flood of 400000 fds on one queue description beside its 7 queues (8 held);
+//   - 60000 single-page mappings of compute DMA beside its 3 MB, within the 300 MB it
+//     was given;
+//   - 1000 O_PATH fds on the queue device beside its 7 queues (7 held, none extra);
+//   - a worker moved into a child cgroup of its container, holding queues its main
+//     process let go of, then the main process taking as many again (twice its 7).
+//
+// Each is measured exactly what it holds; the ones over are killed, the others left
+// alone; the late CG is killed on time throughout; the agent's memory and sample time
+// are logged under the floods.
+func TestAdversaries(t *testing.T) {
+	c := client(t)
+	newNamespace(t, c, adversaryNS)
+	agent := mustReadyAgent(t, c)
+	const mb = 1 << 20
+	advs := []*adversary{
+		{name: "fd-flood", args: []string{"--compute-dma-mb=3", "--queues=7", "--dup-queues=19000", "--fork=20"},
+			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 8} }, killed: true},
+		{name: "tiny-maps", args: []string{"--compute-dma-mb=3", "--queues=7", "--tiny-maps=60000"}, compute: 300,
+			want: func(page int64) nr1.Usage { return nr1.Usage{nr1.Base(3*mb + 60000*page), 0, 0, 7} }},
+		{name: "path-only", args: []string{"--compute-dma-mb=3", "--queues=7", "--path-only-queues=1000"},
+			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 7} }},
+		{name: "steady", args: []string{"--compute-dma-mb=3", "--queues=7"},
+			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 7} }},
+	}
+	page := int64(os.Getpagesize())
+	for _, a := range advs {
+		p := loadPod(a.name, a.args...)
+		if a.compute != 0 {
+			p.Spec.Containers[0].Resources = nr1Requests(nr1.Amounts{a.compute, 0, 2392, 7})
+		}
+		a.pod = faultPod(t, c, adversaryNS, p)
+	}
+	// The child-cgroup worker: its main process lets its 7 queues go at 25 s and opens 7
+	// new ones at 45 s; the worker, moved below the container's cgroup first, keeps the
+	// first 7 all along.
+	child := faultPod(t, c, adversaryNS, loadPod("child-cgroup", "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7"))
+	started := time.Now()
+	late := faultPod(t, c, adversaryNS, loadPod("late-over", "--compute-dma-mb=3", "--queues=7", "--step=40s:queues=9"))
+	lateStarted := time.Now()
+
+	// Measured exactly, well before any kill is due (the ladder kills at 15 s).
+	for _, a := range advs {
+		want := a.want(page)
+		var last nr1.Usage
+		eventually(t, 60*time.Second, a.name+" measured", func() error {
+			s, err := agentDebug(t, c)
+			if err != nil {
+				return err
+			}
+			cg := s.CG(string(a.pod.UID))
+			if cg == nil {
+				return fmt.Errorf("not in /debug/cgs")
+			}
+			last = cg.Usage
+			last[nr1.DockerPartition] = 0
+			if cg.UsageUncertain != "" {
+				return fmt.Errorf("uncertain: %s", cg.UsageUncertain)
+			}
+			if last != want {
+				return fmt.Errorf("measured %v, want %v", last, want)
+			}
+			t.Logf("%s: %v in %d mappings and %d handle records", a.name, last, cg.MappingsTotal, cg.HandlesTotal)
+			return nil
+		})
+	}
+	rss, hwm := agentMemory(t)
+	s, err := agentDebug(t, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("under the floods: agent RSS %d MiB (peak %d MiB), one sample %v", rss>>20, hwm>>20, s.Took)
+
+	childCgroup(t, c, child)
+	for _, a := range advs {
+		if a.killed {
+			waitReason(t, c, a.pod, "NR1Killed", 60*time.Second)
+		}
+	}
+	// The worker in its child cgroup holds the first 7 for the CG when its main process
+	// has let them go.
+	eventually(t, 40*time.Second, "child-cgroup: the worker's queues counted for the CG", func() error {
+		if time.Since(started) < 30*time.Second {
+			return fmt.Errorf("the main process lets its queues go at 25 s")
+		}
+		s, err := agentDebug(t, c)
+		if err != nil {
+			return err
+		}
+		cg := s.CG(string(child.UID))
+		if cg == nil || cg.Usage[nr1.HypervisorQueue] != 7 || cg.PerContainer["health-handler"][nr1.HypervisorQueue] != 7 {
+			return fmt.Errorf("usage %+v", cg)
+		}
+		return nil
+	})
+	childKill := waitReason(t, c, child, "NR1Killed", 60*time.Second)
+	lateKill := waitReason(t, c, late, "NR1Killed", 90*time.Second)
+	lateDelay := lateKill.FirstTimestamp.Sub(lateStarted.Add(40 * time.Second))
+	if lateDelay > 25*time.Second {
+		t.Errorf("late-over killed %v after going over, want within the ladder's 15 s and a few samples", lateDelay)
+	}
+	for _, a := range advs {
+		if a.killed {
+			continue
+		}
+		if r := reasons(nr1Events(t, c, a.pod)); r != "" {
+			t.Errorf("%s holds its allocation and was acted on: %s", a.name, r)
+		}
+	}
+	rss2, hwm2 := agentMemory(t)
+	tw := tabwriter.NewWriter(&testLog{t}, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "agent memory\tRSS %d MiB\tpeak %d MiB\t\n", rss2>>20, hwm2>>20)
+	fmt.Fprintf(tw, "child-cgroup killed\t%v after start\t\t\n", childKill.FirstTimestamp.Sub(started).Round(time.Second))
+	fmt.Fprintf(tw, "late-over killed\t%v after going over\t\t\n", lateDelay.Round(time.Second))
+	_ = tw.Flush()
+	_ = agent
+}
+
+// childCgroup moves the CG's --fork worker into a child cgroup it makes below the
+// container's v2 cgroup, as a container allowed to manage its cgroup can.
+func childCgroup(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	var dir string
+	var pids []int
+	eventually(t, 30*time.Second, pod.Name+": container cgroup and worker", func() error {
+		s, err := agentDebug(t, c)
+		if err != nil {
+			return err
+		}
+		cg := s.CG(string(pod.UID))
+		if cg == nil || len(cg.Containers) == 0 || cg.Containers[0].Cgroup.V2 == "" || len(cg.Containers[0].PIDs) < 2 {
+			return fmt.Errorf("not known yet: %+v", cg)
+		}
+		dir, pids = cg.Containers[0].Cgroup.V2, cg.Containers[0].PIDs
+		return nil
+	})
+	worker := workerOf(t, pids)
+	sub := filepath.Join(dir, "worker")
+	if err := os.Mkdir(sub, 0o755); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(worker)), 0o644); err != nil {
+		t.Fatalf("moving worker %d into %s: %v", worker, sub, err)
+	}
+	t.Logf("%s: worker %d moved into %s", pod.Name, worker, sub)
+}
+
+// workerOf picks nr1-load's --fork worker among the container's processes: the one
+// whose command line names the worker mode.
+func workerOf(t *testing.T, pids []int) int {
+	t.Helper()
+	for _, pid := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte("__nr1-load-fork-worker")) {
+			return pid
+		}
+	}
+	t.Fatalf("no worker among %v", pids)
+	return 0
+}
+
+// agentMemory reads the agent process's resident and peak resident memory on this node.
+func agentMemory(t *testing.T) (rss, hwm int64) {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, p := range dirs {
+		if b, err := os.ReadFile(p); err != nil || strings.TrimSpace(string(b)) != "nr1-agent" {
+			continue
+		}
+		f, err := os.Open(filepath.Join(filepath.Dir(p), "status"))
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var kb int64
+			if _, err := fmt.Sscanf(sc.Text(), "VmRSS: %d kB", &kb); err == nil {
+				rss = kb << 10
+			}
+			if _, err := fmt.Sscanf(sc.Text(), "VmHWM: %d kB", &kb); err == nil {
+				hwm = kb << 10
+			}
+		}
+		_ = f.Close()
+		return rss, hwm
+	}
+	t.Fatal("no nr1-agent process on this node")
+	return 0, 0
+}
+
+// testLog writes lines to the test's log.
+type testLog struct{ t *testing.T }
+
+func (l *testLog) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		l.t.Log(line)
+	}
+	return len(p), nil
+}
