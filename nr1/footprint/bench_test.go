@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1/sim"
 )
 
 func cpuTime(tb testing.TB) time.Duration {
@@ -32,6 +34,48 @@ func BenchmarkScan(b *testing.B) {
 				}
 			}
 			b.ReportMetric(100*float64(cpuTime(b)-start)/float64(b.N)/float64(time.Second), "%core@1s")
+		})
+	}
+}
+
+// BenchmarkScanUnderFloods scans a node where one CG floods, with each source side by
+// side: nothing (the baseline: this machine's own processes), one queue description
+// behind 105007 fds (a process dup()ing it 15000 times and six forked children), and
+// 30000 single-page mappings. records/op is what a scan hands on to the sample.
+func BenchmarkScanUnderFloods(b *testing.B) {
+	floods := []struct {
+		name string
+		spec func(p *population) mapperSpec
+	}{
+		{"baseline", nil},
+		{"fds-105k", func(p *population) mapperSpec {
+			return mapperSpec{Open: []string{p.sim.File(sim.HypervisorQ)}, Dups: 15000, Forks: 6}
+		}},
+		{"mappings-30k", func(p *population) mapperSpec {
+			return mapperSpec{TinyMaps: 30000, TinyFile: p.sim.File(sim.ComputeDMA)}
+		}},
+	}
+	for _, f := range floods {
+		b.Run(f.name, func(b *testing.B) {
+			p, _ := newCgroups(b, 1)
+			if f.spec != nil {
+				p.startMapper(b, 0, f.spec(p))
+			}
+			for _, src := range []Source{newBPFOrSkip(b, p), NewProcfs("/proc", p.cgroupV2, p.targets)} {
+				b.Run(src.Name(), func(b *testing.B) {
+					ctx := context.Background()
+					start, records := cpuTime(b), 0
+					for b.Loop() {
+						s, err := src.Scan(ctx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						records = len(s.Mappings) + len(s.Handles)
+					}
+					b.ReportMetric(100*float64(cpuTime(b)-start)/float64(b.N)/float64(time.Second), "%core@1s")
+					b.ReportMetric(float64(records), "records/op")
+				})
+			}
 		})
 	}
 }

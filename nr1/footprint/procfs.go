@@ -6,12 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +74,10 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 	}
 	p.describe(s.Handles)
 	s.Handles = firstOfEach(s.Handles)
+	// O_PATH is the description's: one look at the fd kept for each is enough.
+	s.Handles = slices.DeleteFunc(s.Handles, func(h Handle) bool {
+		return pathOnly(filepath.Join(p.root, strconv.Itoa(h.PID)), strconv.Itoa(h.FD))
+	})
 	fillFdinfo(p.root, p.targets, s.Handles)
 	s.Took = time.Since(start)
 	return s, nil
@@ -172,62 +176,71 @@ func (p *Procfs) mappedChar(base string, m mapsLine) (int, bool) {
 }
 
 func (p *Procfs) fds(st *scanState, s *Scan, base string, pid int, cg uint64) error {
-	dir := filepath.Join(base, "fd")
-	entries, err := os.ReadDir(dir)
+	dir, err := os.Open(filepath.Join(base, "fd"))
 	if err != nil {
 		if errors.Is(err, fs.ErrPermission) {
 			return nil
 		}
 		return fmt.Errorf("process fds: %w", err)
 	}
-	for n, e := range entries {
+	defer dir.Close()
+	// In batches, each fd stat'ed through the directory: a process with 100000 fds
+	// must not cost 100000 directory entries held at once nor a path built for each.
+	for {
+		names, err := dir.Readdirnames(1024)
+		if len(names) == 0 {
+			if err != nil && !errors.Is(err, io.EOF) && !gone(err) {
+				return fmt.Errorf("process fds: %w", err)
+			}
+			return nil
+		}
 		// A process with 400000 fds takes seconds: the deadline is checked within it.
-		if n%1024 == 1023 && st.ctx.Err() != nil {
+		if st.ctx.Err() != nil {
 			return errOutOfTime
 		}
-		fd, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+		for _, name := range names {
+			fd, err := strconv.Atoi(name)
+			if err != nil {
+				continue
+			}
+			var fst unix.Stat_t
+			if err := unix.Fstatat(int(dir.Fd()), name, &fst, 0); err != nil {
+				continue // closed since
+			}
+			i, ok := p.targets.match(fst.Mode, fst.Dev, fst.Ino, fst.Rdev)
+			if !ok {
+				continue
+			}
+			s.Handles = append(s.Handles, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i})
 		}
-		link, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil || !strings.HasPrefix(link, "/") {
-			continue // gone, or a socket, pipe or anonymous inode
-		}
-		var st unix.Stat_t
-		if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err != nil {
-			continue
-		}
-		i, ok := p.targets.match(st.Mode, st.Dev, st.Ino, st.Rdev)
-		if !ok || pathOnly(base, e.Name()) {
-			continue
-		}
-		s.Handles = append(s.Handles, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i})
 	}
-	return nil
 }
 
 // describe gives fds that share an open file description the same Description, with
 // kcmp(2), which compares (and orders) the kernel's file pointers without revealing them.
+// Each fd is placed by binary search among one fd of each description already met: a
+// process that dup()s one fd 100000 times costs a kcmp or two per fd, not a sort of
+// 100000 fds.
 func (p *Procfs) describe(handles []Handle) {
-	idx := make([]int, len(handles))
-	for i := range idx {
-		idx[i] = i
+	type rep struct {
+		pid, fd     int
+		description uint64
 	}
-	slices.SortStableFunc(idx, func(a, b int) int {
-		ha, hb := handles[a], handles[b]
-		if ha.Target != hb.Target {
-			return ha.Target - hb.Target
-		}
-		return kcmpFile(ha.PID, hb.PID, ha.FD, hb.FD)
-	})
+	reps := map[int][]rep{} // by target, in kcmp order
 	var next uint64
-	for n, i := range idx {
-		if n == 0 {
-			next = 1
-		} else if prev := handles[idx[n-1]]; prev.Target != handles[i].Target || kcmpFile(prev.PID, handles[i].PID, prev.FD, handles[i].FD) != 0 {
-			next++
+	for i := range handles {
+		h := &handles[i]
+		rs := reps[h.Target]
+		at, found := slices.BinarySearchFunc(rs, h, func(r rep, h *Handle) int {
+			return kcmpFile(r.pid, h.PID, r.fd, h.FD)
+		})
+		if found {
+			h.Description = rs[at].description
+			continue
 		}
-		handles[i].Description = next
+		next++
+		h.Description = next
+		reps[h.Target] = slices.Insert(rs, at, rep{pid: h.PID, fd: h.FD, description: next})
 	}
 }
 

@@ -154,7 +154,7 @@ func forkHolding() (uintptr, syscall.Errno) {
 }
 
 // startMapper runs a mapper in cgroup cg and waits until it is ready.
-func (p *population) startMapper(t *testing.T, cg int, spec mapperSpec) {
+func (p *population) startMapper(t testing.TB, cg int, spec mapperSpec) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -177,7 +177,7 @@ func (p *population) startMapper(t *testing.T, cg int, spec mapperSpec) {
 	p.waitOutput(t, out, func(b []byte) bool { return bytes.Contains(b, []byte("ready\n")) }, fmt.Sprintf("mapper %s", b))
 }
 
-func (p *population) waitOutput(t *testing.T, out *syncBuffer, done func([]byte) bool, what string) []byte {
+func (p *population) waitOutput(t testing.TB, out *syncBuffer, done func([]byte) bool, what string) []byte {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
