@@ -51,7 +51,7 @@ struct {
 // The current scan, set by user space before each run of the task_file iterator.
 __u32 scan = 0;
 
-enum { KIND_FD = 0, KIND_VMA = 1 };
+enum { KIND_FD = 0, KIND_VMA = 1, KIND_INFLIGHT = 2 };
 
 struct record {
 	__u64 cgroup_id;
@@ -143,5 +143,88 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 	r.size = BPF_CORE_READ(vma, vm_end) - r.start;
 	r.pgoff = BPF_CORE_READ(vma, vm_pgoff);
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}
+
+// Files in flight: sent over a unix socket (SCM_RIGHTS) and not received yet, held by
+// nobody's fd table but still open. They count for the cgroup of the socket whose queue
+// holds them, as handles of this scan (one record per description and cgroup, as for
+// fds). A socket's queue is read up to MAX_MESSAGES messages.
+#define MAX_MESSAGES 4096
+#define SCM_MAX_FD 253
+
+struct inflight {
+	struct seq_file *seq;
+	struct scm_fp_list *fpl;
+	struct sk_buff *skb;
+	struct sk_buff *head;
+	__u64 cgroup_id;
+	int count;
+};
+
+static long inflight_file(__u32 i, struct inflight *c)
+{
+	struct file *file = 0;
+	struct record r = {};
+	__u32 *target;
+
+	// Kernel pointers are copied out of the context first: a CO-RE read of c->fpl
+	// would relocate the local struct inflight too.
+	struct scm_fp_list *fpl = c->fpl;
+
+	if ((int)i >= c->count || i >= SCM_MAX_FD)
+		return 1;
+	if (bpf_core_read(&file, sizeof(file), &fpl->fp[i]) || !file)
+		return 0;
+	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
+		return 0;
+	target = match(file);
+	if (!target)
+		return 0;
+	r.cgroup_id = c->cgroup_id;
+	r.file = (__u64)file;
+	r.target = *target;
+	r.kind = KIND_INFLIGHT;
+	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+	if (last && *last == scan)
+		return 0;
+	if (bpf_seq_write(c->seq, &r, sizeof(r)) == 0)
+		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+	return 0;
+}
+
+static long inflight_message(__u32 i, struct inflight *c)
+{
+	struct sk_buff *skb = c->skb;
+	struct unix_skb_parms *parms;
+	struct scm_fp_list *fpl;
+
+	if (!skb || skb == c->head)
+		return 1;
+	parms = (struct unix_skb_parms *)&skb->cb;
+	fpl = BPF_CORE_READ(parms, fp);
+	if (fpl) {
+		c->fpl = fpl;
+		c->count = BPF_CORE_READ(fpl, count);
+		bpf_loop(SCM_MAX_FD, inflight_file, c, 0);
+	}
+	c->skb = BPF_CORE_READ(skb, next);
+	return 0;
+}
+
+SEC("iter/unix")
+int nr1_unix(struct bpf_iter__unix *ctx)
+{
+	struct unix_sock *u = ctx->unix_sk;
+	struct inflight c = {};
+
+	if (!u)
+		return 0;
+	c.seq = ctx->meta->seq;
+	c.head = (struct sk_buff *)&u->sk.sk_receive_queue;
+	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
+	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
+	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
 	return 0;
 }

@@ -14,8 +14,9 @@ import (
 
 // Kinds of footprint records.
 const (
-	KindFD  = 0
-	KindVMA = 1
+	KindFD       = 0
+	KindVMA      = 1
+	KindInFlight = 2 // a file sent over a unix socket and not received yet
 )
 
 // Record is one open fd or one mapping of a target file, as the iterators report it.
@@ -36,6 +37,7 @@ type Footprint struct {
 	objs  footprintObjects
 	files *link.Iter
 	vmas  *link.Iter
+	unix  *link.Iter
 	scan  uint32
 }
 
@@ -56,12 +58,18 @@ func LoadFootprint() (*Footprint, error) {
 		_ = f.objs.Close()
 		return nil, fmt.Errorf("attaching task_vma iterator: %w", err)
 	}
+	if f.unix, err = link.AttachIter(link.IterOptions{Program: f.objs.Nr1Unix}); err != nil {
+		_ = f.vmas.Close()
+		_ = f.files.Close()
+		_ = f.objs.Close()
+		return nil, fmt.Errorf("attaching unix iterator: %w", err)
+	}
 	return &f, nil
 }
 
 // Close releases the programs.
 func (f *Footprint) Close() error {
-	return errors.Join(f.vmas.Close(), f.files.Close(), f.objs.Close())
+	return errors.Join(f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())
 }
 
 // SetTargets replaces the target files; the value is the caller's index of the target.
@@ -99,6 +107,12 @@ func (f *Footprint) Files(fn func(*Record) bool) error {
 	}
 	return run(f.files, fn)
 }
+
+// InFlight runs the unix socket iterator, calling fn for each open file description of
+// a target sent over a unix socket and not received yet, once per description and the
+// receiving socket's cgroup, and not when Files, run before it in the same scan,
+// reported it for that cgroup. The record's PID and fd are 0.
+func (f *Footprint) InFlight(fn func(*Record) bool) error { return run(f.unix, fn) }
 
 // VMAs runs the task_vma iterator, calling fn for every mapping of a target, in PID
 // order; fn returning false stops the iterator.

@@ -47,6 +47,7 @@ const (
 	footprintMapTargets      = "targets"
 	footprintProgNr1TaskFile = "nr1_task_file"
 	footprintProgNr1TaskVma  = "nr1_task_vma"
+	footprintProgNr1Unix     = "nr1_unix"
 	footprintVarScan         = "scan"
 	footprintVarUnusedRecord = "unused_record"
 )
@@ -95,6 +96,7 @@ type footprintSpecs struct {
 type footprintProgramSpecs struct {
 	Nr1TaskFile *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
 	Nr1TaskVma  *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
+	Nr1Unix     *ebpf.ProgramSpec `ebpf:"nr1_unix"`
 }
 
 // footprintMapSpecs contains maps before they are loaded into the kernel.
@@ -158,12 +160,14 @@ type footprintVariables struct {
 type footprintPrograms struct {
 	Nr1TaskFile *ebpf.Program `ebpf:"nr1_task_file"`
 	Nr1TaskVma  *ebpf.Program `ebpf:"nr1_task_vma"`
+	Nr1Unix     *ebpf.Program `ebpf:"nr1_unix"`
 }
 
 func (p *footprintPrograms) Close() error {
 	return _FootprintClose(
 		p.Nr1TaskFile,
 		p.Nr1TaskVma,
+		p.Nr1Unix,
 	)
 }
 

@@ -105,3 +105,72 @@ func TestIteratorsReportFdsAndMappingsOfTargets(t *testing.T) {
 		t.Errorf("mappings %+v", vmas)
 	}
 }
+
+// A file sent over a unix socket and closed by its sender is held only in flight: the
+// unix iterator reports it once, for the receiving socket's cgroup; one the sender
+// still holds as an fd was reported by Files and is not reported again.
+func TestInFlightFilesAreReported(t *testing.T) {
+	f := loadOrSkip(t)
+	dir := t.TempDir()
+	inflight, both := filepath.Join(dir, "inflight"), filepath.Join(dir, "both")
+	for _, p := range []string{inflight, both} {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, inflight): 1, keyOf(t, both): 2}); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(sp[0])
+	defer unix.Close(sp[1])
+	var sent []int
+	for _, p := range []string{inflight, inflight, both} {
+		fd, err := unix.Open(p, unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, fd)
+	}
+	// Three messages: the same description twice, and one still held as an fd.
+	for _, fd := range sent {
+		if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(fd), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unix.Close(sent[0])
+	unix.Close(sent[1])
+	defer unix.Close(sent[2])
+
+	var files, flying []Record
+	if err := f.Files(func(r *Record) bool {
+		if r.Target == 1 || r.Target == 2 {
+			files = append(files, *r)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.InFlight(func(r *Record) bool {
+		if r.Target == 1 || r.Target == 2 {
+			flying = append(flying, *r)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Target != 2 {
+		t.Errorf("fds %+v, want the one still held", files)
+	}
+	// The two in-flight opens of inflight are two descriptions; both's description
+	// was reported as an fd for this cgroup already.
+	if len(flying) != 2 || flying[0].Target != 1 || flying[1].Target != 1 || flying[0].File == flying[1].File {
+		t.Fatalf("in flight %+v, want two descriptions of the in-flight file", flying)
+	}
+	if flying[0].Kind != KindInFlight || flying[0].CgroupId != files[0].CgroupId || flying[0].Pid != 0 {
+		t.Errorf("in-flight record %+v: want kind %d, the socket's cgroup %d, no PID", flying[0], KindInFlight, files[0].CgroupId)
+	}
+}

@@ -88,6 +88,45 @@ struct bpf_iter__task_vma {
 	struct vm_area_struct *vma;
 };
 
+/* Files passed over a unix socket and not received yet: each message on the receiving
+ * socket's queue carries them in its control block. */
+struct sk_buff {
+	struct sk_buff *next;
+	char cb[48];
+};
+
+struct sk_buff_head {
+	struct sk_buff *next;
+};
+
+struct sock_cgroup_data {
+	struct cgroup *cgroup;
+};
+
+struct sock {
+	struct sk_buff_head sk_receive_queue;
+	struct sock_cgroup_data sk_cgrp_data;
+};
+
+struct unix_sock {
+	struct sock sk;
+};
+
+struct scm_fp_list {
+	short count;
+	struct file *fp[253];
+};
+
+struct unix_skb_parms {
+	struct scm_fp_list *fp;
+};
+
+struct bpf_iter__unix {
+	struct bpf_iter_meta *meta;
+	struct unix_sock *unix_sk;
+	__u32 uid;
+};
+
 #pragma clang attribute pop
 
 /* UAPI: the context of a cgroup device program. */

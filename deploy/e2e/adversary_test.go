@@ -41,6 +41,7 @@ type adversary struct {
 //   - a flood of 400000 fds on one queue description beside its 7 queues (8 held);
 //   - 60000 single-page mappings of compute DMA beside its 3 MB, within the 300 MB it
 //     was given;
+//   - 3 queue handles sent over a unix socket and closed, beside its 7 (10 held);
 //   - 1000 O_PATH fds on the queue device beside its 7 queues (7 held, none extra);
 //   - a worker moved into a child cgroup of its container, holding queues its main
 //     process let go of, then the main process taking as many again (twice its 7).
@@ -58,6 +59,8 @@ func TestAdversaries(t *testing.T) {
 			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 8} }, killed: true},
 		{name: "tiny-maps", args: []string{"--compute-dma-mb=3", "--queues=7", "--tiny-maps=60000"}, compute: 300,
 			want: func(page int64) nr1.Usage { return nr1.Usage{nr1.Base(3*mb + 60000*page), 0, 0, 7} }},
+		{name: "in-flight", args: []string{"--compute-dma-mb=3", "--queues=7", "--inflight-queues=3"},
+			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 10} }, killed: true},
 		{name: "path-only", args: []string{"--compute-dma-mb=3", "--queues=7", "--path-only-queues=1000"},
 			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 7} }},
 		{name: "steady", args: []string{"--compute-dma-mb=3", "--queues=7"},

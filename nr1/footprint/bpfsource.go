@@ -132,6 +132,16 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	// Handles passed over a unix socket and closed by their sender are still open, held
+	// in flight: they count for the receiving socket's cgroup. No process holds them, so
+	// they are read whatever the cutoff.
+	err = b.fp.InFlight(func(r *bpf.Record) bool {
+		s.Handles = append(s.Handles, Handle{CgroupID: r.CgroupId, FD: -1, Target: int(r.Target), Description: r.File})
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bpf footprint: %w", err)
+	}
 	fillFdinfo(b.procRoot, b.targets, s.Handles)
 	s.Took = time.Since(start)
 	return s, nil

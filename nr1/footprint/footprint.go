@@ -37,7 +37,8 @@ type Mapping struct {
 	Offset   uint64 `json:"offset"`
 }
 
-// Handle is one fd open on a target.
+// Handle is one fd open on a target, or (PID 0, FD -1) one open file description of a
+// target in flight over a unix socket, for the receiving socket's cgroup.
 type Handle struct {
 	CgroupID uint64 `json:"cgroupID"`
 	PID      int    `json:"pid"`

@@ -269,7 +269,8 @@ func kcmpFile(pid1, pid2, fd1, fd2 int) int {
 func fillFdinfo(procRoot string, targets *Targets, handles []Handle) {
 	for i := range handles {
 		t := targets.At(handles[i].Target)
-		if t.Measure != FdinfoKey {
+		// In flight, no fd to read: the driver's figure for it is not known.
+		if t.Measure != FdinfoKey || handles[i].PID == 0 {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(handles[i].PID), "fdinfo", strconv.Itoa(handles[i].FD)))

@@ -37,6 +37,8 @@ type mapperSpec struct {
 	// mappings merge.
 	TinyMaps int    `json:"tinyMaps,omitempty"`
 	TinyFile string `json:"tinyFile,omitempty"`
+	// InFlight files are opened, sent over a unix socket nobody reads, and closed.
+	InFlight []string `json:"inFlight,omitempty"`
 }
 
 type mapperRange struct {
@@ -104,6 +106,24 @@ func mapper(spec string) {
 		if _, err := unix.Open(name, unix.O_PATH, 0); err != nil {
 			fmt.Fprintf(os.Stderr, "open %s (O_PATH): %v\n", name, err)
 			os.Exit(1)
+		}
+	}
+	if len(s.InFlight) > 0 {
+		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		for _, name := range s.InFlight {
+			fd, err := unix.Open(name, unix.O_RDWR, 0)
+			if err == nil {
+				err = unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(fd), nil, 0)
+				_ = unix.Close(fd)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "sending %s: %v\n", name, err)
+				os.Exit(1)
+			}
 		}
 	}
 	if s.TinyMaps > 0 {
@@ -399,3 +419,27 @@ func TestScanStopsWhenOutOfTime(t *testing.T) {
 }
 
 func pageBytes() nr1.Base { return nr1.Base(os.Getpagesize()) }
+
+// TestInFlightHandlesCount: queue handles sent over a unix socket and closed by their
+// sender are still open, held in flight; the BPF source counts them for the cgroup of
+// the socket holding them. procfs cannot see them (no fd names them).
+func TestInFlightHandlesCount(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{Open: []string{queue}, InFlight: []string{queue, queue, queue}})
+	b := newBPFOrSkip(t, p)
+	s, err := b.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byCgroup(s, p.targets)[p.ids[0]]; got != (nr1.Usage{0, 0, 0, 4}) {
+		t.Errorf("bpf: %v, want 4 queues: one open, three in flight", got)
+	}
+	ps, err := NewProcfs("/proc", p.cgroupV2, p.targets).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byCgroup(ps, p.targets)[p.ids[0]]; got != (nr1.Usage{0, 0, 0, 1}) {
+		t.Errorf("procfs: %v, want the one open (in flight is not visible through /proc)", got)
+	}
+}
