@@ -36,10 +36,14 @@ func actuator(cfg *config.Config, node string, files []device.ResolvedFile, cri 
 	} else {
 		a.Throttler = thr
 		closers = append(closers, func() { _ = thr.Close() })
-		if pins, err = thr.Attached(); err != nil {
+		var strays []string
+		if pins, strays, err = thr.Attached(); err != nil {
 			log.Error("reading pinned throttles", "err", err)
 		} else if len(pins) > 0 {
 			log.Info("throttles left by an earlier run", "cgs", pins)
+		}
+		if len(strays) > 0 {
+			log.Warn("pin directory entries not named by a pod UID: not the agent's, left alone", "dir", cfg.ThrottlePins(), "entries", strays)
 		}
 	}
 	if cfg.Enforcement.Freeze {

@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // Device is a character device by its major and minor numbers.
@@ -17,6 +19,9 @@ type Device = throttleDevKey
 
 // Throttle attaches the device-deny program to cgroups and keeps each attachment pinned
 // in bpffs under its name, so that it outlives the agent and a restarted agent finds it.
+// A name is a pod's UID, which comes from the runtime (or a checkpoint): one that is not
+// a pod UID is refused before it becomes a path, so a pin is only ever made, loaded or
+// removed directly inside the pin directory.
 type Throttle struct {
 	objs   throttleObjects
 	pinDir string
@@ -52,12 +57,22 @@ func LoadThrottle(pinDir string, devices []Device) (*Throttle, error) {
 // Close releases the program; pinned attachments stay.
 func (t *Throttle) Close() error { return t.objs.Close() }
 
-func (t *Throttle) pin(name string) string { return filepath.Join(t.pinDir, name) }
+// pin is where the throttle named name is pinned in pinDir.
+func pin(pinDir, name string) (string, error) {
+	if err := untrusted.PodUID(name); err != nil {
+		return "", fmt.Errorf("throttle pin: %w", err)
+	}
+	return filepath.Join(pinDir, name), nil
+}
 
 // Attach denies the devices to cgroupDir (a cgroup v2 directory) and everything below
 // it, pinned as name. Attaching a name already pinned does nothing.
 func (t *Throttle) Attach(name, cgroupDir string) error {
-	if _, err := os.Stat(t.pin(name)); err == nil {
+	p, err := pin(t.pinDir, name)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(p); err == nil {
 		return nil
 	}
 	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: ebpf.AttachCGroupDevice, Program: t.objs.Nr1Throttle})
@@ -65,7 +80,7 @@ func (t *Throttle) Attach(name, cgroupDir string) error {
 		return fmt.Errorf("attaching throttle to %s: %w", cgroupDir, err)
 	}
 	defer l.Close()
-	if err := l.Pin(t.pin(name)); err != nil {
+	if err := l.Pin(p); err != nil {
 		return fmt.Errorf("pinning throttle of %s: %w", name, err)
 	}
 	return nil
@@ -74,35 +89,46 @@ func (t *Throttle) Attach(name, cgroupDir string) error {
 // Detach lifts the throttle pinned as name; lifting one that is not there does nothing.
 func (t *Throttle) Detach(name string) error { return Unpin(t.pinDir, name) }
 
-// Attached lists the pinned throttles' names.
-func (t *Throttle) Attached() ([]string, error) {
+// Attached lists the pinned throttles' names, and apart the entries of the pin directory
+// that are not named by a pod UID (see Pinned).
+func (t *Throttle) Attached() (names, strays []string, err error) {
 	if _, err := os.Stat(t.pinDir); err != nil {
-		return nil, fmt.Errorf("throttle pins: %w", err)
+		return nil, nil, fmt.Errorf("throttle pins: %w", err)
 	}
 	return Pinned(t.pinDir)
 }
 
 // Pinned lists the names of the throttles pinned in pinDir, none when it does not exist.
-// It needs no program loaded: `nr1-agent cleanup` reads the pins an agent left.
-func Pinned(pinDir string) ([]string, error) {
+// It needs no program loaded: `nr1-agent cleanup` reads the pins an agent left. Entries
+// not named by a pod UID were not pinned by the agent, which refuses any other name:
+// they are returned apart as strays, for the caller to report and leave alone.
+func Pinned(pinDir string) (names, strays []string, err error) {
 	entries, err := os.ReadDir(pinDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("throttle pins: %w", err)
+		return nil, nil, fmt.Errorf("throttle pins: %w", err)
 	}
-	names := make([]string, 0, len(entries))
+	names = make([]string, 0, len(entries))
 	for _, e := range entries {
+		if untrusted.PodUID(e.Name()) != nil {
+			strays = append(strays, e.Name())
+			continue
+		}
 		names = append(names, e.Name())
 	}
-	return names, nil
+	return names, strays, nil
 }
 
 // Unpin lifts the throttle pinned in pinDir as name: the link is detached from its
 // cgroup and its pin removed. It needs no program loaded; an absent pin is no error.
 func Unpin(pinDir, name string) error {
-	l, err := link.LoadPinnedLink(filepath.Join(pinDir, name), nil)
+	p, err := pin(pinDir, name)
+	if err != nil {
+		return err
+	}
+	l, err := link.LoadPinnedLink(p, nil)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}

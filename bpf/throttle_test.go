@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -59,11 +60,14 @@ func devicePrograms(t *testing.T, cg string) int {
 	return len(res.Programs)
 }
 
+// podUID names the test's throttle, as a pod's UID does the agent's.
+const podUID = "5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b11"
+
 // What the agent pinned is lifted after it is gone, without its program loaded.
 func TestUnpinLiftsAThrottleWithoutTheAgent(t *testing.T) {
 	cg := v2CgroupOrSkip(t)
 	pins := filepath.Join(bpffs(t), "nr1-agent", "throttle")
-	if names, err := Pinned(pins); err != nil || len(names) != 0 {
+	if names, _, err := Pinned(pins); err != nil || len(names) != 0 {
 		t.Fatalf("Pinned before any agent ran = %v, %v; want none", names, err)
 	}
 	thr, err := LoadThrottle(pins, []Device{{Major: 10, Minor: 200}})
@@ -73,7 +77,7 @@ func TestUnpinLiftsAThrottleWithoutTheAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := thr.Attach("pod-uid", cg); err != nil {
+	if err := thr.Attach(podUID, cg); err != nil {
 		t.Fatal(err)
 	}
 	if err := thr.Close(); err != nil { // the agent is gone
@@ -82,19 +86,19 @@ func TestUnpinLiftsAThrottleWithoutTheAgent(t *testing.T) {
 	if n := devicePrograms(t, cg); n != 1 {
 		t.Fatalf("%d device programs on the cgroup once the agent is gone, want the pinned 1", n)
 	}
-	if names, err := Pinned(pins); err != nil || !slices.Equal(names, []string{"pod-uid"}) {
+	if names, _, err := Pinned(pins); err != nil || !slices.Equal(names, []string{podUID}) {
 		t.Fatalf("Pinned = %v, %v", names, err)
 	}
-	if err := Unpin(pins, "pod-uid"); err != nil {
+	if err := Unpin(pins, podUID); err != nil {
 		t.Fatal(err)
 	}
 	if n := devicePrograms(t, cg); n != 0 {
 		t.Errorf("%d device programs left after Unpin", n)
 	}
-	if names, err := Pinned(pins); err != nil || len(names) != 0 {
+	if names, _, err := Pinned(pins); err != nil || len(names) != 0 {
 		t.Errorf("Pinned after Unpin = %v, %v", names, err)
 	}
-	if err := Unpin(pins, "pod-uid"); err != nil {
+	if err := Unpin(pins, podUID); err != nil {
 		t.Errorf("Unpin of a pin already gone: %v", err)
 	}
 }
@@ -104,10 +108,42 @@ func TestUnpinReportsWhatIsNotAThrottle(t *testing.T) {
 		t.Skip("needs root: bpffs")
 	}
 	pins := bpffs(t)
+	if err := os.Mkdir(filepath.Join(pins, podUID), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Unpin(pins, podUID); err == nil {
+		t.Error("Unpin of a directory succeeded")
+	}
+}
+
+// A name that is not a pod UID never becomes a path: what it would name is left as it
+// is, and the pin directory's entries named otherwise are listed apart.
+func TestPinNamesArePodUIDs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: bpffs")
+	}
+	root := bpffs(t)
+	pins := filepath.Join(root, "nr1-agent", "throttle")
+	if err := os.MkdirAll(filepath.Join(pins, podUID), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Mkdir(filepath.Join(pins, "stray"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := Unpin(pins, "stray"); err == nil {
-		t.Error("Unpin of a directory succeeded")
+	outside := filepath.Join(root, "other")
+	if err := os.Mkdir(outside, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"../../other", "..", "", "stray", "a/b"} {
+		if err := Unpin(pins, name); err == nil || !strings.Contains(err.Error(), "pod UID") {
+			t.Errorf("Unpin(%q) = %v, want a refusal naming the pod UID", name, err)
+		}
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a refused name reached outside the pin directory: %v", err)
+	}
+	names, strays, err := Pinned(pins)
+	if err != nil || !slices.Equal(names, []string{podUID}) || !slices.Equal(strays, []string{"stray"}) {
+		t.Errorf("Pinned = %v, strays %v, %v; want [%s], strays [stray]", names, strays, err, podUID)
 	}
 }

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// podUID names the test's throttle, as a pod's UID does the agent's.
+const podUID = "5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b11"
+
 func TestThrottleFreezeAndRestart(t *testing.T) {
 	r := cgrouptest.New(t)
 	root := r.Cgroups("nr1-throttle-test", "pod/ctr", "other")
@@ -46,7 +49,7 @@ func TestThrottleFreezeAndRestart(t *testing.T) {
 		t.Fatalf("open before the throttle: %v", e)
 	}
 
-	if err := thr.Attach("pod-uid", pod); err != nil {
+	if err := thr.Attach(podUID, pod); err != nil {
 		t.Fatal(err)
 	}
 	if e := r.Open(ctr); e != syscall.EPERM {
@@ -82,21 +85,21 @@ func TestThrottleFreezeAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer thr.Close()
-	names, err := thr.Attached()
-	if err != nil || strings.Join(names, ",") != "pod-uid" {
+	names, _, err := thr.Attached()
+	if err != nil || strings.Join(names, ",") != podUID {
 		t.Fatalf("pinned throttles after restart: %v %v", names, err)
 	}
 	if e := r.Open(ctr); e != syscall.EPERM {
 		t.Errorf("throttle dropped by the restart: open %v", e)
 	}
-	if err := thr.Attach("pod-uid", pod); err != nil {
+	if err := thr.Attach(podUID, pod); err != nil {
 		t.Fatal(err)
 	}
 	if n := r.DevicePrograms(pod); n != 1 {
 		t.Errorf("%d device programs on the pod cgroup after throttling again, want 1", n)
 	}
 
-	if err := thr.Detach("pod-uid"); err != nil {
+	if err := thr.Detach(podUID); err != nil {
 		t.Fatal(err)
 	}
 	if e := r.Open(ctr); e != 0 {
@@ -105,7 +108,7 @@ func TestThrottleFreezeAndRestart(t *testing.T) {
 	if n := r.DevicePrograms(pod); n != 0 {
 		t.Errorf("%d device programs left after lifting", n)
 	}
-	if names, _ := thr.Attached(); len(names) != 0 {
+	if names, _, _ := thr.Attached(); len(names) != 0 {
 		t.Errorf("pins left: %v", names)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/bpf"
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // cleanup undoes on this node what the agent did: it thaws the frozen cgroups of the pods
@@ -51,9 +52,16 @@ type undoer struct {
 // throttles thaws the frozen cgroups of the throttled pods and removes their throttles.
 // The error is for cgroups that could not be searched: every throttle is then kept.
 func (u *undoer) throttles(pinDir, cgroupfs string) error {
-	uids, err := bpf.Pinned(pinDir)
-	if err != nil || len(uids) == 0 {
+	uids, strays, err := bpf.Pinned(pinDir)
+	if err != nil {
 		return err
+	}
+	for _, s := range strays {
+		// The agent names every pin by a pod UID: anything else is not its own to remove.
+		fmt.Fprintf(u.out, "left %s: not named by a pod UID, so not a throttle of the agent\n", untrusted.Quote(filepath.Join(pinDir, s)))
+	}
+	if len(uids) == 0 {
+		return nil
 	}
 	failed, err := u.thaw(cgroupfs, uids)
 	if err != nil {

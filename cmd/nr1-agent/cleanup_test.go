@@ -163,17 +163,27 @@ func TestCleanupLiftsThrottlesAndThawsWhatTheAgentFroze(t *testing.T) {
 
 func TestCleanupReportsWhatItCouldNotUndo(t *testing.T) {
 	n := newNode(t)
-	// Something in the pin directory that is not a throttle link.
-	stray := filepath.Join(n.bpffs, "nr1-agent", "throttle", "stray")
-	if err := os.MkdirAll(stray, 0o700); err != nil {
-		t.Fatal(err)
+	// Something in the pin directory, named as a pin, that is not a throttle link; and
+	// something not named by a pod UID, which the agent never pins.
+	pins := filepath.Join(n.bpffs, "nr1-agent", "throttle")
+	stray, foreign := filepath.Join(pins, otherUID), filepath.Join(pins, "foreign")
+	for _, d := range []string{stray, foreign} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
 	code, stdout, stderr := n.cleanup()
-	if code != 1 || !strings.Contains(stderr, "nr1-agent cleanup: loading throttle of stray") {
+	if code != 1 || !strings.Contains(stderr, "nr1-agent cleanup: loading throttle of "+otherUID) {
 		t.Errorf("cleanup with a stray pin: exit %d, stderr %q; want 1 naming it", code, stderr)
+	}
+	if !strings.Contains(stdout, "left \""+foreign+"\": not named by a pod UID") {
+		t.Errorf("cleanup does not report the entry not named by a pod UID: %q", stdout)
 	}
 	if strings.Contains(stdout, "removed") {
 		t.Errorf("cleanup claims it removed something: %q", stdout)
+	}
+	if _, err := os.Stat(foreign); err != nil {
+		t.Errorf("cleanup removed what the agent never pinned: %v", err)
 	}
 	// Frozen pods cannot be looked for: every throttle is kept for a second run.
 	code, _, stderr = n.cleanup("--path.cgroupfs", "/nonexistent")
