@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // Mode is how the host mounts cgroups.
@@ -78,7 +80,10 @@ type Paths struct {
 
 // Resolve turns the cgroupsPath of an OCI spec into directories. Both drivers' forms
 // are understood: "/kubepods/burstable/pod<uid>/<id>" (cgroupfs) and
-// "kubepods-burstable-pod<uid>.slice:cri-containerd:<id>" (systemd).
+// "kubepods-burstable-pod<uid>.slice:cri-containerd:<id>" (systemd). The cgroupsPath
+// comes from the runtime: a directory that would not lie below the root of its
+// hierarchy is refused, with an error naming the cgroupsPath. The check is lexical,
+// which is enough: cgroupfs holds no symbolic links.
 func (h Hierarchy) Resolve(cgroupsPath string) (Paths, error) {
 	rel, err := Relative(cgroupsPath)
 	if err != nil {
@@ -86,15 +91,35 @@ func (h Hierarchy) Resolve(cgroupsPath string) (Paths, error) {
 	}
 	var p Paths
 	if h.V2 != "" {
-		p.V2 = filepath.Join(h.V2, rel)
+		if p.V2, err = below(h.V2, rel); err != nil {
+			return Paths{}, fmt.Errorf("cgroupsPath %s: %w", untrusted.Quote(cgroupsPath), err)
+		}
 	}
 	if len(h.Controllers) > 0 {
 		p.V1 = make(map[string]string, len(h.Controllers))
 		for _, c := range h.Controllers {
-			p.V1[c] = filepath.Join(h.Root, c, rel)
+			if p.V1[c], err = below(filepath.Join(h.Root, c), rel); err != nil {
+				return Paths{}, fmt.Errorf("cgroupsPath %s: %w", untrusted.Quote(cgroupsPath), err)
+			}
 		}
 	}
 	return p, nil
+}
+
+// below joins rel to root and checks that the result lies strictly below root: each
+// hierarchy is its own tree, so a v1 path may not reach a sibling controller's either.
+func below(root, rel string) (string, error) {
+	p := filepath.Join(root, rel)
+	if !strictlyBelow(root, p) {
+		return "", fmt.Errorf("%s is not below %s", p, root)
+	}
+	return p, nil
+}
+
+// strictlyBelow tells whether p names a directory below root, not root itself.
+func strictlyBelow(root, p string) bool {
+	r, err := filepath.Rel(root, p)
+	return err == nil && r != "." && r != ".." && !strings.HasPrefix(r, "../")
 }
 
 // listControllers lists the v1 hierarchies under Root.
@@ -113,32 +138,75 @@ func (h *Hierarchy) listControllers() error {
 	return nil
 }
 
-// Relative converts a cgroupsPath of either driver to a path relative to a hierarchy's root.
+// maxCgroupsPath bounds a cgroupsPath: PATH_MAX, the longest path the kernel resolves.
+const maxCgroupsPath = 4096
+
+// Relative converts a cgroupsPath of either driver to a clean path relative to a
+// hierarchy's root. What the kubelet writes never holds a "." or ".." element, nor a "/"
+// inside a systemd slice, prefix or name: such a path is refused rather than cleaned,
+// so that no cgroupsPath leads out of the hierarchy or to its root.
 func Relative(cgroupsPath string) (string, error) {
-	if cgroupsPath == "" {
+	switch {
+	case cgroupsPath == "":
 		return "", errors.New("empty cgroupsPath")
+	case len(cgroupsPath) > maxCgroupsPath:
+		return "", fmt.Errorf("cgroupsPath %s: longer than %d bytes", untrusted.Quote(cgroupsPath), maxCgroupsPath)
+	case strings.IndexByte(cgroupsPath, 0) >= 0:
+		return "", fmt.Errorf("cgroupsPath %s: holds a NUL byte", untrusted.Quote(cgroupsPath))
 	}
 	if strings.HasPrefix(cgroupsPath, "/") {
-		clean := path.Clean(cgroupsPath)
-		if clean == "/" || strings.Contains(cgroupsPath, "/../") {
-			return "", fmt.Errorf("cgroupsPath %q is not a container's", cgroupsPath)
+		for _, e := range strings.Split(cgroupsPath, "/") {
+			if e == "." || e == ".." {
+				return "", fmt.Errorf("cgroupsPath %s: holds a %q element", untrusted.Quote(cgroupsPath), e)
+			}
 		}
-		return strings.TrimPrefix(clean, "/"), nil
+		rel := strings.TrimPrefix(path.Clean(cgroupsPath), "/")
+		if rel == "" {
+			return "", fmt.Errorf("cgroupsPath %s: the root is not a container's cgroup", untrusted.Quote(cgroupsPath))
+		}
+		return rel, nil
 	}
 	// systemd: "slice:prefix:name" → the slice's nesting, then "prefix-name.scope".
 	parts := strings.Split(cgroupsPath, ":")
-	if len(parts) != 3 || !strings.HasSuffix(parts[0], ".slice") {
-		return "", fmt.Errorf("cgroupsPath %q: want an absolute path or slice:prefix:name", cgroupsPath)
+	if len(parts) != 3 {
+		return "", fmt.Errorf("cgroupsPath %s: want an absolute path or slice:prefix:name", untrusted.Quote(cgroupsPath))
 	}
-	slice := strings.TrimSuffix(parts[0], ".slice")
-	var dirs []string
-	for i := range slice {
-		if slice[i] == '-' {
-			dirs = append(dirs, slice[:i]+".slice")
+	dirs, err := expandSlice(parts[0])
+	if err != nil {
+		return "", fmt.Errorf("cgroupsPath %s: %w", untrusted.Quote(cgroupsPath), err)
+	}
+	for _, s := range parts[1:] {
+		if s == "" || strings.Contains(s, "/") {
+			return "", fmt.Errorf("cgroupsPath %s: a scope's prefix and name are non-empty names without \"/\"", untrusted.Quote(cgroupsPath))
 		}
 	}
-	dirs = append(dirs, parts[0], parts[1]+"-"+parts[2]+".scope")
-	return path.Join(dirs...), nil
+	return path.Join(append(dirs, parts[1]+"-"+parts[2]+".scope")...), nil
+}
+
+// expandSlice turns a systemd slice name into its nesting, as runc does:
+// "kubepods-burstable.slice" is kubepods.slice/kubepods-burstable.slice, and "-.slice"
+// the root. Every directory is a name ending in ".slice", so never "." or "..".
+func expandSlice(slice string) ([]string, error) {
+	name, ok := strings.CutSuffix(slice, ".slice")
+	switch {
+	case !ok || name == "":
+		return nil, fmt.Errorf("slice %s: want a name ending in .slice", untrusted.Quote(slice))
+	case strings.Contains(name, "/"):
+		return nil, fmt.Errorf("slice %s: holds a \"/\"", untrusted.Quote(slice))
+	case name == "-":
+		return nil, nil
+	}
+	var dirs []string
+	for i := range len(name) + 1 {
+		if i < len(name) && name[i] != '-' {
+			continue
+		}
+		if i == 0 || name[i-1] == '-' {
+			return nil, fmt.Errorf("slice %s: an empty component", untrusted.Quote(slice)) // -a, a--b, a-
+		}
+		dirs = append(dirs, name[:i]+".slice")
+	}
+	return dirs, nil
 }
 
 // ID is the v2 cgroup id of dir: its inode, which is what bpf_get_current_cgroup_id and

@@ -8,14 +8,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 func TestRelative(t *testing.T) {
 	tests := map[string]string{
 		"/kubepods/besteffort/pod123/abc":                    "kubepods/besteffort/pod123/abc",
 		"/kubepods/pod123/abc":                               "kubepods/pod123/abc",
+		"/kubepods//pod123/abc/":                             "kubepods/pod123/abc",
 		"kubepods-burstable-pod1_2.slice:cri-containerd:abc": "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-abc.scope",
 		"kubepods-pod9.slice:crio:def":                       "kubepods.slice/kubepods-pod9.slice/crio-def.scope",
+		"-.slice:cri-containerd:abc":                         "cri-containerd-abc.scope",
+		"kubepods.slice:..:..":                               "kubepods.slice/..-...scope",
 	}
 	for in, want := range tests {
 		got, err := Relative(in)
@@ -23,11 +28,77 @@ func TestRelative(t *testing.T) {
 			t.Errorf("Relative(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "/", "/a/../../etc", "kubepods:x", "a:b:c"} {
-		if got, err := Relative(bad); err == nil {
+	for _, bad := range []string{
+		"", "/", "//", "/a/../../etc", "/..", "/kubepods/..", "/kubepods/./pod1/abc", "/kubepods/pod1/../pod2/abc",
+		"kubepods:x", "a:b:c", ".slice:a:b", "-kubepods.slice:a:b", "kubepods--burstable.slice:a:b", "kubepods-.slice:a:b",
+		"../../etc.slice:a:b", "kubepods.slice:a/../../..:b", "kubepods.slice:a:../../../etc", "kubepods.slice::b", "kubepods.slice:a:",
+		"/kubepods/pod1\x00/abc", "/" + strings.Repeat("a", maxCgroupsPath),
+	} {
+		got, err := Relative(bad)
+		if err == nil {
 			t.Errorf("Relative(%q) = %q, want an error", bad, got)
+			continue
+		}
+		if bad != "" && !strings.Contains(err.Error(), untrusted.Quote(bad)) {
+			t.Errorf("Relative(%q): error %q does not name the cgroupsPath", bad, err)
 		}
 	}
+}
+
+// A cgroupsPath resolves below the root of every hierarchy, or not at all.
+func TestResolveStaysInEachHierarchy(t *testing.T) {
+	h := Hierarchy{Root: "/sys/fs/cgroup", Mode: Hybrid, V2: "/sys/fs/cgroup/unified", Controllers: []string{"freezer", "memory"}}
+	p, err := h.Resolve("kubepods-pod9.slice:crio:def")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.V2 != "/sys/fs/cgroup/unified/kubepods.slice/kubepods-pod9.slice/crio-def.scope" ||
+		p.V1["memory"] != "/sys/fs/cgroup/memory/kubepods.slice/kubepods-pod9.slice/crio-def.scope" {
+		t.Errorf("Resolve = %+v", p)
+	}
+	// ../unified from memory would still be under /sys/fs/cgroup, in another hierarchy.
+	for _, bad := range []string{"/../unified/kubepods", "/kubepods/../../memory/x", "kubepods.slice:x/../../..:y"} {
+		if p, err := h.Resolve(bad); err == nil || !strings.Contains(err.Error(), "cgroupsPath") {
+			t.Errorf("Resolve(%q) = %+v, %v; want an error naming the cgroupsPath", bad, p, err)
+		}
+	}
+}
+
+func FuzzResolve(f *testing.F) {
+	for _, seed := range []string{
+		"/kubepods/burstable/pod5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b11/0b3e7d218c444f0ea1f26d9e5c7b3a08e2a9c5d41f7b3e6a0c8d2b9f4e1a7c35",
+		"/kubepods/pod6a3c1b9e0f8d4e2a/cri-o-abc",
+		"kubepods-burstable-pod5f0c3a52_1b7e_4c1a_9d55_0e4a7c2f9b11.slice:cri-containerd:0b3e7d218c44",
+		"kubepods-besteffort-pod0b3e7d21_8c44_4f0e_a1f2_6d9e5c7b3a08.slice:crio:9f4e1a7c35",
+		"system.slice:docker:abc",
+		"-.slice:cri-containerd:abc",
+		"/kubepods/../../etc",
+		"../../etc.slice:a:b",
+		"kubepods.slice:a/../..:b",
+		"/a/b/../../..",
+	} {
+		f.Add(seed)
+	}
+	h := Hierarchy{Root: "/sys/fs/cgroup", Mode: Hybrid, V2: "/sys/fs/cgroup/unified", Controllers: []string{"freezer", "memory", "pids"}}
+	f.Fuzz(func(t *testing.T, cgroupsPath string) {
+		p, err := h.Resolve(cgroupsPath)
+		if err != nil {
+			if cgroupsPath != "" && !strings.Contains(err.Error(), "cgroupsPath") {
+				t.Fatalf("error %q does not name the cgroupsPath", err)
+			}
+			return
+		}
+		roots := map[string]string{h.V2: p.V2}
+		for _, c := range h.Controllers {
+			roots[filepath.Join(h.Root, c)] = p.V1[c]
+		}
+		for root, dir := range roots {
+			rel, err := filepath.Rel(root, dir)
+			if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") || filepath.Clean(dir) != dir {
+				t.Fatalf("Resolve(%q) gives %q, not below %q", cgroupsPath, dir, root)
+			}
+		}
+	})
 }
 
 // TestRealCgroups runs on this host's cgroups: it makes a cgroup, puts a process in it,
@@ -121,5 +192,31 @@ func TestRealCgroups(t *testing.T) {
 	fi, _ := os.Stat(filepath.Join(h.V2, v2))
 	if want := inodeOf(t, fi); id != want {
 		t.Errorf("id %d, inode of /proc's cgroup %d", id, want)
+	}
+}
+
+func TestBelow(t *testing.T) {
+	if p, err := below("/sys/fs/cgroup/memory", "kubepods/pod1"); err != nil || p != "/sys/fs/cgroup/memory/kubepods/pod1" {
+		t.Errorf("below = %q, %v", p, err)
+	}
+	for _, rel := range []string{"", ".", "..", "../unified/kubepods", "a/../..", "/"} {
+		if p, err := below("/sys/fs/cgroup/memory", rel); err == nil {
+			t.Errorf("below(%q) = %q, want an error", rel, p)
+		}
+	}
+}
+
+// The freezer acts on cgroups below the v2 root only: a directory from a checkpoint
+// naming anything else is refused before it is touched.
+func TestFreezerStaysBelowTheV2Root(t *testing.T) {
+	root := t.TempDir()
+	h := Hierarchy{Root: root, Mode: Unified, V2: root}
+	for _, dir := range []string{root, filepath.Dir(root), filepath.Join(root, "..", "etc"), "/etc"} {
+		if err := h.Freeze(dir); err == nil || !strings.Contains(err.Error(), "is not below") {
+			t.Errorf("Freeze(%q) = %v, want a refusal", dir, err)
+		}
+		if err := h.Thaw(dir); err == nil || !strings.Contains(err.Error(), "is not below") {
+			t.Errorf("Thaw(%q) = %v, want a refusal", dir, err)
+		}
 	}
 }

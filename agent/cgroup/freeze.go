@@ -21,9 +21,10 @@ func (h Hierarchy) freezer(dir string, freeze bool) error {
 	if h.V2 == "" {
 		return errors.New("freezing needs a cgroup v2 hierarchy (hybrid or unified)")
 	}
+	// dir may come from a checkpoint: only a cgroup below the v2 root is frozen or thawed.
 	rel, err := filepath.Rel(h.V2, dir)
-	if err != nil || strings.HasPrefix(rel, "..") {
-		return fmt.Errorf("freezer: %s is not under %s", dir, h.V2)
+	if err != nil || !strictlyBelow(h.V2, dir) {
+		return fmt.Errorf("freezer: %s is not below %s", dir, h.V2)
 	}
 	m, err := cgroup2.Load("/"+rel, cgroup2.WithMountpoint(h.V2))
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // FrozenPod is a pod's cgroup that the freezer holds.
@@ -26,9 +28,13 @@ type FrozenPod struct {
 // kubepods[-<qos>]-pod<uid, '-' as '_'>.slice (systemd). Other pods' cgroups are never
 // read, let alone their containers'.
 func (h Hierarchy) FrozenPods(uids []string) ([]FrozenPod, error) {
+	// The UIDs are only compared with names read from cgroupfs, never joined into a
+	// path; one that is no pod UID could match no pod's cgroup.
 	want := make(map[string]bool, len(uids))
 	for _, u := range uids {
-		want[u] = true
+		if untrusted.PodUID(u) == nil {
+			want[u] = true
+		}
 	}
 	var out []FrozenPod
 	if h.V2 != "" {

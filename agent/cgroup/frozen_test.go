@@ -67,6 +67,7 @@ func TestFrozenPodsOfBothDriversAndHierarchies(t *testing.T) {
 		"unified/kubepods/pod" + b + "/cgroup.freeze":                   "0",
 		"unified/kubepods/besteffort/pod" + c + "/cgroup.freeze":        "1",
 		"unified/system.slice/pod" + a + "/cgroup.freeze":               "1", // not a pod's: outside kubepods
+		"unified/kubepods/podnever-a-uid/cgroup.freeze":                 "1", // named by no pod UID
 		"unified/kubepods/pod" + e + "/cgroup.freeze":                   "0",
 		"freezer/kubepods/pod" + e + "/freezer.self_freezing":           "1",
 		"freezer/kubepods/pod" + e + "/freezer.state":                   "FROZEN",
@@ -76,7 +77,7 @@ func TestFrozenPodsOfBothDriversAndHierarchies(t *testing.T) {
 		"unified/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(d, "-", "_") + ".slice/cgroup.freeze": "1",
 	})
 	h := Hierarchy{Root: root, Mode: Hybrid, V2: filepath.Join(root, "unified"), Controllers: []string{"freezer", "memory"}}
-	got, err := h.FrozenPods([]string{a, b, d, e, "never-existed"})
+	got, err := h.FrozenPods([]string{a, b, d, e, "never-existed", "never-a-uid"})
 	if err != nil {
 		t.Fatal(err)
 	}
