@@ -105,8 +105,30 @@ type verboseInfo struct {
 	} `json:"runtimeSpec"`
 }
 
+// maxPID is PID_MAX_LIMIT, the largest process ID Linux hands out.
+const maxPID = 1 << 22
+
+// errVerboseInfo marks a verbose info that cannot be read: the container is kept with
+// what the list and its status say, without a PID or cgroup.
+var errVerboseInfo = errors.New("unreadable verbose info")
+
+// parseVerboseInfo reads the init PID and the OCI spec's cgroupsPath from a verbose
+// ContainerStatus's "info". A PID no process can have is refused; the cgroupsPath is
+// checked where it is resolved (cgroup.Hierarchy.Resolve).
+func parseVerboseInfo(raw string) (pid int, cgroupsPath string, err error) {
+	var info verboseInfo
+	if err := json.Unmarshal([]byte(raw), &info); err != nil {
+		return 0, "", fmt.Errorf("%w: %w", errVerboseInfo, err)
+	}
+	if info.PID < 0 || info.PID > maxPID {
+		return 0, "", fmt.Errorf("%w: pid %d is no process's", errVerboseInfo, info.PID)
+	}
+	return info.PID, info.RuntimeSpec.Linux.CgroupsPath, nil
+}
+
 // containerDetails reads what the list does not say: PID, cgroupsPath, status
-// annotations, start time.
+// annotations, start time. An error wrapping errVerboseInfo leaves c with everything but
+// what the verbose info says.
 func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c *Container) error {
 	resp, err := rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.ID, Verbose: true})
 	if err != nil {
@@ -120,13 +142,13 @@ func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c
 		c.StartedAt = time.Unix(0, st.GetStartedAt())
 	}
 	if raw, ok := resp.GetInfo()["info"]; ok {
-		var info verboseInfo
-		if err := json.Unmarshal([]byte(raw), &info); err != nil {
-			return fmt.Errorf("status of container %s: verbose info: %w", c.ID, err)
+		pid, cgroupsPath, err := parseVerboseInfo(raw)
+		if err != nil {
+			return fmt.Errorf("status of container %s: %w", c.ID, err)
 		}
-		c.CgroupsPath = info.RuntimeSpec.Linux.CgroupsPath
+		c.CgroupsPath = cgroupsPath
 		if c.State == Running {
-			c.PID = info.PID
+			c.PID = pid
 		}
 	}
 	return nil

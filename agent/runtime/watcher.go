@@ -44,6 +44,9 @@ type Watcher struct {
 	sandboxOf  map[string]string     // container ID → sandbox ID
 	reconnects int
 	runtime    string // name and version of the runtime last connected
+	// unreadable are the containers whose verbose info could not be read, each logged
+	// once.
+	unreadable map[string]bool
 
 	*latest.Value[*Snapshot] // immutable snapshots, published under mu
 }
@@ -59,7 +62,7 @@ func NewWatcher(client *Client, opts Options, log *slog.Logger) *Watcher {
 	return &Watcher{
 		client: client, opts: opts, log: log,
 		pods: map[string]*Pod{}, containers: map[string]*Container{}, sandboxOf: map[string]string{},
-		Value: latest.New(&Snapshot{}),
+		unreadable: map[string]bool{}, Value: latest.New(&Snapshot{}),
 	}
 }
 
@@ -208,15 +211,24 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 		if old, ok := known[c.ID]; ok && old.State == c.State && old.CgroupsPath != "" {
 			c = old
 		} else if err := containerDetails(ctx, rs, c); err != nil {
-			if status.Code(err) == codes.NotFound {
+			switch {
+			case status.Code(err) == codes.NotFound:
 				continue // removed between the list and the status
+			case errors.Is(err, errVerboseInfo):
+				w.noteUnreadable(c.ID, err) // one container's info, not the whole list
+			default:
+				return err
 			}
-			return err
 		}
 		containers[c.ID] = c
 		sandboxOf[c.ID] = item.GetPodSandboxId()
 	}
 	w.mu.Lock()
+	for id := range w.unreadable {
+		if containers[id] == nil {
+			delete(w.unreadable, id)
+		}
+	}
 	w.pods, w.containers, w.sandboxOf = pods, containers, sandboxOf
 	w.publishLocked(true)
 	w.mu.Unlock()
@@ -292,9 +304,24 @@ func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServi
 	item := resp.GetContainers()[0]
 	c := containerOf(item)
 	if err := containerDetails(ctx, rs, c); err != nil {
-		return nil, "", err
+		if !errors.Is(err, errVerboseInfo) {
+			return nil, "", err
+		}
+		w.noteUnreadable(c.ID, err)
 	}
 	return c, item.GetPodSandboxId(), nil
+}
+
+// noteUnreadable logs, once per container, that its verbose info could not be read. The
+// container is kept without a PID or cgroup: its processes count as no container's, and
+// nothing is done to it on the strength of what its info claimed.
+func (w *Watcher) noteUnreadable(id string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.unreadable[id] {
+		w.unreadable[id] = true
+		w.log.Warn("container's verbose info refused: kept without PID or cgroup", "container", id, "err", err)
+	}
 }
 
 func (w *Watcher) setConnected(connected bool) {

@@ -3,6 +3,8 @@ package runtime
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -344,4 +346,76 @@ func TestKnownContainersCostNoStatusCall(t *testing.T) {
 	if got := r.cri.Calls("ContainerStatus"); got != calls {
 		t.Errorf("relist of unchanged containers made %d status calls", got-calls)
 	}
+}
+
+// A container whose verbose info cannot be read is kept without PID or cgroup: the list
+// goes on, the runtime stays connected, and the other containers keep theirs.
+func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {
+	r := start(t, false, time.Hour)
+	r.cri.PutContainer(fakecri.Container{ID: "c-bad", SandboxID: "sb1", Name: "bad", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-bad",
+		Info: `{"pid":103,"runtimeSpec":{"linux":{"cgroupsPath":`}, true)
+	r.cri.PutContainer(fakecri.Container{ID: "c-neg", SandboxID: "sb1", Name: "negative", Info: `{"pid":-1}`}, true)
+	s := r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "bad", "graph", "health-handler", "negative"))
+	if !s.Connected {
+		t.Error("runtime reported unreachable over one container's info")
+	}
+	for _, name := range []string{"bad", "negative"} {
+		if c := containerIn(s, "uid-1", name); c.State != Running || c.PID != 0 || c.CgroupsPath != "" {
+			t.Errorf("%s: %+v, want running without PID or cgroupsPath", name, c)
+		}
+	}
+	if hh := containerIn(s, "uid-1", "health-handler"); hh.PID != 101 || hh.CgroupsPath == "" {
+		t.Errorf("health-handler lost its details: %+v", hh)
+	}
+	// Through an event as through the list.
+	r.subscribed(t)
+	r.cri.PutContainer(fakecri.Container{ID: "c-late", SandboxID: "sb1", Name: "late", Info: "null\x00"}, false)
+	s = r.until(t, 2*time.Second, "event", hasContainers("uid-1", "bad", "graph", "health-handler", "late", "negative"))
+	if c := containerIn(s, "uid-1", "late"); c.PID != 0 || c.CgroupsPath != "" {
+		t.Errorf("late: %+v", c)
+	}
+}
+
+func TestParseVerboseInfo(t *testing.T) {
+	pid, cgroupsPath, err := parseVerboseInfo(`{"sandboxID":"sb1","pid":4242,"runtimeSpec":{"ociVersion":"1.2.0","linux":{"cgroupsPath":"kubepods-pod9.slice:cri-containerd:abc","namespaces":[]}}}`)
+	if err != nil || pid != 4242 || cgroupsPath != "kubepods-pod9.slice:cri-containerd:abc" {
+		t.Errorf("parseVerboseInfo = %d, %q, %v", pid, cgroupsPath, err)
+	}
+	for _, bad := range []string{``, `{`, `[]`, `{"pid":-1}`, `{"pid":4194305}`, `{"pid":1.5}`, `{"pid":"1"}`, `{"runtimeSpec":{"linux":{"cgroupsPath":7}}}`} {
+		if pid, p, err := parseVerboseInfo(bad); err == nil || !errors.Is(err, errVerboseInfo) {
+			t.Errorf("parseVerboseInfo(%q) = %d, %q, %v; want an errVerboseInfo", bad, pid, p, err)
+		}
+	}
+}
+
+func FuzzParseVerboseInfo(f *testing.F) {
+	// containerd's layout (abridged) and CRI-O's.
+	f.Add(`{"sandboxID":"5e1c","pid":4242,"removing":false,"snapshotKey":"abc","snapshotter":"overlayfs","runtimeType":"io.containerd.runc.v2",` +
+		`"runtimeSpec":{"ociVersion":"1.2.0","process":{"args":["/pause"]},"linux":{"cgroupsPath":"/kubepods/besteffort/pod5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b11/0b3e7d21"}}}`)
+	f.Add(`{"pid":17,"sandboxID":"x","runtimeSpec":{"linux":{"cgroupsPath":"kubepods-burstable-pod5f0c3a52_1b7e_4c1a_9d55_0e4a7c2f9b11.slice:crio:0b3e7d21"}}}`)
+	f.Add(`{"pid":0}`)
+	f.Add(`{"pid":-1,"runtimeSpec":{"linux":{"cgroupsPath":"/../../etc"}}}`)
+	f.Add(`{"PID":1e3}`)
+	f.Fuzz(func(t *testing.T, raw string) {
+		pid, cgroupsPath, err := parseVerboseInfo(raw)
+		if err != nil {
+			if !errors.Is(err, errVerboseInfo) {
+				t.Fatalf("error %v is not an errVerboseInfo", err)
+			}
+			return
+		}
+		if pid < 0 || pid > maxPID {
+			t.Fatalf("accepted pid %d", pid)
+		}
+		// What was read survives the runtime's own layout unchanged.
+		var info verboseInfo
+		info.PID, info.RuntimeSpec.Linux.CgroupsPath = pid, cgroupsPath
+		b, err := json.Marshal(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid2, path2, err := parseVerboseInfo(string(b)); err != nil || pid2 != pid || path2 != cgroupsPath {
+			t.Fatalf("round trip of %d, %q: %d, %q, %v", pid, cgroupsPath, pid2, path2, err)
+		}
+	})
 }

@@ -25,6 +25,8 @@ type Container struct {
 	CgroupsPath                string
 	Annotations                map[string]string
 	CreatedAt                  int64
+	// Info, when set, is the verbose info answered as is, instead of containerd's layout.
+	Info string
 }
 
 // Sandbox is a fake pod sandbox.
@@ -288,6 +290,9 @@ func (s *Server) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSta
 			"runtimeSpec": map[string]any{"linux": map[string]any{"cgroupsPath": c.CgroupsPath}},
 		})
 		resp.Info = map[string]string{"info": string(info)}
+		if c.Info != "" {
+			resp.Info["info"] = c.Info
+		}
 	}
 	return resp, nil
 }
