@@ -14,6 +14,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -108,12 +109,13 @@ type Builder struct {
 	mismatches atomic.Int64
 	mu         sync.Mutex
 	reported   map[string]string // container ID → last disagreement logged
+	refused    map[string]string // sandbox ID → last refusal logged
 }
 
 // NewBuilder returns a builder over the runtime watcher, the allocation tracker and the
 // host's cgroups; an allocation table older than maxAge is as unknown as none.
 func NewBuilder(rt RuntimeSource, alloc AllocationSource, cgroups cgroup.Hierarchy, maxAge time.Duration, log *slog.Logger) *Builder {
-	return &Builder{runtime: rt, allocation: alloc, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}}
+	return &Builder{runtime: rt, allocation: alloc, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}, refused: map[string]string{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
@@ -125,32 +127,64 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	rs, _ := b.runtime.Load()
 	alloc, _ := b.allocation.Load()
 	snap := &Snapshot{Taken: now, Inputs: Inputs{RuntimeConnected: rs.Connected, AllocationRead: alloc.Read}, CGs: make([]*CG, 0, len(rs.Pods))}
-	seen := make(map[string]bool)
+	seen, seenPods := make(map[string]bool), make(map[string]bool)
 	for _, p := range rs.Pods {
+		seenPods[p.SandboxID] = true
 		cg := &CG{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QoS: p.QoS(), Ready: p.Ready, Annotations: p.Annotations,
 			Containers: make([]*Container, 0, len(p.Containers)),
 		}
+		var refused []string
+		if err := untrusted.PodUID(p.UID); err != nil {
+			refused = append(refused, err.Error())
+		}
 		for _, c := range p.Containers {
 			seen[c.ID] = true
-			cg.Containers = append(cg.Containers, b.container(c))
+			ctr, err := b.container(c)
+			if err != nil {
+				refused = append(refused, fmt.Sprintf("container %s: %v", c.Name, err))
+			}
+			cg.Containers = append(cg.Containers, ctr)
 		}
 		b.allocate(now, cg, p, alloc)
+		if len(refused) > 0 {
+			b.refuse(cg, p.SandboxID, refused)
+		}
 		snap.CGs = append(snap.CGs, cg)
 	}
-	b.forget(seen)
+	b.forget(seen, seenPods)
 	return snap
 }
 
-func (b *Builder) container(c *runtime.Container) *Container {
+// refuse leaves a CG the runtime describes in a way the agent refuses (a pod UID that is
+// none, a cgroupsPath leaving its hierarchy) unknown, so that nothing is done to it on
+// the strength of that description, and logs each refusal once.
+func (b *Builder) refuse(cg *CG, sandboxID string, refused []string) {
+	problem := strings.Join(refused, "; ")
+	why := problem
+	if cg.AllocationUnknown != "" {
+		why += "; " + cg.AllocationUnknown
+	}
+	cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown = nr1.Amounts{}, false, why
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.refused[sandboxID] != problem {
+		b.refused[sandboxID] = problem
+		b.log.Warn("the runtime's description of a pod is refused; its CG is left alone",
+			"namespace", cg.Namespace, "pod", cg.Name, "problem", problem)
+	}
+}
+
+// container reads a container's cgroup. The error is a cgroupsPath refused; a cgroup
+// gone meanwhile is no error, only no processes.
+func (b *Builder) container(c *runtime.Container) (*Container, error) {
 	ctr := &Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: c.State, StartedAt: c.StartedAt}
 	if c.State != runtime.Running || c.CgroupsPath == "" {
-		return ctr
+		return ctr, nil
 	}
 	paths, err := b.cgroups.Resolve(c.CgroupsPath)
 	if err != nil {
-		b.log.Debug("container cgroup unresolved", "container", c.ID, "err", err)
-		return ctr
+		return ctr, err
 	}
 	ctr.Cgroup = paths
 	if paths.V2 != "" {
@@ -165,7 +199,7 @@ func (b *Builder) container(c *runtime.Container) *Container {
 			ctr.ChildCgroupIDs = t.Descendants
 		}
 	}
-	return ctr
+	return ctr, nil
 }
 
 // allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.
@@ -245,12 +279,17 @@ func (b *Builder) crossCheck(cg *CG, c *runtime.Container, fromKubelet, annotate
 	return problem
 }
 
-func (b *Builder) forget(seen map[string]bool) {
+func (b *Builder) forget(seen, seenPods map[string]bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for id := range b.reported {
 		if !seen[id] {
 			delete(b.reported, id)
+		}
+	}
+	for id := range b.refused {
+		if !seenPods[id] {
+			delete(b.refused, id)
 		}
 	}
 }

@@ -50,6 +50,9 @@ func devices(resource string, n int) []*podresourcesapi.ContainerDevices {
 	return out
 }
 
+// podUID is the example pod's UID, as the API server gives one.
+const podUID = "5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b11"
+
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type world struct {
@@ -87,7 +90,7 @@ func newWorld(t *testing.T) *world {
 	w := &world{cri: fakecri.New(filepath.Join(dir, "cri.sock")), kubelet: &fakeKubelet{}}
 	w.cgroups = cgroup.Hierarchy{Root: filepath.Join(dir, "cgroup"), Mode: cgroup.Unified, V2: filepath.Join(dir, "cgroup")}
 
-	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb1", UID: "uid-1", Namespace: "default", Name: "resnet50"}, true)
+	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb1", UID: podUID, Namespace: "default", Name: "resnet50"}, true)
 	w.cri.PutContainer(fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
 		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "3", "nr1.neureality.ai/docker_partition": "2392", "nr1.neureality.ai/ai_hypervisor_queue": "7"}}, true)
@@ -165,13 +168,13 @@ func inode(t *testing.T, dir string) uint64 {
 
 func TestCGAllocationIsTheSumOverContainers(t *testing.T) {
 	w := newWorld(t)
-	before := w.builder.Build(time.Now()).CG("uid-1")
+	before := w.builder.Build(time.Now()).CG(podUID)
 	if before == nil || before.AllocationKnown {
 		t.Fatalf("before the kubelet answers, allocation must be unknown: %+v", before)
 	}
 	w.tracker.Refresh(context.Background())
 	s := w.builder.Build(time.Now())
-	cg := s.CG("uid-1")
+	cg := s.CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) || cg.QoS != "BestEffort" {
 		t.Fatalf("CG %+v", cg)
 	}
@@ -199,7 +202,7 @@ func (w *world) putContainers(t *testing.T, ctrs ...fakecri.Container) {
 		w.cri.PutContainer(c, false)
 	}
 	w.watched(t, "events not applied", func(s *runtime.Snapshot) bool {
-		p := s.Pod("uid-1")
+		p := s.Pod(podUID)
 		return p != nil && seenAll(p, ctrs)
 	})
 }
@@ -231,7 +234,7 @@ func TestDisagreementLeavesTheAllocationUnknown(t *testing.T) {
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
 		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "30", "nr1.neureality.ai/ai_hypervisor_queue": "7"}})
 	w.tracker.Refresh(context.Background())
-	cg := w.builder.Build(time.Now()).CG("uid-1")
+	cg := w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "annotations say") {
 		t.Errorf("known %v (%q): when the two sources disagree nothing may be assumed", cg.AllocationKnown, cg.AllocationUnknown)
 	}
@@ -249,7 +252,7 @@ func TestMalformedAnnotationIsCountedAndKubeletWins(t *testing.T) {
 	w.putContainers(t, fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-g", Annotations: map[string]string{"nr1.neureality.ai/ai_hypervisor_queue": "many"}})
 	w.tracker.Refresh(context.Background())
-	cg := w.builder.Build(time.Now()).CG("uid-1")
+	cg := w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) {
 		t.Errorf("allocation %v known %v (%s): the pod-resources figure must stand", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
 	}
@@ -264,14 +267,14 @@ func TestRestartingKubeletLeavesTheAllocationUnknown(t *testing.T) {
 	w := newWorld(t)
 	w.setPods()
 	w.tracker.Refresh(context.Background())
-	cg := w.builder.Build(time.Now()).CG("uid-1")
+	cg := w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown || (cg.Allocation != nr1.Amounts{}) || !strings.Contains(cg.AllocationUnknown, "not in the kubelet's") {
 		t.Errorf("pod missing from the answer: known %v allocation %v (%q)", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
 	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default",
 		Containers: []*podresourcesapi.ContainerResources{{Name: "health-handler"}, {Name: "graph"}}})
 	w.tracker.Refresh(context.Background())
-	cg = w.builder.Build(time.Now()).CG("uid-1")
+	cg = w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown {
 		t.Errorf("pod listed without the devices its Allocate annotations name: known with %v", cg.Allocation)
 	}
@@ -285,7 +288,7 @@ func TestInitContainerIsJudgedByWhatItWasGiven(t *testing.T) {
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-init",
 		Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "5", "nr1.neureality.ai/ai_hypervisor_queue": "1"}})
 	w.tracker.Refresh(context.Background())
-	cg := w.builder.Build(time.Now()).CG("uid-1")
+	cg := w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{5, 0, 2392, 7}) {
 		t.Fatalf("allocation %v known %v (%s), want the larger of the init container's and the sum", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
 	}
@@ -301,8 +304,52 @@ func TestOldAllocationTableIsUnknown(t *testing.T) {
 	w := newWorld(t)
 	w.tracker.Refresh(context.Background())
 	later := time.Now().Add(6 * time.Second)
-	cg := w.builder.Build(later).CG("uid-1")
+	cg := w.builder.Build(later).CG(podUID)
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "limit 5s") {
 		t.Errorf("known %v (%q) with a table 6 s old", cg.AllocationKnown, cg.AllocationUnknown)
+	}
+}
+
+// A pod the runtime describes in a way the agent refuses is left alone: unknown, with
+// the reason, and nothing read where its cgroupsPath pointed.
+func TestRefusedDescriptionLeavesTheCGUnknown(t *testing.T) {
+	w := newWorld(t)
+	// Processes a cgroupsPath leaving the hierarchy would have the agent read.
+	outside := filepath.Join(filepath.Dir(w.cgroups.V2), "outside", "ctr")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "cgroup.procs"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.putContainers(t, fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102, CgroupsPath: "/kubepods/../../outside/ctr"})
+	w.tracker.Refresh(context.Background())
+	cg := w.builder.Build(time.Now()).CG(podUID)
+	if cg.AllocationKnown || (cg.Allocation != nr1.Amounts{}) || !strings.Contains(cg.AllocationUnknown, "container graph: cgroupsPath") {
+		t.Errorf("known %v allocation %v (%q): a refused cgroupsPath must leave the CG unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+	for _, c := range cg.Containers {
+		if c.Name == "graph" && (c.Cgroup.V2 != "" || len(c.PIDs) != 0) {
+			t.Errorf("graph read through a refused cgroupsPath: %+v", c)
+		}
+		if c.Name == "health-handler" && !slices.Equal(c.PIDs, []int{101, 110}) {
+			t.Errorf("health-handler lost its processes: %v", c.PIDs)
+		}
+	}
+
+	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb2", UID: "../../etc", Namespace: "default", Name: "odd"}, false)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if s, _ := w.watcher.Load(); s.Pod("../../etc") != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("sandbox event not applied")
+		}
+	}
+	w.setPods(&podresourcesapi.PodResources{Name: "odd", Namespace: "default"})
+	w.tracker.Refresh(context.Background())
+	odd := w.builder.Build(time.Now()).CG("../../etc")
+	if odd == nil || odd.AllocationKnown || !strings.Contains(odd.AllocationUnknown, "pod UID") {
+		t.Errorf("a pod whose UID is none must be unknown: %+v", odd)
 	}
 }
