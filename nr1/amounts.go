@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // PerResource holds one value per resource, indexed by Resource. In JSON, and so in the
@@ -99,6 +103,23 @@ func (p *PerResource[T]) UnmarshalJSON(b []byte) error {
 
 // InBase is u in r's base unit.
 func (r Resource) InBase(u Units) Base { return Base(int64(u) * r.UnitBytes()) }
+
+// MaxUnits is the largest amount of r whose base amount fits in a Base.
+func (r Resource) MaxUnits() Units { return Units(math.MaxInt64 / r.UnitBytes()) }
+
+// ParseUnits reads an amount of r read from outside the agent (an Allocate annotation, a
+// sysfs attribute): decimal digits only, as the device plugin and a driver write them,
+// and at most MaxUnits, so that no arithmetic in base units overflows.
+func (r Resource) ParseUnits(s string) (Units, error) {
+	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("want decimal digits, got %s", untrusted.Quote(s))
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || Units(n) > r.MaxUnits() {
+		return 0, fmt.Errorf("want at most %d, got %s", r.MaxUnits(), untrusted.Quote(s))
+	}
+	return Units(n), nil
+}
 
 // InUnits is b in r's units, fractions kept.
 func (r Resource) InUnits(b Base) float64 { return float64(b) / float64(r.UnitBytes()) }

@@ -2,6 +2,8 @@ package nr1
 
 import (
 	"encoding/json"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -87,5 +89,24 @@ func TestPerResourceJSON(t *testing.T) {
 	}
 	if got := ComputeDMAMemory.InBase(3); got != 3<<20 || HypervisorQueue.InBase(7) != 7 || ComputeDMAMemory.InUnits(3<<19) != 1.5 {
 		t.Errorf("unit conversions wrong: 3 MB = %d bytes", got)
+	}
+}
+
+func TestParseUnits(t *testing.T) {
+	for _, r := range All {
+		most := r.MaxUnits()
+		if b := r.InBase(most); b < 0 || int64(b)/r.UnitBytes() != int64(most) || math.MaxInt64-int64(b) >= r.UnitBytes() {
+			t.Errorf("%s: MaxUnits %d is %d in base units: not the largest that fits", r.Name(), most, b)
+		}
+		for in, want := range map[string]Units{"0": 0, "7": 7, "0042": 42, strconv.FormatInt(int64(most), 10): most} {
+			if got, err := r.ParseUnits(in); err != nil || got != want {
+				t.Errorf("%s.ParseUnits(%q) = %d, %v; want %d", r.Name(), in, got, err, want)
+			}
+		}
+		for _, bad := range []string{"", "-1", "+1", " 1", "1 ", "1e3", "0x10", "１", strconv.FormatInt(int64(most)+1, 10), "99999999999999999999"} {
+			if got, err := r.ParseUnits(bad); err == nil {
+				t.Errorf("%s.ParseUnits(%q) = %d, want an error", r.Name(), bad, got)
+			}
+		}
 	}
 }

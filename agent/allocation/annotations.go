@@ -3,13 +3,15 @@ package allocation
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // FromAnnotations reads the Allocate annotations of a container (CRI status
-// annotations). found is false when the container carries none.
+// annotations). found is false when the container carries none. A value is what the
+// device plugin writes, decimal digits, and no more than the resource's base unit can
+// count (nr1.Resource.ParseUnits): anything else is an error naming the annotation, and
+// none of the container's annotations is taken then.
 func FromAnnotations(annotations map[string]string) (a nr1.Amounts, found bool, err error) {
 	var errs []error
 	for _, r := range nr1.All {
@@ -18,12 +20,15 @@ func FromAnnotations(annotations map[string]string) (a nr1.Amounts, found bool, 
 			continue
 		}
 		found = true
-		n, perr := strconv.ParseInt(v, 10, 64)
-		if perr != nil || n < 0 {
-			errs = append(errs, fmt.Errorf("annotation %s: want a non-negative integer, got %q", r.Annotation(), v))
+		n, perr := r.ParseUnits(v)
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("annotation %s: %w", r.Annotation(), perr))
 			continue
 		}
-		a[r] = nr1.Units(n)
+		a[r] = n
 	}
-	return a, found, errors.Join(errs...)
+	if len(errs) > 0 {
+		return nr1.Amounts{}, found, errors.Join(errs...)
+	}
+	return a, found, nil
 }
