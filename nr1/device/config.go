@@ -123,8 +123,9 @@ func (c *Config) Validate(prefix string) error {
 			field(name, "has no capacity source: set capacityAttribute, capacity or partition")
 		}
 		for i, f := range rc.Files {
-			if !path.IsAbs(f.Path) {
-				field(fmt.Sprintf("%s.files[%d].path", name, i), "must be an absolute path, got %q", f.Path)
+			// Clean, so that a file of the host's /dev stays under --path.dev once joined to it.
+			if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path {
+				field(fmt.Sprintf("%s.files[%d].path", name, i), "must be a clean absolute path, got %q", f.Path)
 			}
 			if f.ContainerPath != "" && !path.IsAbs(f.ContainerPath) {
 				field(fmt.Sprintf("%s.files[%d].containerPath", name, i), "must be an absolute path, got %q", f.ContainerPath)

@@ -3,14 +3,15 @@ package device
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -58,7 +59,7 @@ func (inv *Inventory) Capacity() (nr1.Amounts, nr1.PerResource[CapacitySource], 
 func (inv *Inventory) capacityOf(r nr1.Resource) (nr1.Units, CapacitySource, error) {
 	rc := &inv.cfg.Resources[r]
 	if rc.CapacityAttribute != "" {
-		n, err := inv.readCapacityAttribute(rc.CapacityAttribute)
+		n, err := inv.readCapacityAttribute(r, rc.CapacityAttribute)
 		switch {
 		case err == nil:
 			return n, FromSysfs, nil
@@ -81,17 +82,57 @@ func (inv *Inventory) attributePath(name string) string {
 	return filepath.Join(inv.sysfsRoot, inv.cfg.SysfsDevice, name)
 }
 
-func (inv *Inventory) readCapacityAttribute(name string) (nr1.Units, error) {
+func (inv *Inventory) readCapacityAttribute(r nr1.Resource, name string) (nr1.Units, error) {
 	p := inv.attributePath(name)
-	b, err := os.ReadFile(p)
+	b, err := readAttribute(p)
 	if err != nil {
 		return 0, fmt.Errorf("sysfs attribute: %w", err)
 	}
-	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("sysfs attribute %s: want a non-negative integer, got %q", p, strings.TrimSpace(string(b)))
+	n, err := parseCapacity(r, b)
+	if err != nil {
+		return 0, fmt.Errorf("sysfs attribute %s: %w", p, err)
 	}
-	return nr1.Units(n), nil
+	return n, nil
+}
+
+// maxAttribute bounds what is read of a sysfs attribute: the kernel serves one in a page.
+const maxAttribute = 4096
+
+// readAttribute reads a sysfs attribute; anything longer than a page is not one (a
+// path configured by mistake, or not sysfs) and is refused without being read whole.
+func readAttribute(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err //nolint:wrapcheck // a *PathError naming p, which callers unwrap
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxAttribute+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", p, err)
+	}
+	if len(b) > maxAttribute {
+		return nil, fmt.Errorf("%s: longer than a sysfs attribute (%d bytes)", p, maxAttribute)
+	}
+	return b, nil
+}
+
+// parseCapacity reads a capacity attribute: an amount of r in decimal digits, blanks
+// around it (the kernel's newline) ignored.
+func parseCapacity(r nr1.Resource, b []byte) (nr1.Units, error) {
+	return r.ParseUnits(strings.TrimSpace(string(b)))
+}
+
+// parseHealth reads a health attribute at p: healthy when its content, blanks around it
+// ignored, is one of the healthy values in any case; otherwise the reason quotes the
+// content, bounded, since it is the driver's (or whatever the path names).
+func parseHealth(p string, b []byte, healthy []string) Status {
+	v := strings.TrimSpace(string(b))
+	for _, ok := range healthy {
+		if strings.EqualFold(v, ok) {
+			return Status{Healthy: true}
+		}
+	}
+	return Status{Reason: fmt.Sprintf("health attribute %s reads %s", p, untrusted.Quote(v))}
 }
 
 func partitionMB(p *Partition) (nr1.Units, error) {
@@ -157,17 +198,11 @@ func (inv *Inventory) probeAttribute() Status {
 		return Status{Healthy: true}
 	}
 	p := inv.attributePath(inv.cfg.HealthAttribute)
-	b, err := os.ReadFile(p)
+	b, err := readAttribute(p)
 	if err != nil {
 		return Status{Reason: fmt.Sprintf("health attribute %s: %v", p, unwrapPathError(err))}
 	}
-	v := strings.TrimSpace(string(b))
-	for _, ok := range inv.cfg.HealthyValues {
-		if strings.EqualFold(v, ok) {
-			return Status{Healthy: true}
-		}
-	}
-	return Status{Reason: fmt.Sprintf("health attribute %s reads %q", p, v)}
+	return parseHealth(p, b, inv.cfg.HealthyValues)
 }
 
 func unwrapPathError(err error) error {

@@ -1,16 +1,20 @@
 package device
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
 
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -93,7 +97,7 @@ func TestCapacityErrors(t *testing.T) {
 		cfg.Resources[nr1.HypervisorQueue].Capacity = &n
 		must(t, os.WriteFile(filepath.Join(sys, cfg.SysfsDevice, "ai_hypervisor_queues"), []byte("lots\n"), 0o644))
 		_, _, err := NewInventory(cfg, sys, "/dev").Capacity()
-		if err == nil || !strings.Contains(err.Error(), `ai_hypervisor_queues: want a non-negative integer, got "lots"`) {
+		if err == nil || !strings.Contains(err.Error(), `ai_hypervisor_queues: want decimal digits, got "lots"`) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -113,6 +117,80 @@ func TestCapacityErrors(t *testing.T) {
 		_, _, err := NewInventory(cfg, sys, "/dev").Capacity()
 		if err == nil || !strings.Contains(err.Error(), "less than the reserve") {
 			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// What is read of sysfs is bounded: a path configured by mistake that names a large
+// file is refused, not read whole, and what an attribute holds is quoted, bounded, in
+// the reason.
+func TestAttributesAreBounded(t *testing.T) {
+	cfg, sys := fixture(t)
+	dir := filepath.Join(sys, cfg.SysfsDevice)
+	must(t, os.WriteFile(filepath.Join(dir, "ai_hypervisor_queues"), bytes.Repeat([]byte("7"), 1<<20), 0o644))
+	if _, _, err := NewInventory(cfg, sys, "/dev").Capacity(); err == nil || !strings.Contains(err.Error(), "longer than a sysfs attribute") {
+		t.Errorf("a 1 MiB capacity attribute: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "ai_hypervisor_queues"), []byte("7\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "compute_dma_memory_mb"), []byte("8796093022208\n"), 0o644)) // 2^63 bytes
+	if _, _, err := NewInventory(cfg, sys, "/dev").Capacity(); err == nil || !strings.Contains(err.Error(), "want at most 8796093022207") {
+		t.Errorf("a capacity whose bytes overflow: %v", err)
+	}
+	inv := NewInventory(cfg, sys, "/dev")
+	must(t, os.WriteFile(filepath.Join(dir, "health"), []byte("degraded\x1b[2J\nok"), 0o644))
+	if h := inv.Probe()[nr1.ComputeDMAMemory]; h.Healthy || !strings.Contains(h.Reason, `reads "degraded\x1b[2J\nok"`) {
+		t.Errorf("health attribute with control characters: %+v", h)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "health"), bytes.Repeat([]byte("x"), maxAttribute+1), 0o644))
+	if h := inv.Probe()[nr1.ComputeDMAMemory]; h.Healthy || !strings.Contains(h.Reason, "longer than a sysfs attribute") || len(h.Reason) > 512 {
+		t.Errorf("health attribute longer than a page: %+v", h)
+	}
+}
+
+func FuzzCapacityAttribute(f *testing.F) {
+	f.Add([]byte("116244\n"))
+	f.Add([]byte("0\n"))
+	f.Add([]byte("lots\n"))
+	f.Add([]byte("-1\n"))
+	f.Add([]byte("8796093022208\n"))
+	f.Add([]byte(" 007 "))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, r := range nr1.All {
+			n, err := parseCapacity(r, b)
+			if err != nil {
+				continue
+			}
+			if n < 0 || n > r.MaxUnits() || r.InBase(n) < 0 {
+				t.Fatalf("%s: %q read as %d", r.Name(), b, n)
+			}
+			// What a driver writes for the amount reads the same.
+			if again, err := parseCapacity(r, []byte(strconv.FormatInt(int64(n), 10)+"\n")); err != nil || again != n {
+				t.Fatalf("%s: %d does not survive a round trip: %d, %v", r.Name(), n, again, err)
+			}
+		}
+	})
+}
+
+func FuzzHealthAttribute(f *testing.F) {
+	f.Add([]byte("HEALTHY\n"), "healthy")
+	f.Add([]byte("ok\n"), "ok")
+	f.Add([]byte("degraded\n"), "healthy")
+	f.Add([]byte("\x1b[2J\u202e\xff\n"), "healthy")
+	f.Fuzz(func(t *testing.T, b []byte, healthy string) {
+		const p = "/sys/class/neureality/nr1_0/health"
+		st := parseHealth(p, b, []string{healthy})
+		if want := strings.EqualFold(strings.TrimSpace(string(b)), healthy); st.Healthy != want {
+			t.Fatalf("%q with healthy value %q: healthy %v, want %v", b, healthy, st.Healthy, want)
+		}
+		if st.Healthy {
+			if st.Reason != "" {
+				t.Fatalf("healthy with a reason: %q", st.Reason)
+			}
+			return
+		}
+		// The reason goes to logs and Events: one printable line of bounded length.
+		if strings.ContainsAny(st.Reason, "\n\r\x00") || !utf8.ValidString(st.Reason) || len(st.Reason) > len(p)+4*untrusted.MaxQuoted+64 {
+			t.Fatalf("reason %q", st.Reason)
 		}
 	})
 }
@@ -187,14 +265,15 @@ func TestValidate(t *testing.T) {
 	cfg := DefaultConfig()
 	neg := nr1.Units(-3)
 	cfg.Resources[nr1.CPUDMAMemory].Capacity = &neg
-	cfg.Resources[nr1.HypervisorQueue].Files = []File{{Path: "dev/q"}, {Path: "/dev/q2", Measure: "fdinfo"}, {Path: "/dev/q3", Measure: "bytes"}}
+	cfg.Resources[nr1.HypervisorQueue].Files = []File{{Path: "dev/q"}, {Path: "/dev/q2", Measure: "fdinfo"}, {Path: "/dev/q3", Measure: "bytes"}, {Path: "/dev/../etc/q"}}
 	cfg.Resources[nr1.ComputeDMAMemory].Partition = &Partition{Path: "/x"}
 	cfg.Resources[nr1.DockerPartition] = Resource{}
 	cfg.SysfsDevice = "/abs"
 	err := cfg.Validate("nr1")
 	for _, want := range []string{
 		"nr1.resources.cpu_dma_memory.capacity: must not be negative, got -3",
-		`nr1.resources.ai_hypervisor_queue.files[0].path: must be an absolute path, got "dev/q"`,
+		`nr1.resources.ai_hypervisor_queue.files[0].path: must be a clean absolute path, got "dev/q"`,
+		`nr1.resources.ai_hypervisor_queue.files[3].path: must be a clean absolute path, got "/dev/../etc/q"`,
 		"nr1.resources.ai_hypervisor_queue.files[1].fdinfoKey: must name the fdinfo key to sum",
 		`nr1.resources.ai_hypervisor_queue.files[2].measure: must be mappedBytes, openHandles or fdinfo; got "bytes"`,
 		"nr1.resources.compute_dma_memory.partition: only the docker_partition",
