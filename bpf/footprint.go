@@ -98,9 +98,9 @@ func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 
 // Files runs the task_file iterator, calling fn for each open file description of a
 // target in each cgroup: the first fd the iterator meets (lowest PID, then lowest fd),
-// not the others sharing it. Records come in PID order; fn returning false stops the
-// iterator.
-func (f *Footprint) Files(fn func(*Record) bool) error {
+// not the others sharing it. Records come in PID order; fn returning an error stops
+// the iterator with it.
+func (f *Footprint) Files(fn func(*Record) error) error {
 	f.scan++
 	if err := f.objs.Scan.Set(f.scan); err != nil {
 		return fmt.Errorf("starting a footprint scan: %w", err)
@@ -112,29 +112,62 @@ func (f *Footprint) Files(fn func(*Record) bool) error {
 // a target sent over a unix socket and not received yet, once per description and the
 // receiving socket's cgroup, and not when Files, run before it in the same scan,
 // reported it for that cgroup. The record's PID and fd are 0.
-func (f *Footprint) InFlight(fn func(*Record) bool) error { return run(f.unix, fn) }
+func (f *Footprint) InFlight(fn func(*Record) error) error { return run(f.unix, fn) }
 
 // VMAs runs the task_vma iterator, calling fn for every mapping of a target, in PID
-// order; fn returning false stops the iterator.
-func (f *Footprint) VMAs(fn func(*Record) bool) error { return run(f.vmas, fn) }
+// order, until fn returns an error.
+func (f *Footprint) VMAs(fn func(*Record) error) error { return run(f.vmas, fn) }
 
-func run(it *link.Iter, fn func(*Record) bool) error {
+func run(it *link.Iter, fn func(*Record) error) error {
 	rd, err := it.Open()
 	if err != nil {
 		return fmt.Errorf("running iterator: %w", err)
 	}
 	defer rd.Close()
-	br := bufio.NewReaderSize(rd, 64<<10)
-	var r Record
+	return ReadRecords(bufio.NewReaderSize(rd, 64<<10), fn)
+}
+
+// RecordSize is the size of struct record in footprint.bpf.c, as the iterators write it.
+const RecordSize = 56
+
+// ReadRecords decodes the records an iterator wrote to rd, calling fn for each until fn
+// returns an error. The output is a whole number of records: one cut short is an error.
+func ReadRecords(rd io.Reader, fn func(*Record) error) error {
+	var (
+		buf [RecordSize]byte
+		r   Record
+	)
 	for {
-		if err := binary.Read(br, binary.NativeEndian, &r); err != nil {
-			if errors.Is(err, io.EOF) {
+		if _, err := io.ReadFull(rd, buf[:]); err != nil {
+			switch {
+			case errors.Is(err, io.EOF):
 				return nil
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				return errors.New("reading iterator output: a record cut short")
 			}
 			return fmt.Errorf("reading iterator output: %w", err)
 		}
-		if !fn(&r) {
-			return nil
+		DecodeRecord(&buf, &r)
+		if err := fn(&r); err != nil {
+			return err
 		}
+	}
+}
+
+// DecodeRecord decodes one record as the kernel wrote it: struct record of
+// footprint.bpf.c in the host's byte order. What the fields say is for the caller to
+// check; any bytes decode.
+func DecodeRecord(b *[RecordSize]byte, r *Record) {
+	e := binary.NativeEndian
+	*r = Record{
+		CgroupId: e.Uint64(b[0:]),
+		File:     e.Uint64(b[8:]),
+		Start:    e.Uint64(b[16:]),
+		Size:     e.Uint64(b[24:]),
+		Pgoff:    e.Uint64(b[32:]),
+		Pid:      e.Uint32(b[40:]),
+		Fd:       e.Uint32(b[44:]),
+		Target:   e.Uint32(b[48:]),
+		Kind:     e.Uint32(b[52:]),
 	}
 }

@@ -1,6 +1,8 @@
 package bpf
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -66,11 +68,11 @@ func TestIteratorsReportFdsAndMappingsOfTargets(t *testing.T) {
 
 	pid := uint32(os.Getpid())
 	var fds []Record
-	if err := f.Files(func(r *Record) bool {
+	if err := f.Files(func(r *Record) error {
 		if r.Pid == pid {
 			fds = append(fds, *r)
 		}
-		return true
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +95,11 @@ func TestIteratorsReportFdsAndMappingsOfTargets(t *testing.T) {
 		t.Errorf("fds: %d on the DMA file (want 1: the fd and its dup share one description), %d on /dev/null", dma, nul)
 	}
 	var vmas []Record
-	if err := f.VMAs(func(r *Record) bool {
+	if err := f.VMAs(func(r *Record) error {
 		if r.Pid == pid && r.Target == 7 {
 			vmas = append(vmas, *r)
 		}
-		return true
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -146,19 +148,19 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	defer unix.Close(sent[2])
 
 	var files, flying []Record
-	if err := f.Files(func(r *Record) bool {
+	if err := f.Files(func(r *Record) error {
 		if r.Target == 1 || r.Target == 2 {
 			files = append(files, *r)
 		}
-		return true
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.InFlight(func(r *Record) bool {
+	if err := f.InFlight(func(r *Record) error {
 		if r.Target == 1 || r.Target == 2 {
 			flying = append(flying, *r)
 		}
-		return true
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -173,4 +175,62 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	if flying[0].Kind != KindInFlight || flying[0].CgroupId != files[0].CgroupId || flying[0].Pid != 0 {
 		t.Errorf("in-flight record %+v: want kind %d, the socket's cgroup %d, no PID", flying[0], KindInFlight, files[0].CgroupId)
 	}
+}
+
+// The decoder reads the layout the generated Record declares, field for field.
+func TestRecordLayout(t *testing.T) {
+	if n := binary.Size(Record{}); n != RecordSize {
+		t.Fatalf("Record is %d bytes, RecordSize %d", n, RecordSize)
+	}
+	want := Record{CgroupId: 1, File: 2, Start: 3, Size: 4, Pgoff: 5, Pid: 6, Fd: 7, Target: 8, Kind: 9}
+	var b [RecordSize]byte
+	if _, err := binary.Encode(b[:], binary.NativeEndian, &want); err != nil {
+		t.Fatal(err)
+	}
+	var got Record
+	DecodeRecord(&b, &got)
+	if got != want {
+		t.Errorf("DecodeRecord = %+v, want %+v", got, want)
+	}
+}
+
+func TestReadRecords(t *testing.T) {
+	two := bytes.Repeat([]byte{1}, 2*RecordSize)
+	n := 0
+	if err := ReadRecords(bytes.NewReader(two), func(*Record) error { n++; return nil }); err != nil || n != 2 {
+		t.Errorf("two records: %d read, %v", n, err)
+	}
+	if err := ReadRecords(bytes.NewReader(two[:RecordSize+10]), func(*Record) error { return nil }); err == nil {
+		t.Error("a record cut short was read")
+	}
+	stop := errors.New("stop")
+	n = 0
+	if err := ReadRecords(bytes.NewReader(two), func(*Record) error { n++; return stop }); !errors.Is(err, stop) || n != 1 {
+		t.Errorf("fn's error: %d read, %v", n, err)
+	}
+}
+
+func FuzzReadRecords(f *testing.F) {
+	// A task_vma record (mapping of 8 KiB at page 1) and a task_file record, as on amd64.
+	vma := Record{CgroupId: 8812, Start: 0x7f1c2a400000, Size: 8192, Pgoff: 1, Pid: 4242, Target: 0, Kind: KindVMA}
+	fd := Record{CgroupId: 8812, File: 0xffff8d4a1c3e2f00, Pid: 4242, Fd: 5, Target: 1, Kind: KindFD}
+	seed, _ := binary.Append(nil, binary.NativeEndian, &vma)
+	seed, _ = binary.Append(seed, binary.NativeEndian, &fd)
+	f.Add(seed)
+	f.Add(seed[:RecordSize+3])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, out []byte) {
+		var got []Record
+		err := ReadRecords(bytes.NewReader(out), func(r *Record) error { got = append(got, *r); return nil })
+		if (err == nil) != (len(out)%RecordSize == 0) || len(got) != len(out)/RecordSize {
+			t.Fatalf("%d bytes: %d records, %v", len(out), len(got), err)
+		}
+		// Each record is what the generated type's layout says those bytes are.
+		for i, r := range got {
+			var want Record
+			if _, err := binary.Decode(out[i*RecordSize:], binary.NativeEndian, &want); err != nil || r != want {
+				t.Fatalf("record %d: %+v, the layout says %+v (%v)", i, r, want, err)
+			}
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -72,11 +73,11 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	}
 	var got []uint64
 	pid := uint32(os.Getpid()) //nolint:gosec // a PID fits
-	if err := fp.Files(func(r *bpf.Record) bool {
+	if err := fp.Files(func(r *bpf.Record) error {
 		if r.Pid == pid && r.Target == probeTarget {
 			got = append(got, r.CgroupId)
 		}
-		return true
+		return nil
 	}); err != nil {
 		return fmt.Errorf("attribution probe: %w", err)
 	}
@@ -98,6 +99,7 @@ func (b *BPF) Close() error { return b.fp.Close() }
 func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	start := time.Now()
 	s := &Scan{Source: b.Name()}
+	targets := len(b.targets.list)
 	vctx := ctx
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
@@ -105,39 +107,46 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		defer cancel()
 	}
 	n := 0
-	err := b.fp.VMAs(func(r *bpf.Record) bool {
+	err := b.fp.VMAs(func(r *bpf.Record) error {
 		if n++; n%1024 == 0 && vctx.Err() != nil {
 			s.Cutoff = int(r.Pid)
-			return false
+			return errOutOfTime
 		}
-		s.Mappings = append(s.Mappings, Mapping{
-			CgroupID: r.CgroupId, PID: int(r.Pid), Target: int(r.Target), Start: r.Start, Size: r.Size, Offset: r.Pgoff << pageShift,
-		})
-		return true
+		m, err := mappingOf(r, targets)
+		if err == nil {
+			s.Mappings = append(s.Mappings, m)
+		}
+		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
-	err = b.fp.Files(func(r *bpf.Record) bool {
+	err = b.fp.Files(func(r *bpf.Record) error {
 		if s.Cutoff != 0 && int(r.Pid) >= s.Cutoff {
-			return false // beyond what the mappings' pass read
+			return errOutOfTime // beyond what the mappings' pass read
 		}
 		if n++; n%1024 == 0 && ctx.Err() != nil {
 			s.Cutoff = int(r.Pid)
-			return false
+			return errOutOfTime
 		}
-		s.Handles = append(s.Handles, Handle{CgroupID: r.CgroupId, PID: int(r.Pid), FD: int(r.Fd), Target: int(r.Target), Description: r.File})
-		return true
+		h, err := handleOf(r, targets)
+		if err == nil {
+			s.Handles = append(s.Handles, h)
+		}
+		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the receiving socket's cgroup. No process holds them, so
 	// they are read whatever the cutoff.
-	err = b.fp.InFlight(func(r *bpf.Record) bool {
-		s.Handles = append(s.Handles, Handle{CgroupID: r.CgroupId, FD: -1, Target: int(r.Target), Description: r.File})
-		return true
+	err = b.fp.InFlight(func(r *bpf.Record) error {
+		h, err := inFlightOf(r, targets)
+		if err == nil {
+			s.Handles = append(s.Handles, h)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
@@ -145,4 +154,42 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	fillFdinfo(b.procRoot, b.targets, s.Handles)
 	s.Took = time.Since(start)
 	return s, nil
+}
+
+// maxPID is PID_MAX_LIMIT, the largest process ID Linux hands out.
+const maxPID = 1 << 22
+
+// mappingOf checks a task_vma record: a mapping of a target, page-aligned, within the
+// address space, of a file range that ends within the largest file offset. A record the
+// iterators could not have written (a target they were not given, a range past the end
+// of the address space or of a file) means the program and this decoder disagree: the
+// scan fails, naming the record, rather than count what it says or index past the
+// targets. No sample is then taken, and an unknown is never acted on.
+func mappingOf(r *bpf.Record, targets int) (Mapping, error) {
+	page := uint64(1) << pageShift
+	switch {
+	case r.Kind != bpf.KindVMA || int64(r.Target) >= int64(targets) || r.Pid == 0 || r.Pid > maxPID:
+	case r.Size == 0 || r.Start%page != 0 || r.Size%page != 0 || r.Start+r.Size < r.Start:
+	case r.Pgoff > math.MaxInt64>>pageShift || r.Size > math.MaxInt64-r.Pgoff<<pageShift:
+	default:
+		return Mapping{CgroupID: r.CgroupId, PID: int(r.Pid), Target: int(r.Target), Start: r.Start, Size: r.Size, Offset: r.Pgoff << pageShift}, nil
+	}
+	return Mapping{}, fmt.Errorf("a mapping record no mapping of %d targets can have: %+v", targets, *r)
+}
+
+// handleOf checks a task_file record: an fd of a target, with its open file description.
+func handleOf(r *bpf.Record, targets int) (Handle, error) {
+	if r.Kind != bpf.KindFD || int64(r.Target) >= int64(targets) || r.Pid == 0 || r.Pid > maxPID || r.Fd > math.MaxInt32 || r.File == 0 {
+		return Handle{}, fmt.Errorf("an fd record no fd of %d targets can have: %+v", targets, *r)
+	}
+	return Handle{CgroupID: r.CgroupId, PID: int(r.Pid), FD: int(r.Fd), Target: int(r.Target), Description: r.File}, nil
+}
+
+// inFlightOf checks a unix iterator record: a file of a target in flight, with its open
+// file description and no process.
+func inFlightOf(r *bpf.Record, targets int) (Handle, error) {
+	if r.Kind != bpf.KindInFlight || int64(r.Target) >= int64(targets) || r.Pid != 0 || r.File == 0 {
+		return Handle{}, fmt.Errorf("an in-flight record no file in flight of %d targets can have: %+v", targets, *r)
+	}
+	return Handle{CgroupID: r.CgroupId, FD: -1, Target: int(r.Target), Description: r.File}, nil
 }

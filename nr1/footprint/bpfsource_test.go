@@ -1,0 +1,108 @@
+package footprint
+
+import (
+	"encoding/binary"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/neureality-sdk/nr1-agent/bpf"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// recordTargets are three targets, one per measure kind the records feed.
+var recordTargets = &Targets{list: []Target{
+	{Resource: nr1.ComputeDMAMemory, Measure: MappedBytes},
+	{Resource: nr1.CPUDMAMemory, Measure: MappedBytes},
+	{Resource: nr1.HypervisorQueue, Measure: OpenHandles},
+}}
+
+func TestRecordsTheIteratorsCannotWriteAreRefused(t *testing.T) {
+	vma := bpf.Record{CgroupId: 8812, Start: 0x7f1c2a400000, Size: 8192, Pgoff: 1, Pid: 4242, Target: 1, Kind: bpf.KindVMA}
+	fd := bpf.Record{CgroupId: 8812, File: 0xffff8d4a1c3e2f00, Pid: 4242, Fd: 5, Target: 2, Kind: bpf.KindFD}
+	if m, err := mappingOf(&vma, 3); err != nil || m != (Mapping{CgroupID: 8812, PID: 4242, Target: 1, Start: 0x7f1c2a400000, Size: 8192, Offset: 1 << pageShift}) {
+		t.Errorf("mappingOf = %+v, %v", m, err)
+	}
+	if h, err := handleOf(&fd, 3); err != nil || h != (Handle{CgroupID: 8812, PID: 4242, FD: 5, Target: 2, Description: 0xffff8d4a1c3e2f00}) {
+		t.Errorf("handleOf = %+v, %v", h, err)
+	}
+	for name, mutate := range map[string]func(*bpf.Record){
+		"target out of range": func(r *bpf.Record) { r.Target = 3 },
+		"another kind":        func(r *bpf.Record) { r.Kind = bpf.KindFD },
+		"no process":          func(r *bpf.Record) { r.Pid = 0 },
+		"empty":               func(r *bpf.Record) { r.Size = 0 },
+		"unaligned":           func(r *bpf.Record) { r.Start++ },
+		"past the end":        func(r *bpf.Record) { r.Start = math.MaxUint64 &^ 0xfff },
+		"offset overflowing":  func(r *bpf.Record) { r.Pgoff = math.MaxUint64 >> 1 },
+		"file range past the largest offset": func(r *bpf.Record) {
+			r.Pgoff = math.MaxInt64>>pageShift - 1
+		},
+	} {
+		r := vma
+		mutate(&r)
+		if m, err := mappingOf(&r, 3); err == nil || !strings.Contains(err.Error(), "record") {
+			t.Errorf("%s: mappingOf = %+v, %v; want a refusal naming the record", name, m, err)
+		}
+	}
+	for name, mutate := range map[string]func(*bpf.Record){
+		"target out of range": func(r *bpf.Record) { r.Target = math.MaxUint32 },
+		"another kind":        func(r *bpf.Record) { r.Kind = bpf.KindVMA },
+		"no file":             func(r *bpf.Record) { r.File = 0 },
+		"fd out of range":     func(r *bpf.Record) { r.Fd = math.MaxUint32 },
+		"pid out of range":    func(r *bpf.Record) { r.Pid = maxPID + 1 },
+	} {
+		r := fd
+		mutate(&r)
+		if h, err := handleOf(&r, 3); err == nil {
+			t.Errorf("%s: handleOf = %+v, want a refusal", name, h)
+		}
+	}
+}
+
+func FuzzBPFRecord(f *testing.F) {
+	for _, r := range []bpf.Record{
+		{CgroupId: 8812, Start: 0x7f1c2a400000, Size: 8192, Pgoff: 1, Pid: 4242, Target: 0, Kind: bpf.KindVMA},
+		{CgroupId: 8812, File: 0xffff8d4a1c3e2f00, Pid: 4242, Fd: 5, Target: 2, Kind: bpf.KindFD},
+		{Start: 0xfffffffffffff000, Size: 0x2000, Pid: 1, Kind: bpf.KindVMA},
+		{Size: 4096, Pgoff: math.MaxUint64, Pid: 1, Kind: bpf.KindVMA},
+		{File: 1, Pid: 1, Target: 7, Kind: bpf.KindFD},
+	} {
+		b, _ := binary.Append(nil, binary.NativeEndian, &r)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var b [bpf.RecordSize]byte
+		copy(b[:], data)
+		var r bpf.Record
+		bpf.DecodeRecord(&b, &r)
+		targets := len(recordTargets.list)
+		if m, err := mappingOf(&r, targets); err == nil {
+			if m.Target < 0 || m.Target >= targets || m.Size == 0 || m.Offset+m.Size < m.Offset || m.Offset+m.Size > math.MaxInt64 || m.Start+m.Size < m.Start || m.PID <= 0 {
+				t.Fatalf("accepted %+v as %+v", r, m)
+			}
+			// A range mapped twice is held once; a mapping of a target counted in handles
+			// holds nothing.
+			want := nr1.Usage{}
+			if tg := recordTargets.At(m.Target); tg.Measure == MappedBytes {
+				want[tg.Resource] = nr1.Base(m.Size)
+			}
+			if u := Sum(recordTargets, []Mapping{m, m}, nil); u != want {
+				t.Fatalf("%+v twice sums to %v, want %v", m, u, want)
+			}
+		}
+		if h, err := handleOf(&r, targets); err == nil {
+			if h.Target < 0 || h.Target >= targets || h.FD < 0 || h.PID <= 0 || h.Description == 0 {
+				t.Fatalf("accepted %+v as %+v", r, h)
+			}
+			// An fd and its dup are one open file description.
+			u := Sum(recordTargets, nil, []Handle{h, h})
+			want := nr1.Usage{}
+			if tg := recordTargets.At(h.Target); tg.Measure == OpenHandles {
+				want[tg.Resource] = 1
+			}
+			if u != want {
+				t.Fatalf("%+v twice sums to %v, want %v", h, u, want)
+			}
+		}
+	})
+}
