@@ -122,6 +122,12 @@ func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 		if id, ok := st.ids[string(path)]; ok {
 			return id, nil
 		}
+		// The kernel writes the path from the reader's cgroup namespace: one leaving it
+		// ("/../…") names nothing below cgroupV2, and the process is no container's.
+		if !bytes.HasPrefix(path, []byte("/")) || slices.Contains(strings.Split(string(path), "/"), "..") {
+			st.ids[string(path)] = 0
+			return 0, nil
+		}
 		var stat unix.Stat_t
 		if err := unix.Stat(filepath.Join(p.cgroupV2, string(path)), &stat); err != nil {
 			return 0, fmt.Errorf("cgroup %s: %w", path, err)

@@ -55,6 +55,8 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	mk(200, "pod-b/c1", "", map[int]string{7: queue, 8: client})
 	must(t, os.MkdirAll(filepath.Join(proc, "200", "fdinfo"), 0o755))
 	must(t, os.WriteFile(filepath.Join(proc, "200", "fdinfo", "8"), []byte("pos:\t0\ndrm-driver:\tnr1\ndrm-memory-dma:\t2048 KiB\n"), 0o644))
+	// A process outside the reader's cgroup namespace: its path leaves the v2 mount.
+	mk(400, "../outside", "", map[int]string{3: queue})
 	must(t, os.MkdirAll(filepath.Join(proc, "self"), 0o755)) // not a PID: skipped
 	must(t, os.MkdirAll(filepath.Join(proc, "300"), 0o755))  // exited mid-scan: no files, skipped
 
@@ -69,6 +71,9 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	}
 	if got := by[idB]; got[nr1.HypervisorQueue] != 1 || got[nr1.ComputeDMAMemory] != 0 || got[nr1.CPUDMAMemory] != 2<<20 {
 		t.Errorf("pod-b usage %v", got)
+	}
+	if got, outside := by[0], by[inode(t, filepath.Join(dir, "outside"))]; got[nr1.HypervisorQueue] != 1 || outside != (nr1.Usage{}) {
+		t.Errorf("a process whose cgroup path leaves the mount: no container's %v, counted for the directory it names %v", got, outside)
 	}
 	if len(s.Mappings) != 2 || s.Mappings[1].Offset != 0x3000 || s.Mappings[1].PID != 100 {
 		t.Errorf("mappings %+v", s.Mappings)
