@@ -8,6 +8,7 @@ BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BENCH_COUNT ?= 6
+FUZZTIME ?= 20s
 GOARCH ?= $(shell $(GO) env GOARCH)
 IMAGES := _output/images
 IMAGE_TAG ?= dev
@@ -18,7 +19,7 @@ export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
 DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager
 
-.PHONY: help build test bench lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build test fuzz bench lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -46,6 +47,9 @@ e2e: image ## end-to-end tests on the local cluster (brought up and torn down)
 
 test: ## run the tests (privileged tests need root)
 	$(GO) test -race -count=1 ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 20s); crashers land in the package's testdata/fuzz
+	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/ci/fuzz.sh
 
 bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
