@@ -351,7 +351,7 @@ func TestKnownContainersCostNoStatusCall(t *testing.T) {
 // A container whose verbose info cannot be read is kept without PID or cgroup: the list
 // goes on, the runtime stays connected, and the other containers keep theirs.
 func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {
-	r := start(t, false, time.Hour)
+	r := start(t, false, Options{Resync: time.Hour})
 	r.cri.PutContainer(fakecri.Container{ID: "c-bad", SandboxID: "sb1", Name: "bad", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-bad",
 		Info: `{"pid":103,"runtimeSpec":{"linux":{"cgroupsPath":`}, true)
 	r.cri.PutContainer(fakecri.Container{ID: "c-neg", SandboxID: "sb1", Name: "negative", Info: `{"pid":-1}`}, true)
