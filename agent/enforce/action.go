@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
@@ -56,10 +57,19 @@ func lift(cg *sampler.CG, c *cgState, msg string) Action {
 	return a
 }
 
+// podCgroup is the pod's v2 cgroup: the parent of a running container's, and only when
+// it is named for the pod (pod<UID> with the cgroupfs driver, …-pod<UID>.slice with
+// systemd's). A shallow cgroupsPath that stays inside the hierarchy must not make the
+// agent throttle or freeze kubepods as a whole; without it, nothing is throttled.
 func podCgroup(cg *sampler.CG) string {
 	for _, c := range cg.Containers {
-		if c.State == runtime.Running && c.Cgroup.V2 != "" {
-			return parentDir(c.Cgroup.V2)
+		if c.State != runtime.Running || c.Cgroup.V2 == "" {
+			continue
+		}
+		parent := parentDir(c.Cgroup.V2)
+		base := parent[strings.LastIndexByte(parent, '/')+1:]
+		if base == "pod"+cg.UID || strings.HasSuffix(base, "-pod"+strings.ReplaceAll(cg.UID, "-", "_")+".slice") {
+			return parent
 		}
 	}
 	return ""

@@ -327,3 +327,21 @@ func TestUncertainUsageIsALowerBound(t *testing.T) {
 		t.Errorf("over again, certain, after 31 s: %v; want the throttle and kill the ladder had due", got)
 	}
 }
+
+// The pod's cgroup is a container's parent only when named for the pod: a shallow
+// cgroupsPath never makes kubepods itself the throttle's target.
+func TestPodCgroupIsNamedForThePod(t *testing.T) {
+	for v2, want := range map[string]string{
+		"/sys/fs/cgroup/kubepods/besteffort/podu-1/ctr":                                         "/sys/fs/cgroup/kubepods/besteffort/podu-1",
+		"/sys/fs/cgroup/kubepods.slice/kubepods-besteffort-podu_1.slice/cri-containerd-c.scope": "/sys/fs/cgroup/kubepods.slice/kubepods-besteffort-podu_1.slice",
+		"/sys/fs/cgroup/kubepods/x":                                                             "",
+		"/sys/fs/cgroup/kubepods/besteffort/podu-2/c":                                           "",
+	} {
+		c := cg("u-1", nr1.Usage{})
+		c.Containers = c.Containers[:1]
+		c.Containers[0].Cgroup.V2 = v2
+		if got := podCgroup(c); got != want {
+			t.Errorf("%s: pod cgroup %q, want %q", v2, got, want)
+		}
+	}
+}
