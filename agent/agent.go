@@ -69,7 +69,8 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	}
 	defer podResources.Close()
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, clk, log)
-	inv := inventory.NewBuilder(watcher, tracker, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
+	namespaces, nsWatch := namespaceLabels(cfg, log)
+	inv := inventory.NewBuilder(watcher, tracker, namespaces, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
 	source, targets, bpfRefused, err := footprintSource(cfg, files, cgroups.V2, log)
 	if err != nil {
 		return err
@@ -98,11 +99,15 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	reg := prometheus.NewRegistry()
 	sampleDuration := sampler.NewSampleDuration()
 	smp.OnSample(func(s *sampler.Snapshot) { sampleDuration.Observe(s.Took.Seconds()) })
+	stages := map[string]metrics.Stage{
+		"device_health": monitor, "device_plugins": manager, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
+	}
+	if nsWatch != nil {
+		stages["namespaces"] = nsWatch
+	}
 	reg.MustRegister(metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(smp, source.Name(), bpfRefused), sampleDuration,
 		enforce.NewCollector(enforcer), watcher.ReconnectsCounter(), inv.MismatchesCounter(),
-		metrics.NewStageCollector(map[string]metrics.Stage{
-			"device_health": monitor, "device_plugins": manager, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
-		}))
+		metrics.NewStageCollector(stages))
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)
 	server.Handle("/debug/cgs", debugCGs(smp))
@@ -115,6 +120,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	g.Go(func() error { return partition.Run(ctx) })
 	g.Go(func() error { return smp.Run(ctx) })
 	g.Go(func() error { return enforcer.Run(ctx) })
+	if nsWatch != nil {
+		g.Go(func() error { nsWatch.Run(ctx); return nil })
+	}
 	g.Go(func() error { return server.Run(ctx) })
 	return g.Wait()
 }

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"log/slog"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/agent/actuate"
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/bpf"
@@ -55,6 +57,23 @@ func actuator(cfg *config.Config, node string, files []device.ResolvedFile, cri 
 		}
 	}
 }
+
+// namespaceLabels follows, through the API server, the namespace labels that exempt
+// CGs; watch is nil without one.
+func namespaceLabels(cfg *config.Config, log *slog.Logger) (labels inventory.NamespaceSource, watch *kube.Namespaces) {
+	ns, err := kube.NewNamespaces(cfg.Kubeconfig, cfg.Enforcement.MaxNamespaceAge.Duration, log)
+	if err != nil {
+		log.Warn("no Kubernetes API server: only enforcement.exemptNamespaces and enforcement.podExemptionNamespaces exempt", "err", err)
+		return unlabelled{}, nil
+	}
+	return ns, ns
+}
+
+// unlabelled stands for the namespaces of a node without an API server (a standalone
+// kubelet): no namespace there can be labelled.
+type unlabelled struct{}
+
+func (unlabelled) Labels(string, time.Time) (map[string]string, error) { return nil, nil }
 
 // nr1Devices are the NR1 character devices a throttle denies.
 func nr1Devices(files []device.ResolvedFile, log *slog.Logger) []bpf.Device {

@@ -78,6 +78,9 @@ type Policy struct {
 	MaxPartitionAge Duration `json:"maxPartitionAge"`
 	// ExemptNamespaces are never acted on.
 	ExemptNamespaces []string `json:"exemptNamespaces"`
+	// MaxNamespaceAge: namespace labels last known current longer ago (the watch on
+	// namespaces failing) are unknown, and so is every exemption that hangs on them.
+	MaxNamespaceAge Duration `json:"maxNamespaceAge"`
 	// NoAllocation is what usage by a CG with no allocation of the resource means:
 	// "enforce" (over a zero allocation) or "ignore".
 	NoAllocation string `json:"noAllocation"`
@@ -101,7 +104,7 @@ func DefaultPolicy() Policy {
 	return Policy{
 		Mode: Enforce, Warmup: Duration{Duration: 10 * time.Second}, ContainerWarmup: Duration{Duration: 2 * time.Second},
 		Margin: 0.05, Hold: Duration{Duration: 10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{Duration: 5 * time.Second},
-		MaxAllocationAge: Duration{Duration: 5 * time.Second}, MaxPartitionAge: Duration{Duration: 35 * time.Second},
+		MaxAllocationAge: Duration{Duration: 5 * time.Second}, MaxPartitionAge: Duration{Duration: 35 * time.Second}, MaxNamespaceAge: Duration{Duration: 30 * time.Second},
 		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
 		KillTimeout: Duration{Duration: 5 * time.Second}, EvictFallback: Duration{Duration: 30 * time.Second},
 		Resources: Resources{
@@ -129,7 +132,7 @@ func (p *Policy) Validate(prefix string) error {
 	for _, age := range []struct {
 		name string
 		d    Duration
-	}{{"maxSampleAge", p.MaxSampleAge}, {"maxAllocationAge", p.MaxAllocationAge}, {"maxPartitionAge", p.MaxPartitionAge}} {
+	}{{"maxSampleAge", p.MaxSampleAge}, {"maxAllocationAge", p.MaxAllocationAge}, {"maxPartitionAge", p.MaxPartitionAge}, {"maxNamespaceAge", p.MaxNamespaceAge}} {
 		if age.d.Duration <= 0 {
 			field(age.name, "must be positive, got %s", age.d)
 		}

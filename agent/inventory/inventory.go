@@ -56,7 +56,13 @@ type CG struct {
 	// AllocationUnknown says why the allocation is not known.
 	AllocationUnknown string            `json:"allocationUnknown,omitempty"`
 	Annotations       map[string]string `json:"annotations,omitempty"`
-	Containers        []*Container      `json:"containers"`
+	// NamespaceLabels are the agent's labels (nr1.neureality.ai/…) on the pod's
+	// namespace, which exempt it or let its pods exempt themselves. NamespaceUnknown says
+	// why they are not known (the API server not answering, the namespace not seen yet);
+	// an exemption that hangs on them cannot be decided then.
+	NamespaceLabels  map[string]string `json:"namespaceLabels,omitempty"`
+	NamespaceUnknown string            `json:"namespaceUnknown,omitempty"`
+	Containers       []*Container      `json:"containers"`
 }
 
 // Container is one container of a CG.
@@ -98,10 +104,17 @@ type AllocationSource interface {
 	Load() (allocation.State, <-chan struct{})
 }
 
+// NamespaceSource gives the agent's labels on a namespace as of now, or why they are not
+// known.
+type NamespaceSource interface {
+	Labels(namespace string, now time.Time) (map[string]string, error)
+}
+
 // Builder builds snapshots.
 type Builder struct {
 	runtime    RuntimeSource
 	allocation AllocationSource
+	namespaces NamespaceSource
 	cgroups    cgroup.Hierarchy
 	maxAge     time.Duration
 	log        *slog.Logger
@@ -112,10 +125,11 @@ type Builder struct {
 	refused    map[string]string // sandbox ID → last refusal logged
 }
 
-// NewBuilder returns a builder over the runtime watcher, the allocation tracker and the
-// host's cgroups; an allocation table older than maxAge is as unknown as none.
-func NewBuilder(rt RuntimeSource, alloc AllocationSource, cgroups cgroup.Hierarchy, maxAge time.Duration, log *slog.Logger) *Builder {
-	return &Builder{runtime: rt, allocation: alloc, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}, refused: map[string]string{}}
+// NewBuilder returns a builder over the runtime watcher, the allocation tracker, the
+// namespaces' labels and the host's cgroups; an allocation table older than maxAge is as
+// unknown as none.
+func NewBuilder(rt RuntimeSource, alloc AllocationSource, ns NamespaceSource, cgroups cgroup.Hierarchy, maxAge time.Duration, log *slog.Logger) *Builder {
+	return &Builder{runtime: rt, allocation: alloc, namespaces: ns, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}, refused: map[string]string{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
@@ -149,6 +163,11 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 		b.allocate(now, cg, p, alloc)
 		if len(refused) > 0 {
 			b.refuse(cg, p.SandboxID, refused)
+		}
+		if labels, err := b.namespaces.Labels(p.Namespace, now); err != nil {
+			cg.NamespaceUnknown = err.Error()
+		} else {
+			cg.NamespaceLabels = labels
 		}
 		snap.CGs = append(snap.CGs, cg)
 	}

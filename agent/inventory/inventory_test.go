@@ -56,12 +56,30 @@ const podUID = "5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b11"
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type world struct {
-	cri     *fakecri.Server
-	kubelet *fakeKubelet
-	cgroups cgroup.Hierarchy
-	builder *Builder
-	watcher *runtime.Watcher
-	tracker *allocation.Tracker
+	cri        *fakecri.Server
+	kubelet    *fakeKubelet
+	namespaces *fakeNamespaces
+	cgroups    cgroup.Hierarchy
+	builder    *Builder
+	watcher    *runtime.Watcher
+	tracker    *allocation.Tracker
+}
+
+// fakeNamespaces knows the labels of the namespaces in labels, and answers err for the
+// others.
+type fakeNamespaces struct {
+	mu     sync.Mutex
+	labels map[string]map[string]string
+	err    error
+}
+
+func (f *fakeNamespaces) Labels(namespace string, _ time.Time) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if l, ok := f.labels[namespace]; ok {
+		return l, nil
+	}
+	return nil, f.err
 }
 
 // cgroupDir makes a fake v2 cgroup directory holding pids.
@@ -87,7 +105,8 @@ func cgroupDir(t *testing.T, h cgroup.Hierarchy, cgroupsPath string, pids ...int
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
-	w := &world{cri: fakecri.New(filepath.Join(dir, "cri.sock")), kubelet: &fakeKubelet{}}
+	w := &world{cri: fakecri.New(filepath.Join(dir, "cri.sock")), kubelet: &fakeKubelet{},
+		namespaces: &fakeNamespaces{labels: map[string]map[string]string{"default": nil}}}
 	w.cgroups = cgroup.Hierarchy{Root: filepath.Join(dir, "cgroup"), Mode: cgroup.Unified, V2: filepath.Join(dir, "cgroup")}
 
 	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb1", UID: podUID, Namespace: "default", Name: "resnet50"}, true)
@@ -129,7 +148,7 @@ func newWorld(t *testing.T) *world {
 	done := make(chan error, 1)
 	go func() { done <- w.watcher.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	w.builder = NewBuilder(w.watcher, w.tracker, w.cgroups, 5*time.Second, discard())
+	w.builder = NewBuilder(w.watcher, w.tracker, w.namespaces, w.cgroups, 5*time.Second, discard())
 	w.watched(t, "watcher never connected", func(s *runtime.Snapshot) bool { return s.Connected })
 	// The tests' changes reach the watcher by events alone (the resync is an hour).
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -351,5 +370,23 @@ func TestRefusedDescriptionLeavesTheCGUnknown(t *testing.T) {
 	odd := w.builder.Build(time.Now()).CG("../../etc")
 	if odd == nil || odd.AllocationKnown || !strings.Contains(odd.AllocationUnknown, "pod UID") {
 		t.Errorf("a pod whose UID is none must be unknown: %+v", odd)
+	}
+}
+
+// Each CG carries its namespace's labels, or why they are not known.
+func TestCGCarriesItsNamespaceLabels(t *testing.T) {
+	w := newWorld(t)
+	w.namespaces.labels["default"] = map[string]string{"nr1.neureality.ai/enforcement": "disabled"}
+	cg := w.builder.Build(time.Now()).CG(podUID)
+	if cg.NamespaceUnknown != "" || cg.NamespaceLabels["nr1.neureality.ai/enforcement"] != "disabled" {
+		t.Errorf("labels %v (unknown %q), want the namespace's", cg.NamespaceLabels, cg.NamespaceUnknown)
+	}
+	w.namespaces.mu.Lock()
+	delete(w.namespaces.labels, "default")
+	w.namespaces.err = fmt.Errorf("namespaces not listed yet")
+	w.namespaces.mu.Unlock()
+	cg = w.builder.Build(time.Now()).CG(podUID)
+	if cg.NamespaceLabels != nil || cg.NamespaceUnknown != "namespaces not listed yet" {
+		t.Errorf("labels %v (unknown %q), want unknown with the reason", cg.NamespaceLabels, cg.NamespaceUnknown)
 	}
 }
