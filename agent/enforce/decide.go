@@ -11,11 +11,20 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// AnnotationKey on a pod exempts it with the value "disabled".
+// AnnotationKey on a pod exempts it with the value "disabled", in a namespace that
+// allows its pods to exempt themselves.
 const AnnotationKey = "nr1.neureality.ai/enforcement"
 
-// BadAnnotation reports a pod whose enforcement annotation could not be read; the
-// annotation is ignored.
+// Labels on a Namespace, set by whoever may label namespaces (the administrator):
+// ExemptLabel=disabled exempts every pod of the namespace; AllowPodExemptionLabel=true
+// lets its pods exempt themselves with AnnotationKey.
+const (
+	ExemptLabel            = "nr1.neureality.ai/enforcement"
+	AllowPodExemptionLabel = "nr1.neureality.ai/allow-pod-exemption"
+)
+
+// BadAnnotation reports a pod whose enforcement annotation is ignored: it could not be
+// read, or it asks for an exemption the pod's namespace does not allow.
 const BadAnnotation Kind = "bad-annotation"
 
 // Decide returns the actions due now. It acts only on what it can attribute with
@@ -55,7 +64,7 @@ func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action
 
 func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, p Policy) []Action {
 	c := st.cgs[cg.UID]
-	exempt, out := exemption(cg, st, p)
+	exempt, decided, out := exemption(cg, st, p)
 	if exempt || p.Mode == DryRun {
 		// Neither an exempt CG nor a node in dry-run keeps a throttle.
 		if c != nil && c.Throttled && !now.Before(c.RetryAt) {
@@ -70,8 +79,9 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 			return out
 		}
 	}
-	// A CG whose allocation is unknown is left exactly as it is: no step, no reset.
-	if !cg.AllocationKnown || inWarmup(now, cg, p) {
+	// A CG whose allocation or exemption is unknown is left exactly as it is: no step,
+	// no reset.
+	if !decided || !cg.AllocationKnown || inWarmup(now, cg, p) {
 		return out
 	}
 	if c == nil || (c.Ended && restartedSince(cg, c.EndedAt)) {
@@ -103,23 +113,42 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 	return out
 }
 
-// exemption reports whether the CG is exempt, and a bad annotation once per value.
-func exemption(cg *sampler.CG, st *State, p Policy) (bool, []Action) {
+// exemption reports whether the CG is exempt and whether that could be decided, and
+// reports once an annotation that is ignored: one it cannot read, or one asking for an
+// exemption its namespace does not allow. Exemption is the administrator's: by the
+// configuration's lists or the namespace's labels. While those labels are unknown, only
+// the lists can decide.
+func exemption(cg *sampler.CG, st *State, p Policy) (exempt, decided bool, out []Action) {
 	if slices.Contains(p.ExemptNamespaces, cg.Namespace) {
-		return true, nil
+		return true, true, nil
+	}
+	labelsKnown := cg.NamespaceUnknown == ""
+	if labelsKnown && cg.NamespaceLabels[ExemptLabel] == "disabled" {
+		return true, true, nil
 	}
 	switch v, ok := cg.Annotations[AnnotationKey]; {
 	case !ok || v == "enabled":
-	case v == "disabled":
-		return true, nil
+		return false, labelsKnown, nil
+	case v != "disabled":
+		return false, labelsKnown, ignored(cg, st, v, `want "disabled" or "enabled"`)
+	case slices.Contains(p.PodExemptionNamespaces, cg.Namespace) || labelsKnown && cg.NamespaceLabels[AllowPodExemptionLabel] == "true":
+		return true, true, nil
+	case !labelsKnown:
+		return false, false, nil
 	default:
-		if st.badAnno[cg.UID] != v {
-			st.badAnno[cg.UID] = v
-			return false, []Action{{Kind: BadAnnotation, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
-				Message: fmt.Sprintf("annotation %s=%q: want \"disabled\" or \"enabled\"; ignored", AnnotationKey, v)}}
-		}
+		return false, true, ignored(cg, st, v, fmt.Sprintf("namespace %s does not allow its pods to exempt themselves (label %s=true)", cg.Namespace, AllowPodExemptionLabel))
 	}
-	return false, nil
+}
+
+// ignored reports an ignored annotation, once per value: the pod's owner needs to hear
+// it once, not at every sample.
+func ignored(cg *sampler.CG, st *State, v, why string) []Action {
+	if st.badAnno[cg.UID] == v {
+		return nil
+	}
+	st.badAnno[cg.UID] = v
+	return []Action{{Kind: BadAnnotation, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
+		Message: fmt.Sprintf("annotation %s=%q: %s; ignored", AnnotationKey, v, why)}}
 }
 
 // judged returns the CG's ratio for r and whether it may be acted on.

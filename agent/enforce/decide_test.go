@@ -206,6 +206,7 @@ func TestExemptionAndBadAnnotation(t *testing.T) {
 	p.Warmup = Duration{Duration: 0}
 	exempt := cg("e", nr1.Usage{0, 0, 0, 20})
 	exempt.Annotations = map[string]string{AnnotationKey: "disabled"}
+	exempt.NamespaceLabels = map[string]string{AllowPodExemptionLabel: "true"}
 	bad := cg("b", nr1.Usage{0, 0, 0, 20})
 	bad.Annotations = map[string]string{AnnotationKey: "off"}
 	st := NewState(t0.Add(-time.Hour))

@@ -81,6 +81,7 @@ func TestThrottleIsLiftedWhenItsReasonGoes(t *testing.T) {
 
 	exempt := cg("a", nr1.Usage{4 * mb, 0, 0, 0})
 	exempt.Annotations = map[string]string{AnnotationKey: "disabled"}
+	exempt.NamespaceLabels = map[string]string{AllowPodExemptionLabel: "true"}
 	if a := Decide(t0, snap(t0, exempt), throttled(), p); len(a) != 1 || a[0].Kind != Unthrottle || a[0].DryRun {
 		t.Errorf("exempt CG: %+v", a)
 	}

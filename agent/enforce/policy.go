@@ -6,7 +6,10 @@ package enforce
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/neureality-sdk/nr1-agent/internal/jsontime"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -76,8 +79,13 @@ type Policy struct {
 	MaxAllocationAge Duration `json:"maxAllocationAge"`
 	// MaxPartitionAge: an older docker-partition measurement is unknown.
 	MaxPartitionAge Duration `json:"maxPartitionAge"`
-	// ExemptNamespaces are never acted on.
+	// ExemptNamespaces are never acted on, nor are namespaces labelled
+	// nr1.neureality.ai/enforcement=disabled.
 	ExemptNamespaces []string `json:"exemptNamespaces"`
+	// PodExemptionNamespaces let their pods exempt themselves with the annotation
+	// nr1.neureality.ai/enforcement=disabled, as do namespaces labelled
+	// nr1.neureality.ai/allow-pod-exemption=true; elsewhere the annotation is ignored.
+	PodExemptionNamespaces []string `json:"podExemptionNamespaces"`
 	// MaxNamespaceAge: namespace labels last known current longer ago (the watch on
 	// namespaces failing) are unknown, and so is every exemption that hangs on them.
 	MaxNamespaceAge Duration `json:"maxNamespaceAge"`
@@ -135,6 +143,17 @@ func (p *Policy) Validate(prefix string) error {
 	}{{"maxSampleAge", p.MaxSampleAge}, {"maxAllocationAge", p.MaxAllocationAge}, {"maxPartitionAge", p.MaxPartitionAge}, {"maxNamespaceAge", p.MaxNamespaceAge}} {
 		if age.d.Duration <= 0 {
 			field(age.name, "must be positive, got %s", age.d)
+		}
+	}
+	for _, list := range []struct {
+		name string
+		nss  []string
+	}{{"exemptNamespaces", p.ExemptNamespaces}, {"podExemptionNamespaces", p.PodExemptionNamespaces}} {
+		for i, ns := range list.nss {
+			// No namespace has an invalid name: such an entry would exempt nothing, silently.
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				field(fmt.Sprintf("%s[%d]", list.name, i), "%q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+			}
 		}
 	}
 	if p.NoAllocation != "enforce" && p.NoAllocation != "ignore" {
