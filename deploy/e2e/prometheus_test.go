@@ -118,8 +118,9 @@ scrape_configs:
 	})
 
 	// Over its allocation and exempt: the agent leaves it, the alert fires.
+	labelledNamespace(t, c, "nr1-alert-exempt", map[string]string{exemptLabel: "disabled"})
 	exempt := loadPod("alert-exempt", "--queues=10")
-	exempt.Annotations = map[string]string{"nr1.neureality.ai/enforcement": "disabled"}
+	exempt.Namespace = "nr1-alert-exempt"
 	running(t, c, createPod(t, c, exempt))
 	alertState := func(name string) (string, error) {
 		var r struct {
