@@ -8,6 +8,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -148,7 +149,7 @@ func ignored(cg *sampler.CG, st *State, v, why string) []Action {
 	}
 	st.badAnno[cg.UID] = v
 	return []Action{{Kind: BadAnnotation, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
-		Message: fmt.Sprintf("annotation %s=%q: %s; ignored", AnnotationKey, v, why)}}
+		Message: fmt.Sprintf("annotation %s=%s: %s; ignored", AnnotationKey, untrusted.Quote(v), why)}}
 }
 
 // judged returns the CG's ratio for r and whether it may be acted on.

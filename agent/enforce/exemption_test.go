@@ -146,3 +146,14 @@ func TestPolicyValidateExemption(t *testing.T) {
 		t.Errorf("a valid name refused: %v", err)
 	}
 }
+
+// The annotation's value is the pod owner's: the Event naming it stays one bounded line
+// whatever the value holds.
+func TestIgnoredAnnotationIsQuotedAndBounded(t *testing.T) {
+	c := cg("a", nr1.Usage{})
+	c.Annotations = map[string]string{AnnotationKey: "x\n" + strings.Repeat("y", 100000)}
+	got := Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), DefaultPolicy())
+	if len(got) != 1 || got[0].Kind != BadAnnotation || strings.Contains(got[0].Message, "\n") || len(got[0].Message) > 1024 {
+		t.Fatalf("%d actions; message of %d bytes: %.200q", len(got), len(got[0].Message), got[0].Message)
+	}
+}
