@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -108,11 +111,78 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 	return run(f.files, fn)
 }
 
-// InFlight runs the unix socket iterator, calling fn for each open file description of
-// a target sent over a unix socket and not received yet, once per description and the
-// receiving socket's cgroup, and not when Files, run before it in the same scan,
-// reported it for that cgroup. The record's PID and fd are 0.
-func (f *Footprint) InFlight(fn func(*Record) error) error { return run(f.unix, fn) }
+// InFlight runs the unix socket iterator in each network namespace named (paths of
+// /proc/PID/ns/net; a socket is seen only from its own namespace), calling fn for each
+// open file description of a target sent over a unix socket and not received yet, once
+// per description and the receiving socket's cgroup, and not when Files, run before it
+// in the same scan, reported it for that cgroup. The record's PID and fd are 0. A
+// namespace gone since it was named is skipped.
+func (f *Footprint) InFlight(netns []string, fn func(*Record) error) error {
+	for _, ns := range netns {
+		rd, err := openIn(ns, f.unix)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = ReadRecords(bufio.NewReaderSize(rd, 64<<10), fn)
+		_ = rd.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openIn opens the iterator from inside the network namespace ns: the iterator keeps the
+// namespace it was opened in. The thread that entered ns is dropped unless it gets back.
+func openIn(ns string, it *link.Iter) (io.ReadCloser, error) {
+	type result struct {
+		rd  io.ReadCloser
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		back, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("network namespace of the agent: %w", err)}
+			return
+		}
+		defer back.Close()
+		target, err := os.Open(ns)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("network namespace %s: %w", ns, err)}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			done <- result{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
+			return
+		}
+		rd, openErr := it.Open()
+		if err := unix.Setns(int(back.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Still locked: the thread ends with this goroutine instead of running
+			// other goroutines in another namespace.
+			if openErr == nil {
+				_ = rd.Close()
+			}
+			done <- result{err: fmt.Errorf("leaving network namespace %s: %w", ns, err)}
+			return
+		}
+		runtime.UnlockOSThread()
+		if openErr != nil {
+			openErr = fmt.Errorf("running the unix iterator in %s: %w", ns, openErr)
+		}
+		done <- result{rd: rd, err: openErr}
+	}()
+	r := <-done
+	return r.rd, r.err
+}
 
 // VMAs runs the task_vma iterator, calling fn for every mapping of a target, in PID
 // order, until fn returns an error.

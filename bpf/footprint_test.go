@@ -156,7 +156,7 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.InFlight(func(r *Record) error {
+	if err := f.InFlight([]string{"/proc/self/ns/net"}, func(r *Record) error {
 		if r.Target == 1 || r.Target == 2 {
 			flying = append(flying, *r)
 		}

@@ -66,7 +66,8 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 				_ = f.Close()
 				return fmt.Errorf("tiny mapping %d of %s: %w", i, computePath, err)
 			}
-			m[0] = 1
+			// Not touched: mapping is holding, and a page written is memory the device
+			// (or a simulated one on tmpfs) must find.
 			a.mappings = append(a.mappings, m)
 		}
 		_ = f.Close() // the mappings keep the file

@@ -141,7 +141,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the receiving socket's cgroup. No process holds them, so
 	// they are read whatever the cutoff.
-	err = b.fp.InFlight(func(r *bpf.Record) error {
+	err = b.fp.InFlight(netNamespaces(b.procRoot), func(r *bpf.Record) error {
 		h, err := inFlightOf(r, targets)
 		if err == nil {
 			s.Handles = append(s.Handles, h)
@@ -192,4 +192,29 @@ func inFlightOf(r *bpf.Record, targets int) (Handle, error) {
 		return Handle{}, fmt.Errorf("an in-flight record no file in flight of %d targets can have: %+v", targets, *r)
 	}
 	return Handle{CgroupID: r.CgroupId, FD: -1, Target: int(r.Target), Description: r.File}, nil
+}
+
+// netNamespaces names each network namespace a process is in, once (by one of its
+// processes): a unix socket is seen only from its own namespace, and each pod has its
+// own. A process gone while it is looked at is skipped.
+func netNamespaces(procRoot string) []string {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		p := filepath.Join(procRoot, e.Name(), "ns", "net")
+		id, err := os.Readlink(p)
+		if err != nil || seen[id] {
+			continue
+		}
+		seen[id] = true
+		out = append(out, p)
+	}
+	return out
 }

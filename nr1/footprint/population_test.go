@@ -243,7 +243,11 @@ func (p *population) start(tb testing.TB, cg int, cmd *exec.Cmd) {
 		tb.Fatal(err)
 	}
 	defer unix.Close(fd)
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Setpgid: true}
+	var clone uintptr
+	if cmd.SysProcAttr != nil {
+		clone = cmd.SysProcAttr.Cloneflags
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd, Setpgid: true, Cloneflags: clone}
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}

@@ -39,6 +39,8 @@ type mapperSpec struct {
 	TinyFile string `json:"tinyFile,omitempty"`
 	// InFlight files are opened, sent over a unix socket nobody reads, and closed.
 	InFlight []string `json:"inFlight,omitempty"`
+	// NewNetNS runs the mapper in a network namespace of its own, as a pod's.
+	NewNetNS bool `json:"-"`
 }
 
 type mapperRange struct {
@@ -186,6 +188,9 @@ func (p *population) startMapper(t testing.TB, cg int, spec mapperSpec) {
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), "NR1_FP_MAPPER="+string(b))
+	if spec.NewNetNS {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -422,11 +427,12 @@ func pageBytes() nr1.Base { return nr1.Base(os.Getpagesize()) }
 
 // TestInFlightHandlesCount: queue handles sent over a unix socket and closed by their
 // sender are still open, held in flight; the BPF source counts them for the cgroup of
-// the socket holding them. procfs cannot see them (no fd names them).
+// the socket holding them, in whatever network namespace the socket is (here one of
+// its own, as a pod's). procfs cannot see them (no fd names them).
 func TestInFlightHandlesCount(t *testing.T) {
 	p, _ := newCgroups(t, 1)
 	queue := p.sim.File(sim.HypervisorQ)
-	p.startMapper(t, 0, mapperSpec{Open: []string{queue}, InFlight: []string{queue, queue, queue}})
+	p.startMapper(t, 0, mapperSpec{Open: []string{queue}, InFlight: []string{queue, queue, queue}, NewNetNS: true})
 	b := newBPFOrSkip(t, p)
 	s, err := b.Scan(context.Background())
 	if err != nil {
