@@ -57,14 +57,14 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	if err != nil {
 		return fmt.Errorf("%w: the agent's own cgroup: %w", ErrUnattributable, err)
 	}
-	probe, err := os.CreateTemp("", "nr1-footprint-probe")
+	// A memfd: the agent's image has no writable directory to make a file in.
+	probe, err := unix.MemfdCreate("nr1-footprint-probe", unix.MFD_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("attribution probe: %w", err)
 	}
-	defer os.Remove(probe.Name())
-	defer probe.Close()
+	defer unix.Close(probe)
 	var st unix.Stat_t
-	if err := unix.Fstat(int(probe.Fd()), &st); err != nil {
+	if err := unix.Fstat(probe, &st); err != nil {
 		return fmt.Errorf("attribution probe: %w", err)
 	}
 	const probeTarget = 0
