@@ -158,11 +158,13 @@ func TestAdversaries(t *testing.T) {
 		}
 	}
 	rss2, hwm2 := agentMemory(t)
-	tw := tabwriter.NewWriter(&testLog{t}, 0, 0, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent memory\tRSS %d MiB\tpeak %d MiB\t\n", rss2>>20, hwm2>>20)
 	fmt.Fprintf(tw, "child-cgroup killed\t%v after start\t\t\n", childKill.FirstTimestamp.Sub(started).Round(time.Second))
 	fmt.Fprintf(tw, "late-over killed\t%v after going over\t\t\n", lateDelay.Round(time.Second))
 	_ = tw.Flush()
+	t.Logf("adversaries:\n%s", table.String())
 	_ = agent
 }
 
@@ -236,16 +238,6 @@ func agentMemory(t *testing.T) (rss, hwm int64) {
 	}
 	t.Fatal("no nr1-agent process on this node")
 	return 0, 0
-}
-
-// testLog writes lines to the test's log.
-type testLog struct{ t *testing.T }
-
-func (l *testLog) Write(p []byte) (int, error) {
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		l.t.Log(line)
-	}
-	return len(p), nil
 }
 
 // usageSeen is every usage the agent's /debug/cgs showed for each CG (by UID), while
