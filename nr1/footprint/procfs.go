@@ -23,11 +23,14 @@ type Procfs struct {
 	root     string // procfs root (--path.procfs)
 	cgroupV2 string // the cgroup v2 mount, to turn a process's cgroup path into its id
 	targets  *Targets
+	// compare orders two fds by open file description (kcmp(2)); a test of a fixture
+	// tree, whose PIDs are not processes, gives its own.
+	compare func(pid1, pid2, fd1, fd2 int) (int, error)
 }
 
 // NewProcfs returns the procfs source.
 func NewProcfs(procRoot, cgroupV2 string, targets *Targets) *Procfs {
-	return &Procfs{root: procRoot, cgroupV2: cgroupV2, targets: targets}
+	return &Procfs{root: procRoot, cgroupV2: cgroupV2, targets: targets, compare: kcmpFile}
 }
 
 // Name is "procfs".
@@ -52,7 +55,7 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 	}
 	slices.Sort(pids)
 	s := &Scan{Source: p.Name()}
-	st := &scanState{ctx: ctx, ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10)}
+	st := &scanState{ctx: ctx, ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10), descs: newDescriber(p.compare)}
 	for _, pid := range pids {
 		if ctx.Err() != nil {
 			s.Cutoff = pid
@@ -60,6 +63,8 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 		}
 		if err := p.process(st, s, pid); err != nil {
 			switch {
+			case errors.Is(err, ErrNoKcmp):
+				return nil, fmt.Errorf("procfs scan: %w", err)
 			case errors.Is(err, errOutOfTime):
 				s.Cutoff = pid
 			case gone(err):
@@ -73,8 +78,6 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 			break
 		}
 	}
-	p.describe(s.Handles)
-	s.Handles = firstOfEach(s.Handles)
 	// O_PATH is the description's: one look at the fd kept for each is enough.
 	s.Handles = slices.DeleteFunc(s.Handles, func(h Handle) bool {
 		return pathOnly(filepath.Join(p.root, strconv.Itoa(h.PID)), strconv.Itoa(h.FD))
@@ -85,9 +88,10 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 }
 
 type scanState struct {
-	ctx context.Context
-	ids map[string]uint64 // cgroup path → id, for this scan
-	buf []byte
+	ctx   context.Context
+	ids   map[string]uint64 // cgroup path → id, for this scan
+	buf   []byte
+	descs describer
 }
 
 // errOutOfTime stops a process's scan part way when the scan's time is up.
@@ -218,56 +222,124 @@ func (p *Procfs) fds(st *scanState, s *Scan, base string, pid int, cg uint64) er
 			if !ok {
 				continue
 			}
-			s.Handles = append(s.Handles, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i})
+			desc, err := st.descs.describe(pid, fd, i)
+			if errors.Is(err, errFdGone) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			st.descs.keep(s, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i, Description: desc})
 		}
 	}
 }
 
-// describe gives fds that share an open file description the same Description, with
+// describer gives fds that share an open file description the same Description, with
 // kcmp(2), which compares (and orders) the kernel's file pointers without revealing them.
-// Each fd is placed by binary search among one fd of each description already met: a
-// process that dup()s one fd 100000 times costs a kcmp or two per fd, not a sort of
-// 100000 fds.
-func (p *Procfs) describe(handles []Handle) {
-	type rep struct {
-		pid, fd     int
-		description uint64
+// Each fd is placed, as the scan meets it, by binary search among one fd of each
+// description already met: a process that dup()s one fd 100000 times costs a kcmp or
+// two per fd, within the scan's time, and only one fd of each description and cgroup is
+// kept.
+type describer struct {
+	compare func(pid1, pid2, fd1, fd2 int) (int, error)
+	reps    map[int][]rep // by target, in kcmp order
+	next    uint64
+	kept    map[keptKey]int // index in the scan's handles
+}
+
+type rep struct {
+	pid, fd     int
+	description uint64
+}
+
+type keptKey struct {
+	cgroup      uint64
+	target      int
+	description uint64
+}
+
+func newDescriber(compare func(pid1, pid2, fd1, fd2 int) (int, error)) describer {
+	return describer{compare: compare, reps: map[int][]rep{}, kept: map[keptKey]int{}}
+}
+
+// errFdGone is an fd closed (or a process ended) while it was compared.
+var errFdGone = errors.New("fd gone")
+
+// ErrNoKcmp is kcmp(2) refused: open file descriptions cannot be told apart. It is not a
+// process's /proc being unreadable (which skips the process): the scan fails.
+var ErrNoKcmp = errors.New("kcmp refused: open file descriptions cannot be told apart")
+
+func (d *describer) describe(pid, fd, target int) (uint64, error) {
+	desc, err := d.place(pid, fd, target)
+	if !errors.Is(err, errFdGone) {
+		return desc, err
 	}
-	reps := map[int][]rep{} // by target, in kcmp order
-	var next uint64
-	for i := range handles {
-		h := &handles[i]
-		rs := reps[h.Target]
-		at, found := slices.BinarySearchFunc(rs, h, func(r rep, h *Handle) int {
-			return kcmpFile(r.pid, h.PID, r.fd, h.FD)
-		})
-		if found {
-			h.Description = rs[at].description
-			continue
+	// Either this fd is gone, or one met before (its process ended since): then that
+	// one is no longer a description's witness.
+	if _, err := d.compare(pid, pid, fd, fd); err != nil {
+		return 0, err
+	}
+	d.reps[target] = slices.DeleteFunc(d.reps[target], func(r rep) bool {
+		_, err := d.compare(r.pid, r.pid, r.fd, r.fd)
+		return err != nil
+	})
+	return d.place(pid, fd, target)
+}
+
+func (d *describer) place(pid, fd, target int) (uint64, error) {
+	rs := d.reps[target]
+	var failed error
+	at, found := slices.BinarySearchFunc(rs, rep{pid: pid, fd: fd}, func(r, h rep) int {
+		c, err := d.compare(r.pid, h.pid, r.fd, h.fd)
+		if err != nil && failed == nil {
+			failed = err
 		}
-		next++
-		h.Description = next
-		reps[h.Target] = slices.Insert(rs, at, rep{pid: h.PID, fd: h.FD, description: next})
+		return c
+	})
+	if failed != nil {
+		return 0, failed
+	}
+	if found {
+		return rs[at].description, nil
+	}
+	d.next++
+	d.reps[target] = slices.Insert(rs, at, rep{pid: pid, fd: fd, description: d.next})
+	return d.next, nil
+}
+
+// keep adds h to the scan unless an fd of its description in its cgroup is there: the
+// first in (PID, fd) order stays, as the BPF source reports it.
+func (d *describer) keep(s *Scan, h Handle) {
+	k := keptKey{h.CgroupID, h.Target, h.Description}
+	i, seen := d.kept[k]
+	switch {
+	case !seen:
+		d.kept[k] = len(s.Handles)
+		s.Handles = append(s.Handles, h)
+	case h.PID < s.Handles[i].PID || h.PID == s.Handles[i].PID && h.FD < s.Handles[i].FD:
+		s.Handles[i] = h
 	}
 }
 
 // kcmpFile orders two fds by their open file description: 0 when they share one. An fd
-// gone since the scan compares as distinct, ordered by (pid, fd).
-func kcmpFile(pid1, pid2, fd1, fd2 int) int {
+// closed or a process ended since is errFdGone; any other failure (kcmp refused) means
+// descriptions cannot be told apart, and the scan must not guess: counting each fd
+// as a description of its own would count a dup()ed queue thousands of times.
+func kcmpFile(pid1, pid2, fd1, fd2 int) (int, error) {
 	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), 0 /* KCMP_FILE */, uintptr(fd1), uintptr(fd2), 0)
-	if errno != 0 {
-		if pid1 != pid2 {
-			return pid1 - pid2
-		}
-		return fd1 - fd2
+	switch {
+	case errno == unix.EBADF || errno == unix.ESRCH:
+		return 0, errFdGone
+	case errno != 0:
+		return 0, fmt.Errorf("%w (fds %d/%d and %d/%d: %s)", ErrNoKcmp, pid1, fd1, pid2, fd2, errno.Error())
 	}
 	switch r {
 	case 0:
-		return 0
+		return 0, nil
 	case 1:
-		return -1
+		return -1, nil
 	default:
-		return 1
+		return 1, nil
 	}
 }
 
@@ -299,29 +371,4 @@ func pathOnly(base, fd string) bool {
 	}
 	flags, err := fdinfoFlags(b)
 	return err == nil && flags&unix.O_PATH != 0
-}
-
-// firstOfEach keeps one fd per open file description and cgroup, the first in
-// (PID, fd) order, as the BPF source reports them: the other fds of a description
-// (dup'ed, inherited) hold nothing more.
-func firstOfEach(handles []Handle) []Handle {
-	type key struct {
-		cgroup      uint64
-		target      int
-		description uint64
-	}
-	first := make(map[key]int, len(handles))
-	out := handles[:0]
-	for _, h := range handles {
-		k := key{h.CgroupID, h.Target, h.Description}
-		i, seen := first[k]
-		switch {
-		case !seen:
-			first[k] = len(out)
-			out = append(out, h)
-		case h.PID < out[i].PID || h.PID == out[i].PID && h.FD < out[i].FD:
-			out[i] = h
-		}
-	}
-	return out
 }

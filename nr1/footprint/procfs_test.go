@@ -1,7 +1,9 @@
 package footprint
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,7 +62,18 @@ func TestProcfsSourceOnAFixtureTree(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(proc, "self"), 0o755)) // not a PID: skipped
 	must(t, os.MkdirAll(filepath.Join(proc, "300"), 0o755))  // exited mid-scan: no files, skipped
 
-	s, err := NewProcfs(proc, cgroups, targets).Scan(context.Background())
+	src := NewProcfs(proc, cgroups, targets)
+	// Where kcmp is refused, fds cannot be told apart: the scan fails rather than
+	// count every fd as a description of its own.
+	src.compare = func(int, int, int, int) (int, error) { return 0, fmt.Errorf("%w: %s", ErrNoKcmp, unix.EPERM.Error()) }
+	if _, err := src.Scan(context.Background()); !errors.Is(err, ErrNoKcmp) {
+		t.Errorf("kcmp refused: scan error %v", err)
+	}
+	// The fixture's PIDs are no processes for kcmp: each fd is a description of its own.
+	src.compare = func(pid1, pid2, fd1, fd2 int) (int, error) {
+		return cmp.Or(cmp.Compare(pid1, pid2), cmp.Compare(fd1, fd2)), nil
+	}
+	s, err := src.Scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
