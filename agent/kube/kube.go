@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
@@ -200,4 +201,18 @@ func transient(err error) error {
 		return fmt.Errorf("%w: %w", errTransient, err)
 	}
 	return err // unwrapped: the recorder reads client-go's own error types
+}
+
+// nextEvent waits for a watch's next event. open is false once ctx ends or the server
+// closes the watch (the caller watches again); an Error event is the error it carries.
+func nextEvent(ctx context.Context, w watch.Interface) (ev watch.Event, open bool, err error) {
+	select {
+	case <-ctx.Done():
+		return watch.Event{}, false, nil
+	case ev, open = <-w.ResultChan():
+	}
+	if open && ev.Type == watch.Error {
+		return ev, false, apierrors.FromObject(ev.Object)
+	}
+	return ev, open, nil
 }

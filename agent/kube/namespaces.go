@@ -206,18 +206,12 @@ func (n *Namespaces) watch(ctx context.Context, version string) (string, error) 
 	defer w.Stop()
 	n.ok()
 	for {
-		var ev watch.Event
-		var open bool
-		select {
-		case <-ctx.Done():
-			return version, nil
-		case ev, open = <-w.ResultChan():
+		ev, open, err := nextEvent(ctx, w)
+		if err != nil {
+			return version, fmt.Errorf("watching namespaces: %w", err)
 		}
 		if !open {
 			return version, nil
-		}
-		if ev.Type == watch.Error {
-			return version, fmt.Errorf("watching namespaces: %w", apierrors.FromObject(ev.Object))
 		}
 		ns, isNamespace := ev.Object.(*corev1.Namespace)
 		if !isNamespace {

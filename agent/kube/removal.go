@@ -223,19 +223,14 @@ func (r *Removal) watch(ctx context.Context, owner *metav1.OwnerReference) (bool
 	}
 	defer w.Stop()
 	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-wctx.Done():
-			return false, nil
-		case ev, ok = <-w.ResultChan():
+		ev, open, err := nextEvent(wctx, w)
+		if err != nil {
+			return false, fmt.Errorf("watching daemonset %s/%s: %w", r.namespace, owner.Name, err)
 		}
-		if !ok {
+		if !open {
 			return false, nil
 		}
 		switch ev.Type {
-		case watch.Error:
-			return false, fmt.Errorf("watching daemonset %s/%s: %w", r.namespace, owner.Name, apierrors.FromObject(ev.Object))
 		case watch.Deleted, watch.Added, watch.Modified:
 			m, err := meta.Accessor(ev.Object)
 			if err != nil {
