@@ -212,7 +212,7 @@ func nextEvent(ctx context.Context, w watch.Interface) (ev watch.Event, open boo
 	case ev, open = <-w.ResultChan():
 	}
 	if open && ev.Type == watch.Error {
-		return ev, false, apierrors.FromObject(ev.Object)
+		return ev, false, fmt.Errorf("watch error event: %w", apierrors.FromObject(ev.Object))
 	}
 	return ev, open, nil
 }
