@@ -248,7 +248,25 @@ func TestNoFalseAction(t *testing.T) {
 		settle time.Duration
 		do     func() (replaced types.UID)
 	}
-	restartKubelet := func() types.UID { run(t, stack, "restart-kubelet"); return "" }
+	// A restarted kubelet admits pods before the agent's plugins have registered with it
+	// again ("no healthy devices"): the next CG waits for the four registrations.
+	restartKubelet := func() types.UID {
+		before := -1
+		eventually(t, 30*time.Second, "the agent's registrations read", func() error {
+			if before = registrations(t, c); before < 0 {
+				return fmt.Errorf("nr1_kubelet_registrations_total not read")
+			}
+			return nil
+		})
+		run(t, stack, "restart-kubelet")
+		eventually(t, 60*time.Second, "the agent's four plugins registered with the restarted kubelet", func() error {
+			if n := registrations(t, c); n < before+4 {
+				return fmt.Errorf("%d registrations, %d before the restart", n, before)
+			}
+			return nil
+		})
+		return ""
+	}
 	steps := []step{
 		{"kubelet restart 1", 15 * time.Second, restartKubelet},
 		{"kubelet restart 2", 15 * time.Second, restartKubelet},
@@ -433,4 +451,26 @@ func lastTermination(s corev1.ContainerStatus) string {
 		return fmt.Sprintf("%s exit %d at %s", term.Reason, term.ExitCode, term.FinishedAt.Format("15:04:05"))
 	}
 	return "unknown"
+}
+
+// registrations is the agent's nr1_kubelet_registrations_total now (-1 when unread).
+func registrations(t *testing.T, c kubernetes.Interface) int {
+	t.Helper()
+	agent, err := readyAgent(c)
+	if err != nil {
+		return -1
+	}
+	_, body, err := getMetrics(agent.Status.PodIP)
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, "nr1_kubelet_registrations_total "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err == nil {
+				return n
+			}
+		}
+	}
+	return -1
 }
