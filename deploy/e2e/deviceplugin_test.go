@@ -123,7 +123,22 @@ func TestKubeletRestartReregisters(t *testing.T) {
 	c := client(t)
 	node := nodeName(t, c)
 	eventually(t, 60*time.Second, "node advertises NR1 before the restart", func() error { return checkNodeAdvertises(c, node) })
+	before := -1
+	eventually(t, 30*time.Second, "the agent's registrations read", func() error {
+		if before = registrations(t, c); before < 0 {
+			return fmt.Errorf("nr1_kubelet_registrations_total not read")
+		}
+		return nil
+	})
 	run(t, filepath.Join(repo, "deploy", "local", "stack.sh"), "restart-kubelet")
 	eventually(t, 60*time.Second, "node advertises NR1 after the kubelet restart", func() error { return checkNodeAdvertises(c, node) })
+	// The node's status comes from the kubelet's checkpoint: it advertises the resources
+	// before the plugins have registered again, and a pod admitted then is refused.
+	eventually(t, 60*time.Second, "the agent's four plugins registered with the restarted kubelet", func() error {
+		if n := registrations(t, c); n < before+4 {
+			return fmt.Errorf("%d registrations, %d before the restart", n, before)
+		}
+		return nil
+	})
 	TestResNetCGIsScheduledAdmittedAndGetsItsBudget(t)
 }
