@@ -57,15 +57,11 @@ type Client struct {
 
 // New connects with kubeconfig, or in-cluster when it is empty.
 func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
-	cfg, err := restConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
 	// Only the two API groups the agent uses: the full clientset and scheme would more
 	// than double the binary.
-	core, err := typedcorev1.NewForConfig(cfg)
+	core, cfg, err := coreClient(kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, err
 	}
 	policy, err := policyv1client.NewForConfig(cfg)
 	if err != nil {
@@ -96,6 +92,20 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	}
 	cfg.UserAgent = "nr1-agent"
 	return cfg, nil
+}
+
+// coreClient is the core API group's client, reached with kubeconfig or in-cluster when
+// it is empty, and the configuration it was made from.
+func coreClient(kubeconfig string) (*typedcorev1.CoreV1Client, *rest.Config, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	core, err := typedcorev1.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return core, cfg, nil
 }
 
 // newClient builds the client on typed clients, which tests fake.

@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -65,13 +64,9 @@ type namespaceClient interface {
 // NewNamespaces follows the namespaces' labels, reached with kubeconfig or in-cluster
 // when it is empty; labels not known current for maxAge are unknown. Run starts it.
 func NewNamespaces(kubeconfig string, maxAge time.Duration, log *slog.Logger) (*Namespaces, error) {
-	cfg, err := restConfig(kubeconfig)
+	core, _, err := coreClient(kubeconfig)
 	if err != nil {
 		return nil, err
-	}
-	core, err := typedcorev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return newNamespaces(&restNamespaces{rest: core.RESTClient()}, maxAge, clock.RealClock{}, log), nil
 }

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -50,13 +49,9 @@ type Removal struct {
 // NewRemoval follows the DaemonSet of the pod namespace/name, reached with kubeconfig or
 // in-cluster when it is empty; Run starts it.
 func NewRemoval(kubeconfig, namespace, pod string, log *slog.Logger) (*Removal, error) {
-	cfg, err := restConfig(kubeconfig)
+	core, cfg, err := coreClient(kubeconfig)
 	if err != nil {
 		return nil, err
-	}
-	core, err := typedcorev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	ds, err := newDaemonSets(cfg, namespace)
 	if err != nil {
