@@ -51,7 +51,7 @@ struct {
 // The current scan, set by user space before each run of the task_file iterator.
 __u32 scan = 0;
 
-enum { KIND_FD = 0, KIND_VMA = 1, KIND_INFLIGHT = 2 };
+enum { KIND_FD = 0, KIND_VMA = 1, KIND_INFLIGHT = 2, KIND_INFLIGHT_MORE = 3 };
 
 struct record {
 	__u64 cgroup_id;
@@ -150,8 +150,15 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 // nobody's fd table but still open. They count for the cgroup of the socket whose queue
 // holds them, as handles of this scan (one record per description and cgroup, as for
 // fds). A socket's queue is read up to MAX_MESSAGES messages.
+//
+// A socket is one object of the iterator: all its records go into the seq buffer at
+// once (8 pages), or are rolled back and the socket shown again. So at most
+// MAX_SOCKET_RECORDS are written per socket, and one KIND_INFLIGHT_MORE record says its
+// cgroup holds more than were read; and nothing is marked seen here, since what a
+// rolled-back socket wrote would then be skipped when it is shown again.
 #define MAX_MESSAGES 4096
 #define SCM_MAX_FD 253
+#define MAX_SOCKET_RECORDS 480
 
 struct inflight {
 	struct seq_file *seq;
@@ -160,6 +167,8 @@ struct inflight {
 	struct sk_buff *head;
 	__u64 cgroup_id;
 	int count;
+	int written;
+	int more;
 };
 
 static long inflight_file(__u32 i, struct inflight *c)
@@ -185,12 +194,17 @@ static long inflight_file(__u32 i, struct inflight *c)
 	r.file = (__u64)file;
 	r.target = *target;
 	r.kind = KIND_INFLIGHT;
+	// Held as an fd too in this cgroup: reported by task_file already.
 	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
 	if (last && *last == scan)
 		return 0;
-	if (bpf_seq_write(c->seq, &r, sizeof(r)) == 0)
-		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+	if (c->written >= MAX_SOCKET_RECORDS) {
+		c->more = 1;
+		return 1;
+	}
+	bpf_seq_write(c->seq, &r, sizeof(r));
+	c->written++;
 	return 0;
 }
 
@@ -200,7 +214,7 @@ static long inflight_message(__u32 i, struct inflight *c)
 	struct unix_skb_parms *parms;
 	struct scm_fp_list *fpl;
 
-	if (!skb || skb == c->head)
+	if (!skb || skb == c->head || c->more)
 		return 1;
 	parms = (struct unix_skb_parms *)&skb->cb;
 	fpl = BPF_CORE_READ(parms, fp);
@@ -226,5 +240,9 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
 	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
+	if (c.more) {
+		struct record r = {.cgroup_id = c.cgroup_id, .kind = KIND_INFLIGHT_MORE};
+		bpf_seq_write(c.seq, &r, sizeof(r));
+	}
 	return 0;
 }

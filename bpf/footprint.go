@@ -20,6 +20,9 @@ const (
 	KindFD       = 0
 	KindVMA      = 1
 	KindInFlight = 2 // a file sent over a unix socket and not received yet
+	// KindInFlightMore: a socket of the record's cgroup holds more files in flight
+	// than one read of the iterator takes; those are not reported.
+	KindInFlightMore = 3
 )
 
 // Record is one open fd or one mapping of a target file, as the iterators report it.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -278,8 +279,15 @@ func (cg *CG) keepMapping(m footprint.Mapping) {
 	}
 }
 
-// unread says why the scan did not read all of the CG's processes, "" when it did.
+// unread says why the scan did not read all the CG holds, "" when it did.
 func unread(cg *inventory.CG, scan *footprint.Scan) string {
+	for _, id := range scan.InFlightUnread {
+		for _, c := range cg.Containers {
+			if id != 0 && (c.CgroupID == id || slices.Contains(c.ChildCgroupIDs, id)) {
+				return fmt.Sprintf("a socket of %s holds more queue handles in flight than a scan reads", c.Name)
+			}
+		}
+	}
 	if scan.Cutoff == 0 {
 		return ""
 	}

@@ -272,4 +272,10 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	if snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}); snap.CGs[1].UsageUncertain != "" {
 		t.Errorf("a complete scan left %q", snap.CGs[1].UsageUncertain)
 	}
+	// More in flight on a socket of the late CG than a scan reads.
+	scan.InFlightUnread = []uint64{12}
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "in flight") {
+		t.Errorf("in flight unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
+	}
 }

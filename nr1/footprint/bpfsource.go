@@ -142,6 +142,10 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// in flight: they count for the receiving socket's cgroup. No process holds them, so
 	// they are read whatever the cutoff.
 	err = b.fp.InFlight(netNamespaces(b.procRoot), func(r *bpf.Record) error {
+		if r.Kind == bpf.KindInFlightMore {
+			s.InFlightUnread = append(s.InFlightUnread, r.CgroupId)
+			return nil
+		}
 		h, err := inFlightOf(r, targets)
 		if err == nil {
 			s.Handles = append(s.Handles, h)

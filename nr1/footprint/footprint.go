@@ -62,6 +62,9 @@ type Scan struct {
 	// context's deadline) stops early: then only the processes with a PID below Cutoff
 	// were read completely, and the records of the others are missing or partial.
 	Cutoff int `json:"cutoff,omitempty"`
+	// InFlightUnread are the cgroups (v2 ids) one of whose sockets holds more target
+	// files in flight than the scan reads: their handles are a lower bound.
+	InFlightUnread []uint64 `json:"inFlightUnread,omitempty"`
 }
 
 // Source scans every process on the host.
