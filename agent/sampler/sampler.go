@@ -3,6 +3,7 @@
 package sampler
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
@@ -264,19 +265,29 @@ const MaxDetail = 32
 // keepMapping counts m and keeps it if it is among the MaxDetail largest.
 func (cg *CG) keepMapping(m footprint.Mapping) {
 	cg.MappingsTotal++
-	if len(cg.Mappings) < MaxDetail {
-		cg.Mappings = append(cg.Mappings, m)
-		return
+	// A min-heap by size: a CG of 60000 mappings costs a comparison each, not 32.
+	h := (*smallestFirst)(&cg.Mappings)
+	switch {
+	case len(cg.Mappings) < MaxDetail:
+		heap.Push(h, m)
+	case m.Size > cg.Mappings[0].Size:
+		cg.Mappings[0] = m
+		heap.Fix(h, 0)
 	}
-	smallest := 0
-	for i, k := range cg.Mappings {
-		if k.Size < cg.Mappings[smallest].Size {
-			smallest = i
-		}
-	}
-	if m.Size > cg.Mappings[smallest].Size {
-		cg.Mappings[smallest] = m
-	}
+}
+
+// smallestFirst orders the kept mappings as a heap with the smallest on top.
+type smallestFirst []footprint.Mapping
+
+func (h smallestFirst) Len() int           { return len(h) }
+func (h smallestFirst) Less(i, j int) bool { return h[i].Size < h[j].Size }
+func (h smallestFirst) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *smallestFirst) Push(x any)        { *h = append(*h, x.(footprint.Mapping)) } //nolint:forcetypeassert // only mappings are pushed
+func (h *smallestFirst) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return m
 }
 
 // unread says why the scan did not read all the CG holds, "" when it did.
