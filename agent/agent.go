@@ -110,7 +110,11 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		metrics.NewStageCollector(stages))
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)
-	server.Handle("/debug/cgs", debugCGs(smp))
+	var debug *metrics.Debug
+	if cfg.DebugAddr != "" {
+		debug = metrics.NewDebug(cfg.DebugAddr, log)
+		debug.Handle("/debug/cgs", debugCGs(smp))
+	}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return monitor.Run(ctx) })
@@ -124,6 +128,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		g.Go(func() error { nsWatch.Run(ctx); return nil })
 	}
 	g.Go(func() error { return server.Run(ctx) })
+	if debug != nil {
+		g.Go(func() error { return debug.Run(ctx) })
+	}
 	return g.Wait()
 }
 

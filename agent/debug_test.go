@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
@@ -64,6 +65,19 @@ func TestDebugCGsPages(t *testing.T) {
 	debugCGs(fixedSamples{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/cgs", nil))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("before the first sample: %d", rec.Code)
+	}
+}
+
+// A pod's annotations are its owner's and may hold anything (credentials included): the
+// agent reads its own from them and shows none.
+func TestDebugCGsShowNoAnnotations(t *testing.T) {
+	const secret = "s3cr3t-in-an-annotation"
+	cg := &inventory.CG{Namespace: "a", Name: "cg", Annotations: map[string]string{"team/token": secret}}
+	snap := &sampler.Snapshot{CGs: []*sampler.CG{{CG: cg}}}
+	rec := httptest.NewRecorder()
+	debugCGs(fixedSamples{snap}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/cgs", nil))
+	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), secret) || strings.Contains(rec.Body.String(), "team/token") {
+		t.Errorf("/debug/cgs: %d, shows an annotation:\n%s", rec.Code, rec.Body.String())
 	}
 }
 

@@ -45,3 +45,35 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Errorf("/healthz with a wedged part: %d %q", code, body)
 	}
 }
+
+// The debug endpoints are on their own server, not beside /metrics: the pod network
+// reaches the metrics port, and must not reach the node's CGs or the agent's profiles.
+func TestDebugIsServedApart(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d := NewDebug("127.0.0.1:0", log)
+	d.Handle("/debug/cgs", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "cgs") }))
+	debug := httptest.NewServer(d.Handler())
+	defer debug.Close()
+	m := httptest.NewServer(NewServer("127.0.0.1:0", prometheus.NewRegistry(), log).Handler())
+	defer m.Close()
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(debug.URL + "/debug/cgs"); code != http.StatusOK || body != "cgs" {
+		t.Errorf("debug /debug/cgs: %d %q", code, body)
+	}
+	if code, body := get(debug.URL + "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
+		t.Errorf("debug /debug/pprof/goroutine: %d %.80q", code, body)
+	}
+	for _, path := range []string{"/debug/cgs", "/debug/pprof/", "/debug/pprof/heap"} {
+		if code, _ := get(m.URL + path); code != http.StatusNotFound {
+			t.Errorf("metrics server %s: %d, want 404", path, code)
+		}
+	}
+}

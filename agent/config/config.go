@@ -28,7 +28,11 @@ type Config struct {
 	// NodeName is the Kubernetes node the agent runs on; empty means the host name.
 	NodeName string `json:"nodeName"`
 	// MetricsAddr is where /metrics, /healthz and /readyz are served.
-	MetricsAddr  string         `json:"metricsAddr"`
+	MetricsAddr string `json:"metricsAddr"`
+	// DebugAddr is where /debug/cgs and /debug/pprof are served: the node's processes,
+	// cgroups and CGs, and the agent's profiles, so on the pod's loopback by default,
+	// reached with kubectl port-forward. Empty serves no debug endpoint.
+	DebugAddr    string         `json:"debugAddr"`
 	Paths        Paths          `json:"paths"`
 	Log          Log            `json:"log"`
 	DevicePlugin DevicePlugin   `json:"devicePlugin"`
@@ -101,6 +105,7 @@ func Default() Config {
 		APIVersion:  APIVersion,
 		Kind:        Kind,
 		MetricsAddr: ":9470",
+		DebugAddr:   "127.0.0.1:9471",
 		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Dev: "/dev", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf", State: "/var/lib/nr1-agent"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
@@ -144,6 +149,11 @@ func (c *Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
+	}
+	if c.DebugAddr != "" {
+		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
+			field("debugAddr", "must be host:port or empty, got %q", c.DebugAddr)
+		}
 	}
 	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.dev": c.Paths.Dev, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs, "paths.state": c.Paths.State} {
 		if !filepath.IsAbs(p) {

@@ -33,6 +33,7 @@ const configFlag = "config"
 var options = []option{
 	{"node-name", "Kubernetes node this agent runs on (default: the host name)", setString(func(c *Config) *string { return &c.NodeName })},
 	{"metrics-addr", "address for /metrics, /healthz and /readyz", setString(func(c *Config) *string { return &c.MetricsAddr })},
+	{"debug-addr", "address for /debug/cgs and /debug/pprof (loopback by default; empty: none)", setString(func(c *Config) *string { return &c.DebugAddr })},
 	{"path.procfs", "host procfs root", setString(func(c *Config) *string { return &c.Paths.Procfs })},
 	{"path.sysfs", "host sysfs root, where the NR1 driver's attributes are", setString(func(c *Config) *string { return &c.Paths.Sysfs })},
 	{"path.dev", "where the host's /dev is mounted, to find the NR1 device files", setString(func(c *Config) *string { return &c.Paths.Dev })},

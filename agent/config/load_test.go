@@ -31,7 +31,7 @@ func TestDefaultsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MetricsAddr != ":9470" || c.Paths.Kubelet != "/var/lib/kubelet" || c.DevicePluginsDir() != "/var/lib/kubelet/device-plugins" {
+	if c.MetricsAddr != ":9470" || c.DebugAddr != "127.0.0.1:9471" || c.Paths.Kubelet != "/var/lib/kubelet" || c.DevicePluginsDir() != "/var/lib/kubelet/device-plugins" {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -113,6 +113,7 @@ func TestBadConfiguration(t *testing.T) {
 		{name: "bad env", env: map[string]string{"NR1_AGENT_LOG_LEVEL": "loud"}, want: []string{`log.level: must be one of debug, info, warn, error; got "loud"`}},
 		{name: "relative path", args: []string{"--path.kubelet", "var/lib/kubelet"}, want: []string{`paths.kubelet: must be an absolute path, got "var/lib/kubelet"`}},
 		{name: "bad address", args: []string{"--metrics-addr", "9470"}, want: []string{`metricsAddr: must be host:port, got "9470"`}},
+		{name: "bad debug address", env: map[string]string{"NR1_AGENT_DEBUG_ADDR": "localhost"}, want: []string{`debugAddr: must be host:port or empty, got "localhost"`}},
 		{name: "unknown flag", args: []string{"--path.sysf", "/x"}, want: []string{"flag provided but not defined: -path.sysf"}},
 		{name: "missing file", args: []string{"--config", "/nonexistent/nr1.yaml"}, want: []string{"/nonexistent/nr1.yaml"}},
 	}

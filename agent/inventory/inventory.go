@@ -54,8 +54,10 @@ type CG struct {
 	// done to a CG whose allocation is not known.
 	AllocationKnown bool `json:"allocationKnown"`
 	// AllocationUnknown says why the allocation is not known.
-	AllocationUnknown string            `json:"allocationUnknown,omitempty"`
-	Annotations       map[string]string `json:"annotations,omitempty"`
+	AllocationUnknown string `json:"allocationUnknown,omitempty"`
+	// Annotations are the pod's, for the exemption a namespace may let it ask for; never
+	// shown (they are the pod owner's, and may hold anything).
+	Annotations map[string]string `json:"-"`
 	// NamespaceLabels are the agent's labels (nr1.neureality.ai/…) on the pod's
 	// namespace, which exempt it or let its pods exempt themselves. NamespaceUnknown says
 	// why they are not known (the API server not answering, the namespace not seen yet);

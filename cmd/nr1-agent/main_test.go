@@ -64,7 +64,7 @@ func node(t *testing.T, computeCapacity string) (args []string, kubelet string) 
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return []string{"--config", cfg, "--path.sysfs", filepath.Join(root, "sys"), "--path.kubelet", kubelet, "--log.format", "text", "--metrics-addr", "127.0.0.1:0"}, kubelet
+	return []string{"--config", cfg, "--path.sysfs", filepath.Join(root, "sys"), "--path.kubelet", kubelet, "--log.format", "text", "--metrics-addr", "127.0.0.1:0", "--debug-addr", ""}, kubelet
 }
 
 func TestBadConfigurationExitsNonZeroNamingTheField(t *testing.T) {

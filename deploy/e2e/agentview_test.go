@@ -80,7 +80,7 @@ func (o *observer) observe(c kubernetes.Interface) observation {
 	}
 	ob.agent = agent.UID
 	var s debugSnapshot
-	if err := getJSON("http://"+agent.Status.PodIP+":9470/debug/cgs?limit=500", &s); err != nil {
+	if err := debugJSON(agent, "/debug/cgs?limit=500", &s); err != nil {
 		ob.detail = err.Error()
 		return ob
 	}

@@ -349,12 +349,12 @@ type allocationView struct {
 	debugSnapshot
 }
 
-// allocationsKnown reads /debug/cgs from the agent at ip: nil when every pod's
+// allocationsKnown reads /debug/cgs from the agent: nil when every pod's
 // allocation is known from a pod-resources answer read after after, whose time it
 // returns.
-func allocationsKnown(ip string, pods []*corev1.Pod, after time.Time) (time.Time, error) {
+func allocationsKnown(agent *corev1.Pod, pods []*corev1.Pod, after time.Time) (time.Time, error) {
 	var v allocationView
-	if err := getJSON("http://"+ip+":9470/debug/cgs?limit=500", &v); err != nil {
+	if err := debugJSON(agent, "/debug/cgs?limit=500", &v); err != nil {
 		return time.Time{}, err
 	}
 	if v.AllocationRead.Before(after) {
@@ -377,9 +377,9 @@ type allocationSeen struct {
 	err    error
 }
 
-// watchAllocations reads /debug/cgs from the agent at ip every 250 ms until ctx ends,
+// watchAllocations reads /debug/cgs from the agent every 250 ms until ctx ends,
 // for the CGs pods.
-func watchAllocations(ctx context.Context, ip string, pods []*corev1.Pod) <-chan []allocationSeen {
+func watchAllocations(ctx context.Context, agent *corev1.Pod, pods []*corev1.Pod) <-chan []allocationSeen {
 	out := make(chan []allocationSeen, 1)
 	go func() {
 		var seen []allocationSeen
@@ -388,7 +388,7 @@ func watchAllocations(ctx context.Context, ip string, pods []*corev1.Pod) <-chan
 		for {
 			s := allocationSeen{at: time.Now(), known: map[string]bool{}, queues: map[string]nr1.Base{}}
 			var v allocationView
-			if s.err = getJSON("http://"+ip+":9470/debug/cgs?limit=500", &v); s.err == nil {
+			if s.err = debugJSON(agent, "/debug/cgs?limit=500", &v); s.err == nil {
 				s.age = v.Taken.Sub(v.AllocationRead)
 				for _, p := range pods {
 					if cg := v.CG(string(p.UID)); cg != nil {
@@ -461,7 +461,7 @@ func TestFaultPodResourcesUnavailable(t *testing.T) {
 	goesOver := started.Add(overAt)
 	pauseAt := goesOver.Add(-8 * time.Second) // the allocation is stale (5 s) before it goes over
 	eventually(t, time.Until(pauseAt), "the agent knows both CGs' allocations", func() error {
-		_, err := allocationsKnown(agent.Status.PodIP, []*corev1.Pod{within, late}, time.Time{})
+		_, err := allocationsKnown(agent, []*corev1.Pod{within, late}, time.Time{})
 		return err
 	})
 	if time.Now().After(pauseAt) {
@@ -469,7 +469,7 @@ func TestFaultPodResourcesUnavailable(t *testing.T) {
 	}
 	ctx, stopWatching := context.WithCancel(context.Background())
 	t.Cleanup(stopWatching)
-	watched := watchAllocations(ctx, agent.Status.PodIP, []*corev1.Pod{within, late})
+	watched := watchAllocations(ctx, agent, []*corev1.Pod{within, late})
 	time.Sleep(time.Until(pauseAt))
 
 	t.Cleanup(func() { stack(t, "resume-kubelet") }) // a no-op unless the test failed while it hung
@@ -482,7 +482,7 @@ func TestFaultPodResourcesUnavailable(t *testing.T) {
 	var answered time.Time // the first read after the outage with a fresh answer
 	eventually(t, 30*time.Second, "the agent knows both CGs' allocations from a new pod-resources answer", func() error {
 		var err error
-		answered, err = allocationsKnown(agent.Status.PodIP, []*corev1.Pod{within, late}, resumedAt.Add(-time.Second))
+		answered, err = allocationsKnown(agent, []*corev1.Pod{within, late}, resumedAt.Add(-time.Second))
 		return err
 	})
 	for _, l := range agentLog(t, c, agent, pausedAt.Add(-time.Second), "pod-resources API") {

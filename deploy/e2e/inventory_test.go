@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,19 +52,11 @@ func agentDebug(t *testing.T, c kubernetes.Interface) (*debugSnapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent pod: %w", err)
 	}
-	if len(pods.Items) != 1 || pods.Items[0].Status.PodIP == "" {
-		return nil, fmt.Errorf("%d agent pods, or no pod IP yet", len(pods.Items))
-	}
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + pods.Items[0].Status.PodIP + ":9470/debug/cgs?limit=500")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/debug/cgs: %s", resp.Status)
+	if len(pods.Items) != 1 {
+		return nil, fmt.Errorf("%d agent pods", len(pods.Items))
 	}
 	var s debugSnapshot
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+	if err := debugJSON(&pods.Items[0], "/debug/cgs?limit=500", &s); err != nil {
 		return nil, err
 	}
 	return &s, nil

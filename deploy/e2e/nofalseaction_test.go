@@ -201,7 +201,7 @@ func TestNoFalseAction(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return getJSON("http://"+agent.Status.PodIP+":9470/debug/cgs?limit=500", &debugSnapshot{})
+		return debugJSON(agent, "/debug/cgs?limit=500", &debugSnapshot{})
 	})
 
 	scr := newScraper()
@@ -363,7 +363,7 @@ func checkMeasured(t *testing.T, c kubernetes.Interface, cgs []*exactCG) {
 			return err
 		}
 		var s debugSnapshot
-		if err := getJSON("http://"+agent.Status.PodIP+":9470/debug/cgs?limit=500", &s); err != nil {
+		if err := debugJSON(agent, "/debug/cgs?limit=500", &s); err != nil {
 			return err
 		}
 		var bad []string

@@ -37,3 +37,5 @@ echo "== e2e: stack up in $((SECONDS - start)) s"
 eval "$("$stack" env)"
 cd "$repo"
 go test -tags e2e -count=1 -timeout 20m -v ./deploy/e2e/ ./agent/runtime/
+echo "== e2e: the agent's requests during the suites against its RBAC rules"
+go test -tags e2eafter -count=1 -v ./deploy/e2e/

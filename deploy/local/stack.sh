@@ -208,8 +208,21 @@ restart_containerd() {
   wait_for "containerd CRI" 30 crictl -r "unix://$CONTAINERD_SOCK" info
 }
 
+# The audit log records the agent's own requests only: make e2e checks them against the
+# agent's RBAC rules.
+AUDIT_LOG=$LOGS/kube-apiserver-audit.log
+
 start_apiserver() {
   local ip=$1
+  cat >"$STATE/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:nr1-system:nr1-agent"]
+  - level: None
+POLICY
   start kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
     --bind-address=0.0.0.0 --secure-port=6443 --advertise-address="$ip" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -218,7 +231,8 @@ start_apiserver() {
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range="$SERVICE_CIDR" --authorization-mode=Node,RBAC \
-    --allow-privileged=true --enable-priority-and-fairness=false
+    --allow-privileged=true --enable-priority-and-fairness=false \
+    --audit-policy-file="$STATE/audit-policy.yaml" --audit-log-path="$AUDIT_LOG" --audit-log-format=json
   wait_for kube-apiserver 60 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" https://127.0.0.1:6443/readyz
 }
 
@@ -369,6 +383,6 @@ case ${1:-} in
   start-apiserver) start_apiserver "$(node_ip)" ;;
   pause-kubelet) pause_kubelet ;;
   resume-kubelet) resume_kubelet ;;
-  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK" ;;
+  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK NR1_AUDIT_LOG=$AUDIT_LOG" ;;
   *) echo "usage: $0 up|down|deploy|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|status|env" >&2; exit 2 ;;
 esac
