@@ -149,7 +149,8 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 // Files in flight: sent over a unix socket (SCM_RIGHTS) and not received yet, held by
 // nobody's fd table but still open. They count for the cgroup of the socket whose queue
 // holds them, as handles of this scan (one record per description and cgroup, as for
-// fds). A socket's queue is read up to MAX_MESSAGES messages.
+// fds). A socket's queue is read up to MAX_MESSAGES messages; a socket with more (a
+// stream socket whose send buffer was raised) is reported as holding more than read.
 //
 // A socket is one object of the iterator: all its records go into the seq buffer at
 // once (8 pages), or are rolled back and the socket shown again. So at most
@@ -240,6 +241,8 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
 	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
+	if (c.skb && c.skb != c.head)
+		c.more = 1;
 	if (c.more) {
 		struct record r = {.cgroup_id = c.cgroup_id, .kind = KIND_INFLIGHT_MORE};
 		bpf_seq_write(c.seq, &r, sizeof(r));

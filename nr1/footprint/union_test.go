@@ -40,6 +40,9 @@ type mapperSpec struct {
 	TinyFile string `json:"tinyFile,omitempty"`
 	// InFlight files are opened, sent over a unix socket nobody reads, and closed.
 	InFlight []string `json:"inFlight,omitempty"`
+	// InFlightAfter sends so many messages, each with /dev/null in flight, before the
+	// InFlight files, on a stream socket whose send buffer holds them all.
+	InFlightAfter int `json:"inFlightAfter,omitempty"`
 	// NewNetNS runs the mapper in a network namespace of its own, as a pod's.
 	NewNetNS bool `json:"-"`
 }
@@ -112,10 +115,17 @@ func mapper(spec string) {
 		}
 	}
 	if len(s.InFlight) > 0 {
-		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+		typ := unix.SOCK_DGRAM
+		if s.InFlightAfter > 0 {
+			typ = unix.SOCK_STREAM
+		}
+		sp, err := unix.Socketpair(unix.AF_UNIX, typ, 0)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
+		}
+		if s.InFlightAfter > 0 {
+			sendFillers(sp[0], s.InFlightAfter)
 		}
 		// 250 to a message: a datagram socket's queue holds few messages.
 		for names := range slices.Chunk(s.InFlight, 250) {
@@ -435,6 +445,22 @@ func TestScanStopsWhenOutOfTime(t *testing.T) {
 
 func pageBytes() nr1.Base { return nr1.Base(os.Getpagesize()) }
 
+// sendFillers sends n one-byte messages, each with /dev/null in flight, on the stream
+// socket fd, with a send buffer forced (as root) large enough to queue them all.
+func sendFillers(fd, n int) {
+	null, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err == nil {
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 64<<20)
+	}
+	for i := 0; err == nil && i < n; i++ {
+		err = unix.Sendmsg(fd, []byte{0}, unix.UnixRights(null), nil, 0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sending %d messages with a file in flight: %v\n", n, err)
+		os.Exit(1)
+	}
+}
+
 // TestInFlightHandlesCount: queue handles sent over a unix socket and closed by their
 // sender are still open, held in flight; the BPF source counts them for the cgroup of
 // the socket holding them, in whatever network namespace the socket is (here one of
@@ -474,5 +500,22 @@ func TestInFlightBeyondOneReadIsALowerBound(t *testing.T) {
 	got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]
 	if got < 400 || got >= 600 || !slices.Contains(s.InFlightUnread, p.ids[0]) {
 		t.Errorf("%d of 600 queues in flight counted, unread cgroups %v; want a lower bound said to be one", got, s.InFlightUnread)
+	}
+}
+
+// TestInFlightPastTheMessagesReadIsALowerBound: a socket's queue is read up to 4096
+// messages; files in flight in messages past those are not seen, and the scan says so
+// for the socket's cgroup.
+func TestInFlightPastTheMessagesReadIsALowerBound(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{queue, queue}, InFlightAfter: 4100})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatalf("4100 messages in flight on one socket failed the scan: %v", err)
+	}
+	got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]
+	if got != 0 || !slices.Contains(s.InFlightUnread, p.ids[0]) {
+		t.Errorf("%d queues counted behind 4100 messages, unread cgroups %v; want none read, and the cgroup said to be unread", got, s.InFlightUnread)
 	}
 }
