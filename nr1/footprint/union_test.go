@@ -43,6 +43,9 @@ type mapperSpec struct {
 	// InFlightAfter sends so many messages, each with /dev/null in flight, before the
 	// InFlight files, on a stream socket whose send buffer holds them all.
 	InFlightAfter int `json:"inFlightAfter,omitempty"`
+	// InFlightNested then sends the socket holding the InFlight files in flight itself,
+	// over a second socket, and closes every fd of the first.
+	InFlightNested bool `json:"inFlightNested,omitempty"`
 	// NewNetNS runs the mapper in a network namespace of its own, as a pod's.
 	NewNetNS bool `json:"-"`
 }
@@ -146,6 +149,17 @@ func mapper(spec string) {
 				fmt.Fprintf(os.Stderr, "sending %d files: %v\n", len(fds), err)
 				os.Exit(1)
 			}
+		}
+		if s.InFlightNested {
+			outer, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+			if err == nil {
+				err = unix.Sendmsg(outer[0], []byte{0}, unix.UnixRights(sp[1]), nil, 0)
+			}
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "sending the socket in flight: %v\n", err)
+				os.Exit(1)
+			}
+			_, _ = unix.Close(sp[0]), unix.Close(sp[1])
 		}
 	}
 	if s.TinyMaps > 0 {
@@ -500,6 +514,22 @@ func TestInFlightBeyondOneReadIsALowerBound(t *testing.T) {
 	got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]
 	if got < 400 || got >= 600 || !slices.Contains(s.InFlightUnread, p.ids[0]) {
 		t.Errorf("%d of 600 queues in flight counted, unread cgroups %v; want a lower bound said to be one", got, s.InFlightUnread)
+	}
+}
+
+// TestInFlightInASocketInFlight: files in flight on a socket that is itself in flight,
+// with no fd of it left anywhere, are still counted: the kernel's unix socket table
+// holds every socket, bound or not, held by an fd or only by a message.
+func TestInFlightInASocketInFlight(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{queue, queue, queue}, InFlightNested: true})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]; got != 3 {
+		t.Errorf("%d queues counted in flight in a socket in flight, want 3", got)
 	}
 }
 
