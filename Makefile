@@ -22,7 +22,7 @@ export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
 DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager
 
-.PHONY: help build test fuzz bench lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build test fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -57,6 +57,13 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 300000 inputs); crashe
 bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
+
+bench-agent: image ## the whole agent's CPU and memory with 100 CGs on the local stack (brought up and deployed if not running; left up)
+	@mkdir -p _output/bench
+	$(STACK) status | grep -q '^kubelet: running' || { $(STACK) up && $(STACK) deploy; }
+	eval "$$($(STACK) env)" && NR1_COST_PROFILE=$(CURDIR)/_output/bench/agent-cpu.pprof \
+		$(GO) test -tags e2e -run '^$$' -bench BenchmarkAgentCost -benchtime 5x -timeout 30m -v ./deploy/e2e/ | tee _output/bench/agent.out
+	$(GO) tool pprof -top -nodecount 30 _output/bench/agent-cpu.pprof | head -40
 
 lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -30,7 +30,7 @@ var repo = func() string {
 	return filepath.Join(wd, "..", "..")
 }()
 
-func client(t *testing.T) kubernetes.Interface {
+func client(t testing.TB) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
@@ -44,7 +44,7 @@ func client(t *testing.T) kubernetes.Interface {
 }
 
 // eventually polls cond every 250 ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -145,7 +145,7 @@ func isReady(p *corev1.Pod) bool {
 }
 
 // run runs a command of the local stack's, failing the test with its output.
-func run(t *testing.T, name string, args ...string) []byte {
+func run(t testing.TB, name string, args ...string) []byte {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	var stderr bytes.Buffer

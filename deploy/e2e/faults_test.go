@@ -71,7 +71,7 @@ func diagnose(t *testing.T, c kubernetes.Interface, pods ...*corev1.Pod) {
 }
 
 // nr1LoadImageMB is the nr1-load image's size, rounded up to whole MB.
-func nr1LoadImageMB(t *testing.T) nr1.Units {
+func nr1LoadImageMB(t testing.TB) nr1.Units {
 	t.Helper()
 	return nr1.Units((imageSize(t, nr1LoadImage) + 1<<20 - 1) >> 20)
 }

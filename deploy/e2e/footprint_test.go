@@ -83,7 +83,7 @@ func holdings(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) []struct {
 	return out
 }
 
-func imageSize(t *testing.T, image string) int64 {
+func imageSize(t testing.TB, image string) int64 {
 	t.Helper()
 	var st struct {
 		Status struct {

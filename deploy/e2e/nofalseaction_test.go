@@ -147,7 +147,7 @@ func containerState(s corev1.ContainerStatus) string {
 	return "running"
 }
 
-func newNamespace(t *testing.T, c kubernetes.Interface, name string) {
+func newNamespace(t testing.TB, c kubernetes.Interface, name string) {
 	t.Helper()
 	ctx := context.Background()
 	nss := c.CoreV1().Namespaces()

@@ -1,0 +1,260 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+const costNS = "nr1-cost"
+
+// BenchmarkAgentCost is the whole agent as its node pays for it: the CPU of its process
+// (user + system: the kernel's work for its iterators and syscalls included) and its
+// resident memory, with NR1_COST_CGS (default 100) CGs running, each holding its
+// allocation, and nothing scraping or reading the agent. Each iteration is one window
+// of NR1_COST_WINDOW (default 20s); the metrics are the medians over the windows
+// (-benchtime=5x: five). The kubelet's CPU over the same windows is reported beside it:
+// the agent's pod-resources reads cost the kubelet too. With NR1_COST_PROFILE set, a
+// CPU profile of the agent (10 s, after the windows) is written there.
+//
+// make bench-agent runs it on the local stack.
+func BenchmarkAgentCost(b *testing.B) {
+	c := client(b)
+	n := envInt(b, "NR1_COST_CGS", 100)
+	window, err := time.ParseDuration(envOr("NR1_COST_WINDOW", "20s"))
+	if err != nil {
+		b.Fatalf("NR1_COST_WINDOW: %v", err)
+	}
+	newNamespace(b, c, costNS)
+	alloc := costCGs(b, c, n)
+	agent := waitAgentSees(b, c, n, alloc)
+	id, err := agentContainerID(agent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	agentPID, err := pidOfContainer(id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubeletPID := pidOf(b, "kubelet")
+	b.Logf("%d CGs running, each holding %v; agent pid %d, kubelet pid %d; windows of %v", n, alloc, agentPID, kubeletPID, window)
+
+	var agentCPU, kubeletCPU, rss []float64
+	for b.Loop() {
+		a0, k0, t0 := cpuTicks(b, agentPID), cpuTicks(b, kubeletPID), time.Now()
+		time.Sleep(window)
+		a1, k1, t1 := cpuTicks(b, agentPID), cpuTicks(b, kubeletPID), time.Now()
+		secs := t1.Sub(t0).Seconds()
+		agentCPU = append(agentCPU, 100*float64(a1-a0)/clockTicks/secs)
+		kubeletCPU = append(kubeletCPU, 100*float64(k1-k0)/clockTicks/secs)
+		rss = append(rss, float64(statusKiB(b, agentPID, "VmRSS"))/1024)
+	}
+	b.ReportMetric(median(agentCPU), "agent-%core")
+	b.ReportMetric(median(rss), "agent-RSS-MiB")
+	b.ReportMetric(float64(statusKiB(b, agentPID, "VmHWM"))/1024, "agent-peak-RSS-MiB")
+	b.ReportMetric(median(kubeletCPU), "kubelet-%core")
+	b.Logf("agent %%core per window %.2f; kubelet %%core %.2f; agent RSS MiB %.1f", agentCPU, kubeletCPU, rss)
+	if path := os.Getenv("NR1_COST_PROFILE"); path != "" {
+		if err := agentProfile(agent, path); err != nil {
+			b.Errorf("profile: %v", err)
+		} else {
+			b.Logf("CPU profile of the agent with %d CGs: %s (go tool pprof -top %s)", n, path, path)
+		}
+	}
+}
+
+// costCGs runs n small CGs, each holding exactly its allocation, and returns the
+// allocation.
+func costCGs(b *testing.B, c kubernetes.Interface, n int) nr1.Amounts {
+	alloc := nr1.Amounts{2, 1, 0, 2}
+	// The docker partition is the image and a writable layer: n of them must fit it.
+	alloc[nr1.DockerPartition] = nr1LoadImageMB(b) + 1
+	grace := int64(1)
+	noToken := false
+	for i := range n {
+		hh := loadContainer("health-handler", holdArgs(alloc)...)
+		hh.Resources = nr1Requests(alloc)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%03d", i), Namespace: costNS},
+			Spec: corev1.PodSpec{
+				RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace,
+				AutomountServiceAccountToken: &noToken,
+				Containers:                   []corev1.Container{hh},
+			},
+		}
+		if _, err := c.CoreV1().Pods(costNS).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+			b.Fatalf("CG %d: %v", i, err)
+		}
+	}
+	return alloc
+}
+
+// waitAgentSees waits until every CG runs and the agent measures each at its allocation.
+func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amounts) *corev1.Pod {
+	var agent *corev1.Pod
+	eventually(b, time.Duration(n)*6*time.Second, fmt.Sprintf("%d CGs running and measured at their allocation", n), func() error {
+		pods, err := c.CoreV1().Pods(costNS).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		running := 0
+		for i := range pods.Items {
+			if pods.Items[i].Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running < n {
+			return fmt.Errorf("%d of %d running", running, n)
+		}
+		if agent, err = readyAgent(c); err != nil {
+			return err
+		}
+		var s debugSnapshot
+		if err := debugJSON(agent, "/debug/cgs?limit=500&namespace="+costNS, &s); err != nil {
+			return err
+		}
+		measured := 0
+		for _, cg := range s.CGs {
+			if cg.AllocationKnown && cg.Usage[nr1.ComputeDMAMemory] == nr1.ComputeDMAMemory.InBase(alloc[nr1.ComputeDMAMemory]) &&
+				cg.Usage[nr1.HypervisorQueue] == nr1.HypervisorQueue.InBase(alloc[nr1.HypervisorQueue]) {
+				measured++
+			}
+		}
+		if measured < n {
+			return fmt.Errorf("%d of %d measured at their allocation", measured, n)
+		}
+		return nil
+	})
+	return agent
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times on every Linux architecture.
+const clockTicks = 100
+
+// cpuTicks is the process's user + system time so far, its exited threads included.
+func cpuTicks(b *testing.B, pid int) int64 {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis: state is the first, utime the
+	// 12th, stime the 13th.
+	f := strings.Fields(string(s[bytes.LastIndexByte(s, ')')+1:]))
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	return u + st
+}
+
+// statusKiB is a kB field of /proc/PID/status, such as VmRSS.
+func statusKiB(b *testing.B, pid int, field string) int64 {
+	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(s)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatalf("/proc/%d/status %s: %q", pid, field, v)
+			}
+			return kb
+		}
+	}
+	b.Fatalf("/proc/%d/status: no %s", pid, field)
+	return 0
+}
+
+// pidOf is the one process whose comm is name.
+func pidOf(b *testing.B, name string) int {
+	dirs, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(comm)) == name {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		b.Fatalf("processes named %s: %v", name, pids)
+	}
+	return pids[0]
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v, err := strconv.Atoi(envOr(name, strconv.Itoa(def)))
+	if err != nil || v <= 0 {
+		b.Fatalf("%s: want a positive integer, got %q", name, os.Getenv(name))
+	}
+	return v
+}
+
+// agentProfile writes a 10 s CPU profile of the agent, read from its debug listener.
+func agentProfile(agent *corev1.Pod, path string) error {
+	id, err := agentContainerID(agent)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialInContainer(ctx, id, network, addr)
+		},
+	}}
+	resp, err := hc.Get("http://127.0.0.1:" + debugPort + "/debug/pprof/profile?seconds=10")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/debug/pprof/profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
