@@ -249,3 +249,136 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 	}
 	return 0;
 }
+
+// Changes as they happen: a process opening a target or mapping one (the syscalls by
+// which a CG takes more) writes its cgroup to a ring buffer, so that user space samples
+// at once instead of at its next interval. A change is reported after the syscall
+// succeeded, when a scan sees what it made. Reported changes are only a hint to sample
+// sooner: what counts is always the scan.
+struct change {
+	__u64 cgroup_id;
+	__u32 pid;
+	__u32 target;
+};
+
+const struct change *unused_change __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} changes SEC(".maps");
+
+// Changes not written because the ring buffer was full; user space samples anyway.
+__u64 changes_lost = 0;
+
+// A mapping of a target under way: its target, by thread, from the syscall's entry (where
+// the fd is known) to its exit (where its success is).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u32);
+} mapping SEC(".maps");
+
+#define MAP_ANONYMOUS 0x20
+
+static __always_inline struct file *fd_file(__s64 fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct files_struct *files = BPF_CORE_READ(task, files);
+	struct file **fds;
+	struct file *file = 0;
+	struct fdtable *fdt;
+
+	if (fd < 0 || !files)
+		return 0;
+	fdt = BPF_CORE_READ(files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_core_read(&file, sizeof(file), &fds[fd]))
+		return 0;
+	return file;
+}
+
+static __always_inline __u32 *fd_target(__s64 fd)
+{
+	struct file *file = fd_file(fd);
+
+	if (!file || (BPF_CORE_READ(file, f_mode) & FMODE_PATH))
+		return 0;
+	return match(file);
+}
+
+static __always_inline void report(__u32 target)
+{
+	struct change *c = bpf_ringbuf_reserve(&changes, sizeof(*c), 0);
+
+	if (!c) {
+		__sync_fetch_and_add(&changes_lost, 1);
+		return;
+	}
+	c->cgroup_id = bpf_get_current_cgroup_id();
+	c->pid = bpf_get_current_pid_tgid() >> 32;
+	c->target = target;
+	bpf_ringbuf_submit(c, 0);
+}
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int nr1_enter_mmap(struct syscall_enter_ctx *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid();
+	__u32 *target;
+
+	if (ctx->args[3] & MAP_ANONYMOUS)
+		return 0;
+	target = fd_target((__s32)ctx->args[4]);
+	if (target)
+		bpf_map_update_elem(&mapping, &thread, target, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int nr1_exit_mmap(struct syscall_exit_ctx *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid();
+	__u32 *target = bpf_map_lookup_elem(&mapping, &thread);
+
+	if (!target)
+		return 0;
+	// A failed mmap returns -errno, an address never is.
+	if (ctx->ret < 0 && ctx->ret >= -4095) {
+		bpf_map_delete_elem(&mapping, &thread);
+		return 0;
+	}
+	report(*target);
+	bpf_map_delete_elem(&mapping, &thread);
+	return 0;
+}
+
+// A new fd: opened, or taken from another process. The fd is installed when the syscall
+// returns it.
+static __always_inline int new_fd(struct syscall_exit_ctx *ctx)
+{
+	__u32 *target;
+
+	if (ctx->ret < 0)
+		return 0;
+	target = fd_target(ctx->ret);
+	if (target)
+		report(*target);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_openat")
+int nr1_exit_openat(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+
+SEC("tracepoint/syscalls/sys_exit_openat2")
+int nr1_exit_openat2(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+
+// open(2) exists on some architectures only (amd64, not arm64).
+SEC("tracepoint/syscalls/sys_exit_open")
+int nr1_exit_open(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+
+SEC("tracepoint/syscalls/sys_exit_pidfd_getfd")
+int nr1_exit_pidfd_getfd(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type footprintChange struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Pid      uint32
+	Target   uint32
+}
+
 type footprintRecord struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -43,13 +50,23 @@ type footprintTargetKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	footprintMapSeen         = "seen"
-	footprintMapTargets      = "targets"
-	footprintProgNr1TaskFile = "nr1_task_file"
-	footprintProgNr1TaskVma  = "nr1_task_vma"
-	footprintProgNr1Unix     = "nr1_unix"
-	footprintVarScan         = "scan"
-	footprintVarUnusedRecord = "unused_record"
+	footprintMapChanges            = "changes"
+	footprintMapMapping            = "mapping"
+	footprintMapSeen               = "seen"
+	footprintMapTargets            = "targets"
+	footprintProgNr1EnterMmap      = "nr1_enter_mmap"
+	footprintProgNr1ExitMmap       = "nr1_exit_mmap"
+	footprintProgNr1ExitOpen       = "nr1_exit_open"
+	footprintProgNr1ExitOpenat     = "nr1_exit_openat"
+	footprintProgNr1ExitOpenat2    = "nr1_exit_openat2"
+	footprintProgNr1ExitPidfdGetfd = "nr1_exit_pidfd_getfd"
+	footprintProgNr1TaskFile       = "nr1_task_file"
+	footprintProgNr1TaskVma        = "nr1_task_vma"
+	footprintProgNr1Unix           = "nr1_unix"
+	footprintVarChangesLost        = "changes_lost"
+	footprintVarScan               = "scan"
+	footprintVarUnusedChange       = "unused_change"
+	footprintVarUnusedRecord       = "unused_record"
 )
 
 // loadFootprint returns the embedded CollectionSpec for footprint.
@@ -94,15 +111,23 @@ type footprintSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintProgramSpecs struct {
-	Nr1TaskFile *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
-	Nr1TaskVma  *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
-	Nr1Unix     *ebpf.ProgramSpec `ebpf:"nr1_unix"`
+	Nr1EnterMmap      *ebpf.ProgramSpec `ebpf:"nr1_enter_mmap"`
+	Nr1ExitMmap       *ebpf.ProgramSpec `ebpf:"nr1_exit_mmap"`
+	Nr1ExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_exit_open"`
+	Nr1ExitOpenat     *ebpf.ProgramSpec `ebpf:"nr1_exit_openat"`
+	Nr1ExitOpenat2    *ebpf.ProgramSpec `ebpf:"nr1_exit_openat2"`
+	Nr1ExitPidfdGetfd *ebpf.ProgramSpec `ebpf:"nr1_exit_pidfd_getfd"`
+	Nr1TaskFile       *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
+	Nr1TaskVma        *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
+	Nr1Unix           *ebpf.ProgramSpec `ebpf:"nr1_unix"`
 }
 
 // footprintMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintMapSpecs struct {
+	Changes *ebpf.MapSpec `ebpf:"changes"`
+	Mapping *ebpf.MapSpec `ebpf:"mapping"`
 	Seen    *ebpf.MapSpec `ebpf:"seen"`
 	Targets *ebpf.MapSpec `ebpf:"targets"`
 }
@@ -111,7 +136,9 @@ type footprintMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintVariableSpecs struct {
+	ChangesLost  *ebpf.VariableSpec `ebpf:"changes_lost"`
 	Scan         *ebpf.VariableSpec `ebpf:"scan"`
+	UnusedChange *ebpf.VariableSpec `ebpf:"unused_change"`
 	UnusedRecord *ebpf.VariableSpec `ebpf:"unused_record"`
 }
 
@@ -135,12 +162,16 @@ func (o *footprintObjects) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintMaps struct {
+	Changes *ebpf.Map `ebpf:"changes"`
+	Mapping *ebpf.Map `ebpf:"mapping"`
 	Seen    *ebpf.Map `ebpf:"seen"`
 	Targets *ebpf.Map `ebpf:"targets"`
 }
 
 func (m *footprintMaps) Close() error {
 	return _FootprintClose(
+		m.Changes,
+		m.Mapping,
 		m.Seen,
 		m.Targets,
 	)
@@ -150,7 +181,9 @@ func (m *footprintMaps) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintVariables struct {
+	ChangesLost  *ebpf.Variable `ebpf:"changes_lost"`
 	Scan         *ebpf.Variable `ebpf:"scan"`
+	UnusedChange *ebpf.Variable `ebpf:"unused_change"`
 	UnusedRecord *ebpf.Variable `ebpf:"unused_record"`
 }
 
@@ -158,13 +191,25 @@ type footprintVariables struct {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintPrograms struct {
-	Nr1TaskFile *ebpf.Program `ebpf:"nr1_task_file"`
-	Nr1TaskVma  *ebpf.Program `ebpf:"nr1_task_vma"`
-	Nr1Unix     *ebpf.Program `ebpf:"nr1_unix"`
+	Nr1EnterMmap      *ebpf.Program `ebpf:"nr1_enter_mmap"`
+	Nr1ExitMmap       *ebpf.Program `ebpf:"nr1_exit_mmap"`
+	Nr1ExitOpen       *ebpf.Program `ebpf:"nr1_exit_open"`
+	Nr1ExitOpenat     *ebpf.Program `ebpf:"nr1_exit_openat"`
+	Nr1ExitOpenat2    *ebpf.Program `ebpf:"nr1_exit_openat2"`
+	Nr1ExitPidfdGetfd *ebpf.Program `ebpf:"nr1_exit_pidfd_getfd"`
+	Nr1TaskFile       *ebpf.Program `ebpf:"nr1_task_file"`
+	Nr1TaskVma        *ebpf.Program `ebpf:"nr1_task_vma"`
+	Nr1Unix           *ebpf.Program `ebpf:"nr1_unix"`
 }
 
 func (p *footprintPrograms) Close() error {
 	return _FootprintClose(
+		p.Nr1EnterMmap,
+		p.Nr1ExitMmap,
+		p.Nr1ExitOpen,
+		p.Nr1ExitOpenat,
+		p.Nr1ExitOpenat2,
+		p.Nr1ExitPidfdGetfd,
 		p.Nr1TaskFile,
 		p.Nr1TaskVma,
 		p.Nr1Unix,

@@ -19,6 +19,7 @@ typedef _Bool bool;
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
 enum {
@@ -41,9 +42,19 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 };
 
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+};
+
+struct files_struct {
+	struct fdtable *fdt;
+};
+
 struct task_struct {
 	__s32 tgid;
 	struct css_set *cgroups;
+	struct files_struct *files;
 };
 
 struct super_block {
@@ -128,6 +139,22 @@ struct bpf_iter__unix {
 };
 
 #pragma clang attribute pop
+
+/* The syscall tracepoints' context, as their format files give it (a stable layout:
+ * common fields, the syscall number, then the arguments or the return value). */
+struct syscall_enter_ctx {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 args[6];
+};
+
+struct syscall_exit_ctx {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
 
 /* UAPI: the context of a cgroup device program. */
 struct bpf_cgroup_dev_ctx {
