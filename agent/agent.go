@@ -78,6 +78,10 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	defer source.Close()
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, clk, log)
+	changes := watchChanges(cfg, source, log)
+	if changes != nil {
+		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration)
+	}
 	node := cfg.NodeName
 	if node == "" {
 		node, _ = os.Hostname()
@@ -108,6 +112,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	reg.MustRegister(metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(smp, source.Name(), bpfRefused), sampleDuration,
 		enforce.NewCollector(enforcer), watcher.ReconnectsCounter(), inv.MismatchesCounter(),
 		metrics.NewStageCollector(stages))
+	if changes != nil {
+		reg.MustRegister(sampler.NewChangeCollectors(changes)...)
+	}
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)
 	var debug *metrics.Debug
@@ -123,6 +130,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	g.Go(func() error { return tracker.Run(ctx) })
 	g.Go(func() error { return partition.Run(ctx) })
 	g.Go(func() error { return smp.Run(ctx) })
+	if changes != nil {
+		g.Go(func() error { changes.Run(ctx); return nil })
+	}
 	g.Go(func() error { return enforcer.Run(ctx) })
 	if nsWatch != nil {
 		g.Go(func() error { nsWatch.Run(ctx); return nil })

@@ -39,3 +39,20 @@ func footprintSource(cfg *config.Config, files []device.ResolvedFile, cgroupV2 s
 	log.Info("footprint source", "source", "procfs")
 	return footprint.NewProcfs(cfg.Paths.Procfs, cgroupV2, targets), targets, refused, nil
 }
+
+// watchChanges follows the processes taking NR1 files as it happens, when the source is
+// BPF and sampling.onChange asks: nil otherwise, or when the tracepoints cannot be
+// attached (the sampler then samples at its interval only, which is logged).
+func watchChanges(cfg *config.Config, src footprint.Source, log *slog.Logger) *footprint.Changes {
+	b, ok := src.(*footprint.BPF)
+	if !ok || !cfg.Sampling.OnChange {
+		return nil
+	}
+	c, err := b.WatchChanges(log)
+	if err != nil {
+		log.Warn("following NR1 files as they are opened and mapped is refused: sampling at the interval only", "interval", cfg.Sampling.Interval, "err", err)
+		return nil
+	}
+	log.Info("sampling on change", "gap", cfg.Sampling.ChangeGap, "interval", cfg.Sampling.Interval)
+	return c
+}

@@ -62,6 +62,12 @@ type Sampling struct {
 	PartitionInterval Duration `json:"partitionInterval"`
 	// Source is the footprint source: auto (BPF when it loads, else procfs), bpf or procfs.
 	Source string `json:"source"`
+	// OnChange samples at once when a process opens or maps an NR1 file, as the kernel
+	// reports it (the BPF source's syscall tracepoints), not only every interval.
+	OnChange bool `json:"onChange"`
+	// ChangeGap is the least time between two samples a change starts: what a process
+	// opening and closing an NR1 file in a loop can cost the node.
+	ChangeGap Duration `json:"changeGap"`
 }
 
 // Paths are the host roots the agent reads, so tests and containers can move them.
@@ -112,8 +118,9 @@ func Default() Config {
 			HealthInterval: Duration{Duration: 5 * time.Second},
 			Resync:         Duration{Duration: 5 * time.Second},
 		},
-		Runtime:     Runtime{Resync: Duration{Duration: 30 * time.Second}},
-		Sampling:    Sampling{Interval: Duration{Duration: time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto"},
+		Runtime: Runtime{Resync: Duration{Duration: 30 * time.Second}},
+		Sampling: Sampling{Interval: Duration{Duration: time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
+			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
 	}
@@ -188,6 +195,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Enforcement.MaxPartitionAge.Duration <= c.Sampling.PartitionInterval.Duration {
 		field("enforcement.maxPartitionAge", "must be longer than sampling.partitionInterval (%s), got %s", c.Sampling.PartitionInterval, c.Enforcement.MaxPartitionAge)
+	}
+	if c.Sampling.ChangeGap.Duration <= 0 || c.Sampling.ChangeGap.Duration > c.Sampling.Interval.Duration {
+		field("sampling.changeGap", "must be positive and at most sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.ChangeGap)
 	}
 	if c.Sampling.PartitionInterval.Duration < c.Sampling.Interval.Duration {
 		field("sampling.partitionInterval", "must be at least sampling.interval, got %s", c.Sampling.PartitionInterval)

@@ -88,6 +88,8 @@ type Sampler struct {
 	log       *slog.Logger
 
 	observer                 func(*Snapshot)
+	wake                     <-chan struct{}
+	wakeGap                  time.Duration
 	*latest.Value[*Snapshot] // nil before the first sample
 }
 
@@ -100,8 +102,19 @@ func New(inv Inventory, source footprint.Source, targets *footprint.Targets, par
 		Value: latest.New[*Snapshot](nil)}
 }
 
-// Run samples every interval until ctx ends.
+// SampleOnWake makes the sampler sample at once when wake fires (a process took a
+// target), not only every interval, but never twice within gap: a storm of wakes costs
+// at most one sample per gap. Set before Run.
+func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration) {
+	s.wake, s.wakeGap = wake, gap
+}
+
+// Run samples every interval, and on wakes, until ctx ends.
 func (s *Sampler) Run(ctx context.Context) error {
+	if s.wake != nil {
+		loop.Sooner(ctx, s.clock, s.interval, s.wakeGap, s.wake, s.step)
+		return nil
+	}
 	loop.Every(ctx, s.clock, s.interval, s.step)
 	return nil
 }

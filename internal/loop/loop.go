@@ -24,3 +24,39 @@ func Every(ctx context.Context, clk clock.WithTicker, interval time.Duration, st
 		}
 	}
 }
+
+// Sooner runs step at once, then when interval has passed since the last step began,
+// or sooner when wake fires, but never twice within minGap: a wake within minGap of the
+// last step waits for minGap's end, and the wakes that come meanwhile are one. It is
+// Every for a stage that is told when it has something to do, and is bounded in what a
+// storm of wakes costs.
+func Sooner(ctx context.Context, clk clock.Clock, interval, minGap time.Duration, wake <-chan struct{}, step func(context.Context)) {
+	for {
+		began := clk.Now()
+		step(ctx)
+		t := clk.NewTimer(max(interval-clk.Since(began), 0))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+			continue
+		case <-wake:
+			t.Stop()
+		}
+		if wait := minGap - clk.Since(began); wait > 0 {
+			gap := clk.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				gap.Stop()
+				return
+			case <-gap.C():
+			}
+		}
+		// Wakes during the gap are for the step about to run.
+		select {
+		case <-wake:
+		default:
+		}
+	}
+}

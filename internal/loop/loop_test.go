@@ -6,6 +6,8 @@ import (
 	"time"
 
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
 )
 
 func TestEveryStepsAtOnceThenAtEachInterval(t *testing.T) {
@@ -33,4 +35,58 @@ func TestEveryStepsAtOnceThenAtEachInterval(t *testing.T) {
 	case <-done:
 	}
 	<-done
+}
+
+// A wake steps at once, unless the last step began within minGap: then at minGap's end.
+// Without wakes, steps come at the interval from the last step, whatever woke it.
+func TestSoonerStepsOnWakeNoSoonerThanMinGap(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	clk := clocktest.New(t0)
+	steps := make(chan time.Duration)
+	wake := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Sooner(ctx, clk, time.Second, 100*time.Millisecond, wake, func(context.Context) { steps <- clk.Since(t0) })
+	}()
+	expect := func(what string, want time.Duration) {
+		t.Helper()
+		select {
+		case at := <-steps:
+			if at != want {
+				t.Fatalf("%s: step at %v, want %v", what, at, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no step", what)
+		}
+	}
+	expect("first", 0)
+	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != time.Second {
+		t.Fatalf("interval wait %v", d)
+	}
+	wake <- struct{}{}
+	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != 100*time.Millisecond {
+		t.Fatalf("a wake at once after a step waits %v, want the 100ms gap", d)
+	}
+	wake <- struct{}{} // during the gap: one with the first
+	clk.Step(100 * time.Millisecond)
+	expect("woken within the gap", 100*time.Millisecond)
+	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != time.Second {
+		t.Fatalf("interval wait after a woken step %v", d)
+	}
+	clk.Step(time.Second)
+	expect("interval after the woken step", 1100*time.Millisecond)
+	clk.Next(t, clocktest.Timer, 10*time.Second)
+	clk.Step(500 * time.Millisecond)
+	wake <- struct{}{}
+	expect("woken past the gap", 1600*time.Millisecond)
+	clk.Next(t, clocktest.Timer, 10*time.Second)
+	cancel()
+	<-done
+	select {
+	case at := <-steps:
+		t.Fatalf("a step at %v after the wakes were spent", at)
+	default:
+	}
 }
