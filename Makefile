@@ -58,12 +58,12 @@ bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
 
-bench-agent: image ## the whole agent's CPU and memory with 100 CGs on the local stack (brought up and deployed if not running; left up)
+bench-agent: image ## the whole agent on the local stack, both sampling designs: CPU and memory with 100 CGs, detection latency over 50 trials (stack brought up if not running; left up)
 	@mkdir -p _output/bench
 	$(STACK) status | grep -q '^kubelet: running' || { $(STACK) up && $(STACK) deploy; }
 	eval "$$($(STACK) env)" && NR1_COST_PROFILE=$(CURDIR)/_output/bench/agent-cpu.pprof \
-		$(GO) test -tags e2e -run '^$$' -bench BenchmarkAgentCost -benchtime 5x -timeout 30m -v ./deploy/e2e/ | tee _output/bench/agent.out
-	$(GO) tool pprof -top -nodecount 30 _output/bench/agent-cpu.pprof | head -40
+		$(GO) test -tags e2e -run '^$$' -bench 'BenchmarkAgentCost|BenchmarkDetectionLatency' -benchtime 5x -timeout 60m -v ./deploy/e2e/ | tee _output/bench/agent.out
+	for p in _output/bench/agent-cpu-*.pprof; do echo "== $$p"; $(GO) tool pprof -top -nodecount 30 $$p 2>/dev/null | head -40; done
 
 lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -69,7 +69,7 @@ var ErrUnavailable = errors.New("not available on this node")
 // Act carries out one action.
 func (a *Actuator) Act(ctx context.Context, act enforce.Action) error {
 	log := a.Log.With("action", act.Kind, "namespace", act.Namespace, "pod", act.Pod, "resource", act.Resource.Name(),
-		"usage", act.Usage, "allocation", act.Allocation, "ratio", act.Ratio)
+		"usage", act.Usage, "allocation", act.Allocation, "ratio", act.Ratio, "sampled", act.Sampled, "decided", act.Decided)
 	if act.DryRun {
 		log.Info("dry-run: enforcement action not taken", "message", act.Message)
 		a.event(act, "Warning", ReasonDryRun, fmt.Sprintf("dry-run, would %s: %s", act.Kind, act.Message))

@@ -3,6 +3,7 @@ package enforce
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
@@ -36,6 +37,9 @@ type Action struct {
 	Allocation   nr1.Units        `json:"allocation"`
 	Ratio        sampler.Fraction `json:"ratio"`
 	Message      string           `json:"message"`
+	// Sampled is when the sample that called for it began; Decided when it was decided.
+	Sampled time.Time `json:"sampled"`
+	Decided time.Time `json:"decided"`
 }
 
 func action(k Kind, r nr1.Resource, cg *sampler.CG, p Policy, hard bool, msg string) Action {

@@ -60,7 +60,11 @@ func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action
 		delete(st.cgs, uid)
 		delete(st.badAnno, uid)
 	}
-	return rateLimit(now, out, st, p)
+	out = rateLimit(now, out, st, p)
+	for i := range out {
+		out[i].Sampled, out[i].Decided = snap.Taken, now
+	}
+	return out
 }
 
 func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, p Policy) []Action {

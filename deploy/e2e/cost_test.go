@@ -30,9 +30,10 @@ const costNS = "nr1-cost"
 // resident memory, with NR1_COST_CGS (default 100) CGs running, each holding its
 // allocation, and nothing scraping or reading the agent. Each iteration is one window
 // of NR1_COST_WINDOW (default 20s); the metrics are the medians over the windows
-// (-benchtime=5x: five). The kubelet's CPU over the same windows is reported beside it:
-// the agent's pod-resources reads cost the kubelet too. With NR1_COST_PROFILE set, a
-// CPU profile of the agent (10 s, after the windows) is written there.
+// (-benchtime=5x: five), for each design (sampling at the interval only, or also on
+// change) with the same CGs. The kubelet's CPU over the same windows is reported beside
+// it: the agent's pod-resources reads cost the kubelet too. With NR1_COST_PROFILE set,
+// a CPU profile of the agent (10 s, after the windows) is written there, one per design.
 //
 // make bench-agent runs it on the local stack.
 func BenchmarkAgentCost(b *testing.B) {
@@ -44,6 +45,16 @@ func BenchmarkAgentCost(b *testing.B) {
 	}
 	newNamespace(b, c, costNS)
 	alloc := costCGs(b, c, n)
+	for _, d := range designs {
+		b.Run("design="+d.name, func(b *testing.B) {
+			withDesign(b, c, d.onChange)
+			agentCost(b, c, n, alloc, window)
+		})
+	}
+}
+
+// agentCost measures the agent in windows, once it measures every CG.
+func agentCost(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amounts, window time.Duration) {
 	agent := waitAgentSees(b, c, n, alloc)
 	id, err := agentContainerID(agent)
 	if err != nil {
@@ -72,6 +83,7 @@ func BenchmarkAgentCost(b *testing.B) {
 	b.ReportMetric(median(kubeletCPU), "kubelet-%core")
 	b.Logf("agent %%core per window %.2f; kubelet %%core %.2f; agent RSS MiB %.1f", agentCPU, kubeletCPU, rss)
 	if path := os.Getenv("NR1_COST_PROFILE"); path != "" {
+		path = strings.TrimSuffix(path, ".pprof") + "-" + strings.TrimPrefix(b.Name()[strings.LastIndex(b.Name(), "/")+1:], "design=") + ".pprof"
 		if err := agentProfile(agent, path); err != nil {
 			b.Errorf("profile: %v", err)
 		} else {

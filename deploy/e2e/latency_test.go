@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// designs are the ways the agent can sample: at its interval only, or also at once when
+// the kernel reports a process taking an NR1 file.
+var designs = []struct {
+	name     string
+	onChange bool
+}{{"interval", false}, {"onChange", true}}
+
+// withDesign runs the agent with sampling.onChange set, restarting it, and puts the
+// configuration back when the benchmark ends.
+func withDesign(b *testing.B, c kubernetes.Interface, onChange bool) {
+	b.Helper()
+	ctx := context.Background()
+	cms := c.CoreV1().ConfigMaps("nr1-system")
+	cm, err := cms.Get(ctx, "nr1-agent", metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	orig := cm.Data["config.yaml"]
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(orig), &cfg); err != nil {
+		b.Fatal(err)
+	}
+	sampling, _ := cfg["sampling"].(map[string]any)
+	if sampling == nil {
+		sampling = map[string]any{}
+	}
+	sampling["onChange"] = onChange
+	cfg["sampling"] = sampling
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	set := func(config string) {
+		cm, err := cms.Get(ctx, "nr1-agent", metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cm.Data["config.yaml"] = config
+		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		restartAgent(b, c)
+	}
+	set(string(out))
+	b.Cleanup(func() { set(orig) })
+}
+
+// restartAgent deletes the agent's pod and waits for its replacement to be ready and
+// past its warm-up.
+func restartAgent(b *testing.B, c kubernetes.Interface) {
+	b.Helper()
+	var old types.UID
+	eventually(b, 60*time.Second, "a ready agent", func() error {
+		a, err := readyAgent(c)
+		if err == nil {
+			old = a.UID
+			err = c.CoreV1().Pods("nr1-system").Delete(context.Background(), a.Name, metav1.DeleteOptions{})
+		}
+		return err
+	})
+	eventually(b, 90*time.Second, "the restarted agent ready", func() error {
+		a, err := readyAgent(c)
+		if err == nil && a.UID == old {
+			err = fmt.Errorf("still the old agent")
+		}
+		return err
+	})
+	time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
+}
+
+// BenchmarkDetectionLatency is the time from a CG going over (the timestamp nr1-load
+// logs once it holds 2.5 times its queues) to the agent's decision (the "decided" field
+// of its action log), for each design in the same run. Each iteration is a round of 10
+// CGs going over 300 ms apart (-benchtime=5x: 50 trials); p50 and p99 over all trials.
+func BenchmarkDetectionLatency(b *testing.B) {
+	c := client(b)
+	for _, d := range designs {
+		b.Run("design="+d.name, func(b *testing.B) {
+			withDesign(b, c, d.onChange)
+			var lat []float64
+			round := 0
+			for b.Loop() {
+				lat = append(lat, latencyRound(b, c, round, 10)...)
+				round++
+			}
+			slices.Sort(lat)
+			b.ReportMetric(percentile(lat, 50), "p50-ms")
+			b.ReportMetric(percentile(lat, 99), "p99-ms")
+			b.ReportMetric(lat[len(lat)-1], "max-ms")
+			b.Logf("%s: %d trials, latency ms %.1f", d.name, len(lat), lat)
+		})
+	}
+}
+
+func percentile(sorted []float64, p int) float64 {
+	i := (len(sorted)*p + 99) / 100
+	return sorted[max(i-1, 0)]
+}
+
+// latencyRound runs n CGs given 2 queues that take 5 at 4 s plus 300 ms apart, and
+// returns each one's detection latency in milliseconds.
+func latencyRound(b *testing.B, c kubernetes.Interface, round, n int) []float64 {
+	ns := fmt.Sprintf("nr1-latency-%d", round)
+	newNamespace(b, c, ns)
+	alloc := nr1.Amounts{0, 0, nr1LoadImageMB(b) + 1, 2}
+	grace := int64(1)
+	var pods []*corev1.Pod
+	for i := range n {
+		hh := loadContainer("health-handler", "--queues=2", fmt.Sprintf("--step=%dms:queues=5", 4000+300*i))
+		hh.Resources = nr1Requests(alloc)
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("over-%02d", i), Namespace: ns},
+			Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{hh}},
+		}
+		created, err := c.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pods = append(pods, created)
+	}
+	agent, err := readyAgent(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	since := time.Now().Add(-time.Second)
+	var out []float64
+	for _, p := range pods {
+		var over, decided time.Time
+		eventually(b, 60*time.Second, p.Name+" over and acted on", func() error {
+			var ok bool
+			if over, ok = podLogLineAt(b, c, p, "holding", 2); !ok {
+				return fmt.Errorf("not over yet")
+			}
+			ds := decisions(b, c, agent, since, p)
+			if len(ds) == 0 {
+				return fmt.Errorf("no decision yet")
+			}
+			decided = slices.MinFunc(ds, func(a, b time.Time) int { return a.Compare(b) })
+			return nil
+		})
+		out = append(out, float64(decided.Sub(over).Microseconds())/1000)
+	}
+	return out
+}
+
+// podLogLineAt is the timestamp of the nth line of pod's health-handler log holding
+// marker.
+func podLogLineAt(b *testing.B, c kubernetes.Interface, pod *corev1.Pod, marker string, nth int) (time.Time, bool) {
+	logs, err := c.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "health-handler"}).DoRaw(context.Background())
+	if err != nil {
+		return time.Time{}, false
+	}
+	seen := 0
+	for line := range strings.Lines(string(logs)) {
+		stamp, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if !strings.HasPrefix(rest, marker) {
+			continue
+		}
+		if seen++; seen == nth {
+			at, err := time.Parse(time.RFC3339Nano, stamp)
+			if err != nil {
+				b.Fatalf("log line %q: %v", line, err)
+			}
+			return at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// decisions are the "decided" times of the agent's actions on pod logged since since.
+func decisions(b *testing.B, c kubernetes.Interface, agent *corev1.Pod, since time.Time, pod *corev1.Pod) []time.Time {
+	st := metav1.NewTime(since)
+	logs, err := c.CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{SinceTime: &st}).DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []time.Time
+	for line := range strings.Lines(string(logs)) {
+		if !strings.Contains(line, "namespace="+pod.Namespace+" ") || !strings.Contains(line, "pod="+pod.Name+" ") {
+			continue
+		}
+		_, v, ok := strings.Cut(line, " decided=")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, " ")
+		at, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			b.Fatalf("agent log line %q: %v", line, err)
+		}
+		out = append(out, at)
+	}
+	return out
+}
