@@ -152,24 +152,27 @@ func agentCalls(t *testing.T) (calls map[call]int, refused, nonResource []string
 	return calls, refused, nonResource
 }
 
-// Every request the agent made during the e2e suites is granted by its rules and was not
-// refused, and every verb of every rule was used: the rules are what the code calls.
+// Every request the agent made during the e2e suites is granted by its rules, and every
+// verb of every rule was used: the rules are what the code calls.
 func TestAgentCallsMatchItsRBAC(t *testing.T) {
 	grants := agentGrants(t)
 	calls, refused, nonResource := agentCalls(t)
 	if len(calls) == 0 {
 		t.Fatal("the audit log holds no request of the agent's")
 	}
-	for _, r := range refused {
-		t.Errorf("refused by the API server: %s", r)
+	// Refusals are not failures by themselves: the suites take rights away on purpose
+	// (the namespaces' labels made unknown), and an Event in a namespace being deleted is
+	// refused. A call no rule grants is caught below whatever its answer.
+	if len(refused) > 0 {
+		t.Logf("refused by the API server (%d): %s", len(refused), strings.Join(refused, "; "))
 	}
 	if len(nonResource) > 0 {
 		t.Errorf("requests outside the resource API (discovery needs no rule of the agent's): %v", nonResource)
 	}
 	used := map[string]bool{}
-	var kinds []string
+	kinds := map[string]int{}
 	for c, n := range calls {
-		kinds = append(kinds, fmt.Sprintf("%s (%d)", c, n))
+		kinds[call{group: c.group, resource: c.resource, verb: c.verb}.String()] += n
 		granted := false
 		for _, g := range grants {
 			if g.allows(c) {
@@ -185,8 +188,12 @@ func TestAgentCallsMatchItsRBAC(t *testing.T) {
 			t.Errorf("the agent made %d requests no rule of its grants: %s", n, c)
 		}
 	}
-	sort.Strings(kinds)
-	t.Logf("the agent's requests during the e2e suites:\n  %s", strings.Join(kinds, "\n  "))
+	var summary []string
+	for k, n := range kinds {
+		summary = append(summary, fmt.Sprintf("%s (%d)", k, n))
+	}
+	sort.Strings(summary)
+	t.Logf("the agent's requests during the e2e suites:\n  %s", strings.Join(summary, "\n  "))
 	for _, g := range grants {
 		for _, r := range g.rule.Resources {
 			for _, v := range g.rule.Verbs {
