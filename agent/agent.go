@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, clk, log)
 	changes := watchChanges(cfg, source, log)
 	if changes != nil {
-		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration)
+		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration, func() <-chan struct{} { _, ch := watcher.Load(); return ch })
 	}
 	node := cfg.NodeName
 	if node == "" {
@@ -97,6 +97,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		enforcement.SyncThrottles(pins)
 	}
 	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
+	if changes != nil {
+		smp.Rest(cfg.Sampling.IdleInterval.Duration, enforcer.Busy)
+	}
 	log.Info("enforcement", "mode", cfg.Enforcement.Mode, "checkpoint", checkpoint.Path, "throttled", enforcement.Throttled())
 
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}

@@ -56,7 +56,14 @@ type Runtime struct {
 
 // Sampling configures how often the node is measured.
 type Sampling struct {
+	// Interval is how often every CG is measured, or, with OnChange, while any CG is
+	// over its allocation or its ladder is under way.
 	Interval Duration `json:"interval"`
+	// IdleInterval is how often every CG is measured with OnChange while all are within
+	// their allocations: what takes more of an NR1 file wakes the sampler at once, and
+	// the rest (a holding passed between processes, moved between cgroups) is seen
+	// within IdleInterval.
+	IdleInterval Duration `json:"idleInterval"`
 	// PartitionInterval is how often the docker partition (images and writable layers)
 	// is measured through CRI.
 	PartitionInterval Duration `json:"partitionInterval"`
@@ -119,7 +126,7 @@ func Default() Config {
 			Resync:         Duration{Duration: 5 * time.Second},
 		},
 		Runtime: Runtime{Resync: Duration{Duration: 30 * time.Second}},
-		Sampling: Sampling{Interval: Duration{Duration: time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
+		Sampling: Sampling{Interval: Duration{Duration: time.Second}, IdleInterval: Duration{Duration: 5 * time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
 			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
@@ -195,6 +202,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Enforcement.MaxPartitionAge.Duration <= c.Sampling.PartitionInterval.Duration {
 		field("enforcement.maxPartitionAge", "must be longer than sampling.partitionInterval (%s), got %s", c.Sampling.PartitionInterval, c.Enforcement.MaxPartitionAge)
+	}
+	if c.Sampling.IdleInterval.Duration < c.Sampling.Interval.Duration {
+		field("sampling.idleInterval", "must be at least sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.IdleInterval)
 	}
 	if c.Sampling.ChangeGap.Duration <= 0 || c.Sampling.ChangeGap.Duration > c.Sampling.Interval.Duration {
 		field("sampling.changeGap", "must be positive and at most sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.ChangeGap)

@@ -346,3 +346,39 @@ func TestPodCgroupIsNamedForThePod(t *testing.T) {
 		}
 	}
 }
+
+// The state is busy from going over until the hysteresis resets the ladder, and while
+// throttled; not for a CG killed, which is left alone until it starts again.
+func TestBusyWhileALadderIsUnderWay(t *testing.T) {
+	p := DefaultPolicy()
+	st := NewState(t0.Add(-time.Hour))
+	at := func(s int, usage nr1.Usage) {
+		Decide(t0.Add(time.Duration(s)*time.Second), snap(t0.Add(time.Duration(s)*time.Second), cg("a", usage)), st, p)
+	}
+	within, over, under := nr1.Usage{2 * mb, 0, 0, 7}, nr1.Usage{2 * mb, 0, 0, 8}, nr1.Usage{2 * mb, 0, 0, 6}
+	at(0, within)
+	if st.Busy() {
+		t.Fatal("busy with every CG within its allocation")
+	}
+	at(1, over)
+	if !st.Busy() {
+		t.Fatal("not busy with a CG over")
+	}
+	at(2, under)
+	if !st.Busy() {
+		t.Fatal("not busy back under, before the hysteresis")
+	}
+	at(2+int(p.Hold.Seconds()), under)
+	if st.Busy() {
+		t.Fatal("busy after the hysteresis reset the ladder")
+	}
+	st.cgs["a"].Ended = true
+	st.cgs["a"].Over[nr1.HypervisorQueue] = t0
+	if st.Busy() {
+		t.Error("busy for a CG killed")
+	}
+	st.cgs["a"].Throttled = true
+	if !st.Busy() {
+		t.Error("not busy with a throttle attached")
+	}
+}

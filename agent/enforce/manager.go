@@ -99,6 +99,13 @@ func (m *Manager) Healthy() error {
 	return nil
 }
 
+// Busy is true while a ladder is under way (State.Busy).
+func (m *Manager) Busy() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state.Busy()
+}
+
 // Run acts on every new sample until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	var last *sampler.Snapshot

@@ -62,6 +62,27 @@ func (s *State) Throttled() []string {
 	return out
 }
 
+// Busy is true while a ladder is under way: a CG over (or back under and not yet past
+// the hysteresis), throttled, or waiting to retry a failed action; not one killed or
+// evicted, which is left alone until it starts again. Its steps are due at their times,
+// so the CGs must be sampled at the interval meanwhile.
+func (s *State) Busy() bool {
+	for _, c := range s.cgs {
+		if c.Throttled || !c.RetryAt.IsZero() {
+			return true
+		}
+		if c.Ended {
+			continue
+		}
+		for _, r := range nr1.All {
+			if !c.Over[r].IsZero() || !c.Under[r].IsZero() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // AdoptThrottle records a throttle found attached (a pin left by an earlier run), so it
 // is lifted when its reason is gone and never attached twice.
 func (s *State) AdoptThrottle(uid string) {

@@ -90,6 +90,9 @@ type Sampler struct {
 	observer                 func(*Snapshot)
 	wake                     <-chan struct{}
 	wakeGap                  time.Duration
+	published                []func() <-chan struct{}
+	idle                     time.Duration
+	busy                     func() bool
 	*latest.Value[*Snapshot] // nil before the first sample
 }
 
@@ -103,16 +106,88 @@ func New(inv Inventory, source footprint.Source, targets *footprint.Targets, par
 }
 
 // SampleOnWake makes the sampler sample at once when wake fires (a process took a
-// target), not only every interval, but never twice within gap: a storm of wakes costs
-// at most one sample per gap. Set before Run.
-func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration) {
-	s.wake, s.wakeGap = wake, gap
+// target), or when one of published says something new was published (each returns a
+// channel closed at its source's next value: the runtime's containers), and the docker
+// partition is read again, not only every interval; but never twice within gap: a storm
+// of wakes costs at most one sample per gap. Set before Run.
+func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration, published ...func() <-chan struct{}) {
+	s.wake, s.wakeGap, s.published = wake, gap, published
 }
 
-// Run samples every interval, and on wakes, until ctx ends.
+// Rest lets the sampler sample every idle instead of every interval while all is calm:
+// every CG of its last sample with its allocation known, within it and measured in full, and busy (the
+// enforcement's ladders under way) false. It is for a sampler woken by changes
+// (SampleOnWake): what takes more of an NR1 file wakes it at once, and a CG over its
+// allocation is sampled every interval again, so that its ladder keeps its time. Set
+// before Run.
+func (s *Sampler) Rest(idle time.Duration, busy func() bool) {
+	s.idle, s.busy = idle, busy
+}
+
+// next is the time to the next sample when nothing wakes the sampler.
+func (s *Sampler) next() time.Duration {
+	if s.idle <= s.interval || (s.busy != nil && s.busy()) {
+		return s.interval
+	}
+	snap, _ := s.Load()
+	if snap == nil {
+		return s.interval
+	}
+	for _, cg := range snap.CGs {
+		// What is not known is not calm: an allocation not read yet, usage a lower bound.
+		if cg.UsageUncertain != "" || !cg.AllocationKnown {
+			return s.interval
+		}
+		for _, r := range nr1.All {
+			if cg.Ratio[r] > 1 {
+				return s.interval
+			}
+		}
+	}
+	return s.idle
+}
+
+// wakes merges what wakes the sampler: the changes, the docker partition's new readings
+// (a writable layer grown past its CG's partition is seen at the reading), and the
+// sources given to SampleOnWake (the runtime's new containers).
+func (s *Sampler) wakes(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	send := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+				send()
+			}
+		}
+	}()
+	sources := append([]func() <-chan struct{}{func() <-chan struct{} { _, ch := s.partition.Load(); return ch }}, s.published...)
+	for _, next := range sources {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-next():
+					send()
+				}
+			}
+		}()
+	}
+	return out
+}
+
+// Run samples every interval (or idle, see Rest), and on wakes, until ctx ends.
 func (s *Sampler) Run(ctx context.Context) error {
 	if s.wake != nil {
-		loop.Sooner(ctx, s.clock, s.interval, s.wakeGap, s.wake, s.step)
+		loop.Sooner(ctx, s.clock, s.next, s.wakeGap, s.wakes(ctx), s.step)
 		return nil
 	}
 	loop.Every(ctx, s.clock, s.interval, s.step)

@@ -279,3 +279,40 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 		t.Errorf("in flight unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
 }
+
+// Woken by changes, the sampler rests (samples every idle) only while every CG is
+// within its allocation and measured in full, and no ladder is under way.
+func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
+	s, clk := fixture(t)
+	busy := false
+	s.SampleOnWake(make(chan struct{}), 50*time.Millisecond)
+	s.Rest(5*time.Second, func() bool { return busy })
+	if d := s.next(); d != time.Second {
+		t.Errorf("before the first sample: %v, want the interval", d)
+	}
+	cg := func(ratio Ratio, uncertain string, known bool) *Snapshot {
+		return &Snapshot{CGs: []*CG{
+			{CG: &inventory.CG{UID: "calm", AllocationKnown: true}, Ratio: Ratio{0.5, 0, 1, 1}},
+			{CG: &inventory.CG{UID: "other", AllocationKnown: known}, Ratio: ratio, UsageUncertain: uncertain},
+		}}
+	}
+	for _, c := range []struct {
+		name string
+		snap *Snapshot
+		busy bool
+		want time.Duration
+	}{
+		{"all within", cg(Ratio{1, 1, 0.2, 0}, "", true), false, 5 * time.Second},
+		{"one over", cg(Ratio{1.01, 0, 0, 0}, "", true), false, time.Second},
+		{"usage with no allocation", cg(Ratio{0, 0, 0, Fraction(math.Inf(1))}, "", true), false, time.Second},
+		{"one uncertain", cg(Ratio{}, "out of time", true), false, time.Second},
+		{"a ladder under way", cg(Ratio{}, "", true), true, time.Second},
+		{"an allocation unknown", cg(Ratio{}, "", false), false, time.Second},
+	} {
+		busy = c.busy
+		s.Publish(clk.Now(), c.snap)
+		if d := s.next(); d != c.want {
+			t.Errorf("%s: next sample in %v, want %v", c.name, d, c.want)
+		}
+	}
+}

@@ -25,16 +25,16 @@ func Every(ctx context.Context, clk clock.WithTicker, interval time.Duration, st
 	}
 }
 
-// Sooner runs step at once, then when interval has passed since the last step began,
-// or sooner when wake fires, but never twice within minGap: a wake within minGap of the
-// last step waits for minGap's end, and the wakes that come meanwhile are one. It is
-// Every for a stage that is told when it has something to do, and is bounded in what a
-// storm of wakes costs.
-func Sooner(ctx context.Context, clk clock.Clock, interval, minGap time.Duration, wake <-chan struct{}, step func(context.Context)) {
+// Sooner runs step at once, then when next() (asked after each step) has passed since
+// the last step began, or sooner when wake fires, but never twice within minGap: a wake
+// within minGap of the last step waits for minGap's end, and the wakes that come
+// meanwhile are one. It is Every for a stage that is told when it has something to do,
+// may rest longer when it has nothing, and is bounded in what a storm of wakes costs.
+func Sooner(ctx context.Context, clk clock.Clock, next func() time.Duration, minGap time.Duration, wake <-chan struct{}, step func(context.Context)) {
 	for {
 		began := clk.Now()
 		step(ctx)
-		t := clk.NewTimer(max(interval-clk.Since(began), 0))
+		t := clk.NewTimer(max(next()-clk.Since(began), 0))
 		select {
 		case <-ctx.Done():
 			t.Stop()

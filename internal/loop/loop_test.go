@@ -48,7 +48,7 @@ func TestSoonerStepsOnWakeNoSoonerThanMinGap(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Sooner(ctx, clk, time.Second, 100*time.Millisecond, wake, func(context.Context) { steps <- clk.Since(t0) })
+		Sooner(ctx, clk, func() time.Duration { return time.Second }, 100*time.Millisecond, wake, func(context.Context) { steps <- clk.Since(t0) })
 	}()
 	expect := func(what string, want time.Duration) {
 		t.Helper()
