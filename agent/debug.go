@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 )
 
@@ -25,7 +26,8 @@ type debugView struct {
 }
 
 // debugCGs serves /debug/cgs: the latest sample, with every CG's allocation, usage,
-// ratio, containers, cgroups, processes, and the largest records behind the usage.
+// ratio, containers, cgroups, processes (read at the request), and the largest records
+// behind the usage.
 // ?namespace= and ?pod= select CGs; ?limit= (default 50, at most 500) and ?offset= page
 // through them.
 func debugCGs(samples sampler.Samples) http.Handler {
@@ -55,7 +57,7 @@ func debugCGs(samples sampler.Samples) http.Handler {
 				continue
 			}
 			if v.Total >= offset && len(v.CGs) < limit {
-				v.CGs = append(v.CGs, cg)
+				v.CGs = append(v.CGs, withProcesses(cg))
 			}
 			v.Total++
 		}
@@ -64,6 +66,21 @@ func debugCGs(samples sampler.Samples) http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(v)
 	})
+}
+
+// withProcesses is cg with its containers' processes read now: a sample does not read
+// them (only a scan out of time needs them), and a sample is never modified.
+func withProcesses(cg *sampler.CG) *sampler.CG {
+	out, icg := *cg, *cg.CG
+	icg.Containers = make([]*inventory.Container, len(cg.Containers))
+	for i, c := range cg.Containers {
+		cc := *c
+		// A container gone since the sample has none.
+		cc.PIDs, _ = c.Processes()
+		icg.Containers[i] = &cc
+	}
+	out.CG = &icg
+	return &out
 }
 
 // queryInt reads a non-negative integer, def when absent, refused above most (unless

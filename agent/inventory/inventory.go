@@ -81,7 +81,9 @@ type Container struct {
 	// ChildCgroupIDs are the v2 ids of cgroups the container made below its own: what
 	// their processes hold is the container's.
 	ChildCgroupIDs []uint64 `json:"childCgroupIDs,omitempty"`
-	PIDs           []int    `json:"pids,omitempty"`
+	// PIDs are its processes where they were read (Processes): for /debug/cgs, or a
+	// scan that ran out of time; empty in a sample.
+	PIDs []int `json:"pids,omitempty"`
 	// Allocation is what this container was given, from AllocationSource.
 	Allocation nr1.Amounts `json:"allocation"`
 	// AllocationSource is "pod-resources" for a container the kubelet lists and
@@ -213,14 +215,31 @@ func (b *Builder) container(c *runtime.Container) (*Container, error) {
 			ctr.CgroupID = id
 		}
 	}
-	// The container may have exited since the runtime said it runs: no processes then.
-	if t, err := cgroup.ReadSubtree(paths.ProcsDir()); err == nil {
-		ctr.PIDs = t.PIDs
-		if paths.V2 != "" {
-			ctr.ChildCgroupIDs = t.Descendants
+	// The container may have exited since the runtime said it runs: no cgroup then.
+	// Its processes are read when asked (Processes), not at every sample.
+	if paths.V2 != "" {
+		if ids, err := cgroup.Descendants(paths.V2); err == nil {
+			ctr.ChildCgroupIDs = ids
 		}
 	}
 	return ctr, nil
+}
+
+// Processes reads the container's processes now, those of its child cgroups included;
+// none for a container not running. Those read already (PIDs) are returned as they are.
+func (c *Container) Processes() ([]int, error) {
+	if c.PIDs != nil {
+		return c.PIDs, nil
+	}
+	dir := c.Cgroup.ProcsDir()
+	if c.State != runtime.Running || dir == "" {
+		return nil, nil
+	}
+	t, err := cgroup.ReadSubtree(dir)
+	if err != nil {
+		return nil, err
+	}
+	return t.PIDs, nil
 }
 
 // allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.

@@ -205,8 +205,9 @@ func TestCGAllocationIsTheSumOverContainers(t *testing.T) {
 		t.Errorf("per-container allocation: hh %v graph %v", hh.Allocation, cg.Containers[0].Allocation)
 	}
 	wantDir := filepath.Join(w.cgroups.V2, "kubepods/besteffort/poduid-1/c-hh")
-	if hh.Cgroup.V2 != wantDir || hh.CgroupID != inode(t, wantDir) || !slices.Equal(hh.PIDs, []int{101, 110}) {
-		t.Errorf("health-handler cgroup %+v id %d pids %v", hh.Cgroup, hh.CgroupID, hh.PIDs)
+	pids, err := hh.Processes()
+	if hh.Cgroup.V2 != wantDir || hh.CgroupID != inode(t, wantDir) || len(hh.PIDs) != 0 || err != nil || !slices.Equal(pids, []int{101, 110}) {
+		t.Errorf("health-handler cgroup %+v id %d pids %v (read in the sample: %v) %v", hh.Cgroup, hh.CgroupID, pids, hh.PIDs, err)
 	}
 	if w.builder.Mismatches() != 0 {
 		t.Errorf("%d mismatches for agreeing annotations", w.builder.Mismatches())
@@ -348,11 +349,12 @@ func TestRefusedDescriptionLeavesTheCGUnknown(t *testing.T) {
 		t.Errorf("known %v allocation %v (%q): a refused cgroupsPath must leave the CG unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
 	for _, c := range cg.Containers {
-		if c.Name == "graph" && (c.Cgroup.V2 != "" || len(c.PIDs) != 0) {
-			t.Errorf("graph read through a refused cgroupsPath: %+v", c)
+		pids, err := c.Processes()
+		if c.Name == "graph" && (c.Cgroup.V2 != "" || len(pids) != 0 || err != nil) {
+			t.Errorf("graph read through a refused cgroupsPath: %+v: %v %v", c, pids, err)
 		}
-		if c.Name == "health-handler" && !slices.Equal(c.PIDs, []int{101, 110}) {
-			t.Errorf("health-handler lost its processes: %v", c.PIDs)
+		if c.Name == "health-handler" && !slices.Equal(pids, []int{101, 110}) {
+			t.Errorf("health-handler lost its processes: %v %v", pids, err)
 		}
 	}
 

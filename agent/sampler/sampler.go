@@ -391,7 +391,11 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 		return ""
 	}
 	for _, c := range cg.Containers {
-		for _, pid := range c.PIDs {
+		pids, err := c.Processes()
+		if err != nil {
+			return fmt.Sprintf("the %s scan ran out of time at PID %d, and the processes of %s could not be read: %v", scan.Source, scan.Cutoff, c.Name, err)
+		}
+		for _, pid := range pids {
 			if pid >= scan.Cutoff {
 				return fmt.Sprintf("the %s scan ran out of time at PID %d, before process %d of %s", scan.Source, scan.Cutoff, pid, c.Name)
 			}
