@@ -76,7 +76,7 @@ func (f *Footprint) WatchChanges() (*Changes, error) {
 func (c *Changes) Read() (Change, error) {
 	rec, err := c.rd.Read()
 	if err != nil {
-		return Change{}, err
+		return Change{}, fmt.Errorf("reading a change: %w", err)
 	}
 	if len(rec.RawSample) < ChangeSize {
 		return Change{}, fmt.Errorf("a change of %d bytes, want %d", len(rec.RawSample), ChangeSize)
