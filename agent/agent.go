@@ -79,9 +79,6 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, clk, log)
 	changes := watchChanges(cfg, source, log)
-	if changes != nil {
-		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration, func() <-chan struct{} { _, ch := watcher.Load(); return ch })
-	}
 	node := cfg.NodeName
 	if node == "" {
 		node, _ = os.Hostname()
@@ -98,6 +95,8 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	}
 	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
 	if changes != nil {
+		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration,
+			func() <-chan struct{} { _, ch := watcher.Load(); return ch }, enforcer.TurnedBusy)
 		smp.Rest(cfg.Sampling.IdleInterval.Duration, enforcer.Busy)
 	}
 	log.Info("enforcement", "mode", cfg.Enforcement.Mode, "checkpoint", checkpoint.Path, "throttled", enforcement.Throttled())
@@ -116,7 +115,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		enforce.NewCollector(enforcer), watcher.ReconnectsCounter(), inv.MismatchesCounter(),
 		metrics.NewStageCollector(stages))
 	if changes != nil {
-		reg.MustRegister(sampler.NewChangeCollectors(changes)...)
+		reg.MustRegister(sampler.NewChangeCollectors(changes, smp)...)
 	}
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)

@@ -52,6 +52,8 @@ type Manager struct {
 	counts   map[Count]int
 	acting   time.Time // when the action under way started; zero between actions
 	deadline time.Duration
+	busy     bool
+	busyNow  chan struct{} // closed when the state turns busy
 }
 
 // Count keys the manager's action counters.
@@ -64,7 +66,8 @@ type Count struct {
 // NewManager runs enforcement from st (a new state, or one restored from a checkpoint),
 // saving it with checkpoint after every step that acted.
 func NewManager(samples Samples, policy Policy, act Actuator, st *State, checkpoint Checkpointer, clk clock.PassiveClock, log *slog.Logger) *Manager {
-	return &Manager{samples: samples, policy: policy, act: act, checkpoint: checkpoint, clock: clk, log: log, state: st, counts: map[Count]int{}}
+	return &Manager{samples: samples, policy: policy, act: act, checkpoint: checkpoint, clock: clk, log: log, state: st, counts: map[Count]int{},
+		busyNow: make(chan struct{})}
 }
 
 // Counts returns the actions handed to the actuator since start.
@@ -106,6 +109,14 @@ func (m *Manager) Busy() bool {
 	return m.state.Busy()
 }
 
+// TurnedBusy returns a channel closed when a ladder next starts: a sampler resting
+// between samples must sample again for the ladder to keep its time.
+func (m *Manager) TurnedBusy() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.busyNow
+}
+
 // Run acts on every new sample until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	var last *sampler.Snapshot
@@ -128,6 +139,13 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
 	m.mu.Lock()
 	actions := Decide(m.clock.Now(), snap, m.state, m.policy)
+	if busy := m.state.Busy(); busy != m.busy {
+		m.busy = busy
+		if busy {
+			close(m.busyNow)
+			m.busyNow = make(chan struct{})
+		}
+	}
 	m.mu.Unlock()
 	for _, a := range actions {
 		err := m.do(ctx, a)

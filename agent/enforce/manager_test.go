@@ -195,3 +195,32 @@ func TestSyncThrottles(t *testing.T) {
 		t.Errorf("throttled %s", got)
 	}
 }
+
+// A resting sampler is told when a ladder starts, and only then.
+func TestManagerTellsWhenALadderStarts(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	m := NewManager(nil, noWarmup(), &actuator{}, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
+	turned := m.TurnedBusy()
+	steps(m, clk, 2, nr1.Usage{2 * mb, 0, 0, 0})
+	select {
+	case <-turned:
+		t.Fatal("told of a ladder with every CG within its allocation")
+	default:
+	}
+	steps(m, clk, 1, nr1.Usage{4 * mb, 0, 0, 0})
+	select {
+	case <-turned:
+	default:
+		t.Fatal("not told when a CG went over")
+	}
+	if !m.Busy() {
+		t.Error("not busy with a CG over")
+	}
+	again := m.TurnedBusy()
+	steps(m, clk, 2, nr1.Usage{4 * mb, 0, 0, 0})
+	select {
+	case <-again:
+		t.Error("told again while the same ladder runs")
+	default:
+	}
+}

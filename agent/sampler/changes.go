@@ -8,9 +8,14 @@ type ChangeCounts interface {
 	Lost() uint64
 }
 
-// NewChangeCollectors exports the counts of changes that woke the sampler.
-func NewChangeCollectors(c ChangeCounts) []prometheus.Collector {
+// NewChangeCollectors exports the counts of changes that woke the sampler, and the
+// sampler's planned interval.
+func NewChangeCollectors(c ChangeCounts, s *Sampler) []prometheus.Collector {
 	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "nr1_sampling_interval_seconds",
+			Help: "The time from one sample to the next when nothing wakes the sampler: sampling.idleInterval while every CG is calm, sampling.interval while a ladder is under way or a CG's allocation or usage is not known.",
+		}, func() float64 { return s.Planned().Seconds() }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "nr1_footprint_changes_total",
 			Help: "Processes opening or mapping an NR1 file (or taking an fd of one), reported by the kernel as they happened; each wakes the sampler, at most once per sampling.changeGap.",

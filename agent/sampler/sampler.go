@@ -1,4 +1,4 @@
-// Package sampler measures, at a steady interval, what each compute graph holds of each
+// Package sampler measures, at an interval and when woken, what each compute graph holds of each
 // NR1 resource, per container, against what it was allocated.
 package sampler
 
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -93,7 +94,8 @@ type Sampler struct {
 	published                []func() <-chan struct{}
 	idle                     time.Duration
 	busy                     func() bool
-	*latest.Value[*Snapshot] // nil before the first sample
+	planned                  atomic.Int64 // the interval to the next sample, as last planned
+	*latest.Value[*Snapshot]              // nil before the first sample
 }
 
 // OnSample calls fn with every sample taken, before it is published.
@@ -115,17 +117,28 @@ func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration, publishe
 }
 
 // Rest lets the sampler sample every idle instead of every interval while all is calm:
-// every CG of its last sample with its allocation known, within it and measured in full, and busy (the
-// enforcement's ladders under way) false. It is for a sampler woken by changes
-// (SampleOnWake): what takes more of an NR1 file wakes it at once, and a CG over its
-// allocation is sampled every interval again, so that its ladder keeps its time. Set
-// before Run.
+// every CG of its last sample with its allocation known and measured in full, and busy
+// (the enforcement's ladders under way) false. It is for a sampler woken by changes
+// (SampleOnWake): what takes more of an NR1 file wakes it at once, and the enforcement
+// wakes it when a ladder starts, whose steps are then timed at the interval. Whether a
+// CG is over is the enforcement's to say (its exemptions, its partition rule), not the
+// sampler's. Set before Run.
 func (s *Sampler) Rest(idle time.Duration, busy func() bool) {
 	s.idle, s.busy = idle, busy
 }
 
-// next is the time to the next sample when nothing wakes the sampler.
+// Planned is the time from one sample to the next when nothing wakes the sampler, as
+// last planned: the interval, or the idle interval while all is calm.
+func (s *Sampler) Planned() time.Duration { return time.Duration(s.planned.Load()) }
+
+// next plans the time to the next sample when nothing wakes the sampler.
 func (s *Sampler) next() time.Duration {
+	d := s.plan()
+	s.planned.Store(int64(d))
+	return d
+}
+
+func (s *Sampler) plan() time.Duration {
 	if s.idle <= s.interval || (s.busy != nil && s.busy()) {
 		return s.interval
 	}
@@ -137,11 +150,6 @@ func (s *Sampler) next() time.Duration {
 		// What is not known is not calm: an allocation not read yet, usage a lower bound.
 		if cg.UsageUncertain != "" || !cg.AllocationKnown {
 			return s.interval
-		}
-		for _, r := range nr1.All {
-			if cg.Ratio[r] > 1 {
-				return s.interval
-			}
 		}
 	}
 	return s.idle

@@ -280,8 +280,8 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	}
 }
 
-// Woken by changes, the sampler rests (samples every idle) only while every CG is
-// within its allocation and measured in full, and no ladder is under way.
+// Woken by changes, the sampler rests (samples every idle) only while every CG has its
+// allocation known and is measured in full, and no ladder is under way.
 func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 	s, clk := fixture(t)
 	busy := false
@@ -303,8 +303,8 @@ func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 		want time.Duration
 	}{
 		{"all within", cg(Ratio{1, 1, 0.2, 0}, "", true), false, 5 * time.Second},
-		{"one over", cg(Ratio{1.01, 0, 0, 0}, "", true), false, time.Second},
-		{"usage with no allocation", cg(Ratio{0, 0, 0, Fraction(math.Inf(1))}, "", true), false, time.Second},
+		// Over is the enforcement's to judge: it is busy then.
+		{"one over, not judged yet", cg(Ratio{1.01, 0, 0, Fraction(math.Inf(1))}, "", true), false, 5 * time.Second},
 		{"one uncertain", cg(Ratio{}, "out of time", true), false, time.Second},
 		{"a ladder under way", cg(Ratio{}, "", true), true, time.Second},
 		{"an allocation unknown", cg(Ratio{}, "", false), false, time.Second},
