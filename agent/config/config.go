@@ -56,13 +56,13 @@ type Runtime struct {
 
 // Sampling configures how often the node is measured.
 type Sampling struct {
-	// Interval is how often every CG is measured, or, with OnChange, while any CG is
-	// over its allocation or its ladder is under way.
+	// Interval is how often every CG is measured, or, with OnChange, while a ladder is
+	// under way or a CG's allocation or usage is not known.
 	Interval Duration `json:"interval"`
-	// IdleInterval is how often every CG is measured with OnChange while all are within
-	// their allocations: what takes more of an NR1 file wakes the sampler at once, and
-	// the rest (a holding passed between processes, moved between cgroups) is seen
-	// within IdleInterval.
+	// IdleInterval is how often every CG is measured with OnChange otherwise: what takes
+	// more of an NR1 file wakes the sampler at once, a ladder that starts keeps it at
+	// Interval, and the rest (a holding passed between processes or moved between
+	// cgroups) is seen within IdleInterval.
 	IdleInterval Duration `json:"idleInterval"`
 	// PartitionInterval is how often the docker partition (images and writable layers)
 	// is measured through CRI.
@@ -126,7 +126,7 @@ func Default() Config {
 			Resync:         Duration{Duration: 5 * time.Second},
 		},
 		Runtime: Runtime{Resync: Duration{Duration: 30 * time.Second}},
-		Sampling: Sampling{Interval: Duration{Duration: time.Second}, IdleInterval: Duration{Duration: 5 * time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
+		Sampling: Sampling{Interval: Duration{Duration: time.Second}, IdleInterval: Duration{Duration: 10 * time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
 			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
