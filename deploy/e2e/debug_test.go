@@ -5,7 +5,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,16 +43,7 @@ func debugJSON(agent *corev1.Pod, path string, v any) error {
 			return dialInContainer(ctx, id, network, addr)
 		},
 	}}
-	u := "http://127.0.0.1:" + debugPort + path
-	resp, err := c.Get(u)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return getJSONWith(c, "http://127.0.0.1:"+debugPort+path, v)
 }
 
 func agentContainerID(p *corev1.Pod) (string, error) {

@@ -45,8 +45,13 @@ func daemon(t *testing.T, name string, args ...string) {
 	})
 }
 
+// getJSON decodes what u answers into v; getJSONWith asks through c.
 func getJSON(u string, v any) error {
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(u)
+	return getJSONWith(&http.Client{Timeout: 5 * time.Second}, u, v)
+}
+
+func getJSONWith(c *http.Client, u string, v any) error {
+	resp, err := c.Get(u)
 	if err != nil {
 		return err
 	}
