@@ -102,11 +102,27 @@ func (m *Manager) Healthy() error {
 	return nil
 }
 
-// Busy is true while a ladder is under way (State.Busy).
+// Busy is true while a ladder is under way (State.Busy), and while the agent or a
+// container of the latest sample is in its warm-up: what it holds is judged when the
+// warm-up ends, on time only if samples keep coming.
 func (m *Manager) Busy() bool {
+	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.state.Busy()
+	if now.Sub(m.state.Started) < m.policy.Warmup.Duration || m.state.Busy() {
+		return true
+	}
+	if m.samples == nil {
+		return false
+	}
+	if snap, _ := m.samples.Load(); snap != nil {
+		for _, cg := range snap.CGs {
+			if inWarmup(now, cg, m.policy) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TurnedBusy returns a channel closed when a ladder next starts: a sampler resting

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -222,5 +223,30 @@ func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	case <-again:
 		t.Error("told again while the same ladder runs")
 	default:
+	}
+}
+
+type latestSample struct{ s *sampler.Snapshot }
+
+func (l latestSample) Load() (*sampler.Snapshot, <-chan struct{}) { return l.s, nil }
+
+// The agent's warm-up and a container's keep the sampler from resting: what is held is
+// judged when they end, and must be sampled then.
+func TestManagerBusyDuringWarmups(t *testing.T) {
+	p := DefaultPolicy()
+	clk := &fakeClock{now: t0}
+	fresh := cg("a", nr1.Usage{})
+	fresh.Containers[0].StartedAt = t0.Add(-time.Second)
+	m := NewManager(latestSample{snap(t0, fresh)}, p, &actuator{}, NewState(t0.Add(-5*time.Second)), nil, clk, quiet())
+	if !m.Busy() {
+		t.Error("not busy in the agent's warm-up")
+	}
+	clk.Step(6 * time.Second)
+	if m.Busy() {
+		t.Error("busy after both warm-ups")
+	}
+	m = NewManager(latestSample{snap(t0, fresh)}, p, &actuator{}, NewState(t0.Add(-time.Hour)), nil, &fakeClock{now: t0}, quiet())
+	if !m.Busy() {
+		t.Error("not busy in a container's warm-up")
 	}
 }

@@ -118,7 +118,7 @@ func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration, publishe
 
 // Rest lets the sampler sample every idle instead of every interval while all is calm:
 // every CG of its last sample with its allocation known and measured in full, and busy
-// (the enforcement's ladders under way) false. It is for a sampler woken by changes
+// (the enforcement: a ladder under way, the agent or a container in its warm-up) false. It is for a sampler woken by changes
 // (SampleOnWake): what takes more of an NR1 file wakes it at once, and the enforcement
 // wakes it when a ladder starts, whose steps are then timed at the interval. Whether a
 // CG is over is the enforcement's to say (its exemptions, its partition rule), not the
