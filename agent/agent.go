@@ -96,7 +96,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
 	if changes != nil {
 		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration,
-			func() <-chan struct{} { _, ch := watcher.Load(); return ch }, enforcer.TurnedBusy)
+			func() <-chan struct{} { _, ch := watcher.Load(); return ch }, enforcer.TurnedBusy, tracker.StartsFailing)
 		smp.Rest(cfg.Sampling.IdleInterval.Duration, enforcer.Busy)
 	}
 	log.Info("enforcement", "mode", cfg.Enforcement.Mode, "checkpoint", checkpoint.Path, "throttled", enforcement.Throttled())

@@ -3,6 +3,7 @@ package allocation
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -31,12 +32,23 @@ type Tracker struct {
 	clock    clock.WithTicker
 	log      *slog.Logger
 
+	mu         sync.Mutex
+	failingNow chan struct{} // closed when reads start failing
+
 	*latest.Value[State]
 }
 
 // NewTracker returns a tracker reading lister every interval of clk.
 func NewTracker(lister Lister, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Tracker {
-	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, Value: latest.New(State{})}
+	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, Value: latest.New(State{}), failingNow: make(chan struct{})}
+}
+
+// StartsFailing returns a channel closed when reads next start failing: a sampler at
+// rest must sample again, for the allocations to age into unknown where they are shown.
+func (t *Tracker) StartsFailing() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failingNow
 }
 
 // Run reads until ctx ends.
@@ -52,10 +64,14 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	read := t.clock.Now()
 	_, failing := t.Health()
 	if err != nil {
+		t.Fail(err)
 		if failing == nil {
 			t.log.Warn("pod-resources API unavailable; allocations age into unknown", "err", err)
+			t.mu.Lock()
+			close(t.failingNow)
+			t.failingNow = make(chan struct{})
+			t.mu.Unlock()
 		}
-		t.Fail(err)
 		return
 	}
 	if failing != nil {
