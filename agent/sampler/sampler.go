@@ -117,12 +117,13 @@ func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration, publishe
 }
 
 // Rest lets the sampler sample every idle instead of every interval while all is calm:
-// every CG of its last sample with its allocation known and measured in full, and busy
-// (the enforcement: a ladder under way, the agent or a container in its warm-up) false. It is for a sampler woken by changes
-// (SampleOnWake): what takes more of an NR1 file wakes it at once, and the enforcement
-// wakes it when a ladder starts, whose steps are then timed at the interval. Whether a
-// CG is over is the enforcement's to say (its exemptions, its partition rule), not the
-// sampler's. Set before Run.
+// every CG of its last sample with its allocation and namespace known and measured in
+// full, and busy (the enforcement: a ladder under way, the agent or a container in its
+// warm-up) false. It is for a sampler woken by changes (SampleOnWake): what takes more
+// of an NR1 file wakes it at once, and the enforcement wakes it when a ladder starts,
+// whose steps are then timed at the interval. Whether a CG is over is the
+// enforcement's to say (its exemptions, its partition rule), not the sampler's. Set
+// before Run.
 func (s *Sampler) Rest(idle time.Duration, busy func() bool) {
 	s.idle, s.busy = idle, busy
 }
@@ -147,8 +148,10 @@ func (s *Sampler) plan() time.Duration {
 		return s.interval
 	}
 	for _, cg := range snap.CGs {
-		// What is not known is not calm: an allocation not read yet, usage a lower bound.
-		if cg.UsageUncertain != "" || !cg.AllocationKnown {
+		// What is not known is not calm: an allocation not read yet, usage a lower bound,
+		// the namespace's labels (which may exempt it) not known: it is judged once they
+		// are, at the next sample.
+		if cg.UsageUncertain != "" || !cg.AllocationKnown || cg.NamespaceUnknown != "" {
 			return s.interval
 		}
 	}

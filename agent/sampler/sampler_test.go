@@ -308,6 +308,11 @@ func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 		{"one uncertain", cg(Ratio{}, "out of time", true), false, time.Second},
 		{"a ladder under way", cg(Ratio{}, "", true), true, time.Second},
 		{"an allocation unknown", cg(Ratio{}, "", false), false, time.Second},
+		{"a namespace's labels unknown", func() *Snapshot {
+			s := cg(Ratio{}, "", true)
+			s.CGs[1].NamespaceUnknown = "namespaces not listed yet"
+			return s
+		}(), false, time.Second},
 	} {
 		busy = c.busy
 		s.Publish(clk.Now(), c.snap)
