@@ -57,7 +57,8 @@ type Runtime struct {
 // Sampling configures how often the node is measured.
 type Sampling struct {
 	// Interval is how often every CG is measured, or, with OnChange, while a ladder is
-	// under way or a CG's allocation or usage is not known.
+	// under way, through warm-ups, or while a CG's allocation, usage or namespace labels
+	// are not known.
 	Interval Duration `json:"interval"`
 	// IdleInterval is how often every CG is measured with OnChange otherwise: what takes
 	// more of an NR1 file wakes the sampler at once, a ladder that starts keeps it at
