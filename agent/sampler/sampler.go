@@ -95,6 +95,7 @@ type Sampler struct {
 	idle                     time.Duration
 	busy                     func() bool
 	planned                  atomic.Int64 // the interval to the next sample, as last planned
+	deaf                     atomic.Bool  // wake was closed: changes are no longer followed
 	*latest.Value[*Snapshot]              // nil before the first sample
 }
 
@@ -108,7 +109,7 @@ func New(inv Inventory, source footprint.Source, targets *footprint.Targets, par
 }
 
 // SampleOnWake makes the sampler sample at once when wake fires (a process took a
-// target), or when one of published says something new was published (each returns a
+// target; closed when no more will come, and then it never rests), or when one of published says something new was published (each returns a
 // channel closed at its source's next value: the runtime's containers), and the docker
 // partition is read again, not only every interval; but never twice within gap: a storm
 // of wakes costs at most one sample per gap. Set before Run.
@@ -140,7 +141,7 @@ func (s *Sampler) next() time.Duration {
 }
 
 func (s *Sampler) plan() time.Duration {
-	if s.idle <= s.interval || (s.busy != nil && s.busy()) {
+	if s.idle <= s.interval || s.deaf.Load() || (s.busy != nil && s.busy()) {
 		return s.interval
 	}
 	snap, _ := s.Load()
@@ -174,7 +175,13 @@ func (s *Sampler) wakes(ctx context.Context) <-chan struct{} {
 			select {
 			case <-ctx.Done():
 				return
-			case <-s.wake:
+			case _, ok := <-s.wake:
+				if !ok {
+					// No wake will come: resting would hide what is taken for idle.
+					s.deaf.Store(true)
+					send()
+					return
+				}
 				send()
 			}
 		}

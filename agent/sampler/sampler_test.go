@@ -321,3 +321,28 @@ func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 		}
 	}
 }
+
+// A sampler whose changes can no longer be read (its wake closed) never rests again:
+// what a CG takes would be seen only at the idle interval.
+func TestNoRestOnceChangesStop(t *testing.T) {
+	s, clk := fixture(t)
+	wake := make(chan struct{})
+	s.SampleOnWake(wake, 50*time.Millisecond)
+	s.Rest(5*time.Second, nil)
+	s.Publish(clk.Now(), &Snapshot{CGs: []*CG{{CG: &inventory.CG{UID: "calm", AllocationKnown: true}}}})
+	if d := s.next(); d != 5*time.Second {
+		t.Fatalf("all calm: %v, want the idle interval", d)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	woken := s.wakes(ctx)
+	close(wake)
+	select {
+	case <-woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sample when the changes stopped")
+	}
+	if d := s.next(); d != time.Second {
+		t.Errorf("changes stopped: next sample in %v, want the interval", d)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -243,16 +242,11 @@ func envInt(b *testing.B, name string, def int) int {
 
 // agentProfile writes a 10 s CPU profile of the agent, read from its debug listener.
 func agentProfile(agent *corev1.Pod, path string) error {
-	id, err := agentContainerID(agent)
+	hc, err := debugClient(agent, 30*time.Second)
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dialInContainer(ctx, id, network, addr)
-		},
-	}}
-	resp, err := hc.Get("http://127.0.0.1:" + debugPort + "/debug/pprof/profile?seconds=10")
+	resp, err := hc.Get(debugURL("/debug/pprof/profile?seconds=10"))
 	if err != nil {
 		return err
 	}

@@ -33,18 +33,28 @@ const debugPort = "9471"
 // would: the listener is on the pod's loopback, and a read must not depend on the kubelet
 // (the fault tests read it while the kubelet is away).
 func debugJSON(agent *corev1.Pod, path string, v any) error {
-	id, err := agentContainerID(agent)
+	c, err := debugClient(agent, 5*time.Second)
 	if err != nil {
 		return err
 	}
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	return getJSONWith(c, debugURL(path), v)
+}
+
+// debugClient dials the agent pod's debug listener from inside its network namespace.
+func debugClient(agent *corev1.Pod, timeout time.Duration) (*http.Client, error) {
+	id, err := agentContainerID(agent)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return dialInContainer(ctx, id, network, addr)
 		},
-	}}
-	return getJSONWith(c, "http://127.0.0.1:"+debugPort+path, v)
+	}}, nil
 }
+
+func debugURL(path string) string { return "http://127.0.0.1:" + debugPort + path }
 
 func agentContainerID(p *corev1.Pod) (string, error) {
 	for _, s := range p.Status.ContainerStatuses {

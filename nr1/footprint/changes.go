@@ -19,6 +19,7 @@ type Changes struct {
 	ch   *bpf.Changes
 	wake chan struct{}
 	seen atomic.Uint64
+	lost atomic.Uint64 // the last count read: a failed read is not a reset
 	log  *slog.Logger
 }
 
@@ -31,7 +32,8 @@ func (b *BPF) WatchChanges(log *slog.Logger) (*Changes, error) {
 	return &Changes{ch: ch, wake: make(chan struct{}, 1), log: log}, nil
 }
 
-// Wake receives once after any number of changes, until it is received.
+// Wake receives once after any number of changes, until it is received. It is closed
+// when changes can no longer be read: no wake will come.
 func (c *Changes) Wake() <-chan struct{} { return c.wake }
 
 // Seen is how many changes were reported.
@@ -40,15 +42,15 @@ func (c *Changes) Seen() uint64 { return c.seen.Load() }
 // Lost is how many changes the kernel could not report (its ring buffer full); the
 // wake-up they would have given came with the changes before them.
 func (c *Changes) Lost() uint64 {
-	n, err := c.ch.Lost()
-	if err != nil {
-		return 0
+	if n, err := c.ch.Lost(); err == nil {
+		c.lost.Store(n)
 	}
-	return n
+	return c.lost.Load()
 }
 
 // Run reads the changes until ctx ends, then detaches the tracepoints. A failure to
-// read leaves the sampler at its interval, which it logs.
+// read closes Wake, so that a sampler that rested on the wakes samples at its interval
+// again, and is logged.
 func (c *Changes) Run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { _ = c.ch.Close() })
 	defer stop()
@@ -60,6 +62,7 @@ func (c *Changes) Run(ctx context.Context) {
 		if err != nil {
 			c.log.Error("reading footprint changes failed: sampling at the interval only", "err", err)
 			_ = c.ch.Close()
+			close(c.wake)
 			return
 		}
 		c.seen.Add(1)
