@@ -71,6 +71,11 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, clk, log)
 	namespaces, nsWatch := namespaceLabels(cfg, log)
 	inv := inventory.NewBuilder(watcher, tracker, namespaces, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
+	onDemand := cfg.Sampling.AllocationRefresh.Duration > cfg.Sampling.Interval.Duration
+	if onDemand {
+		tracker.ReadOnDemand(podResources, cfg.Sampling.AllocationRefresh.Duration, cfg.Sampling.ChangeGap.Duration,
+			func() <-chan struct{} { _, ch := watcher.Load(); return ch }, inv.Awaits)
+	}
 	source, targets, bpfRefused, err := footprintSource(cfg, files, cgroups.V2, log)
 	if err != nil {
 		return err
@@ -95,9 +100,15 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	}
 	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
 	if changes != nil {
-		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration,
-			func() <-chan struct{} { _, ch := watcher.Load(); return ch }, enforcer.TurnedBusy, tracker.StartsFailing)
-		smp.Rest(cfg.Sampling.IdleInterval.Duration, enforcer.Busy)
+		wakes := []func() <-chan struct{}{func() <-chan struct{} { _, ch := watcher.Load(); return ch }, enforcer.TurnedBusy, tracker.StartsFailing}
+		if onDemand {
+			// A table read on demand is what makes a new pod's allocation known.
+			wakes = append(wakes, func() <-chan struct{} { _, ch := tracker.Load(); return ch })
+		}
+		smp.SampleOnWake(changes.Wake(), cfg.Sampling.ChangeGap.Duration, wakes...)
+		// While the kubelet does not answer, its allocations age into unknown: the samples
+		// go on, so that they are shown and judged so.
+		smp.Rest(cfg.Sampling.IdleInterval.Duration, func() bool { return enforcer.Busy() || tracker.Failing() })
 	}
 	log.Info("enforcement", "mode", cfg.Enforcement.Mode, "checkpoint", checkpoint.Path, "throttled", enforcement.Throttled())
 

@@ -83,6 +83,18 @@ func (c *Client) List(ctx context.Context) (Table, error) {
 	return tableOf(resp), nil
 }
 
+// Ask asks the kubelet for one pod's resources (pod-resources Get, GA since Kubernetes
+// 1.36) and discards the answer: it says only that the kubelet answers and still has
+// the pod.
+func (c *Client) Ask(ctx context.Context, pod PodKey) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if _, err := c.lister.Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: pod.Name, PodNamespace: pod.Namespace}); err != nil {
+		return fmt.Errorf("pod-resources Get %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
 func tableOf(resp *podresourcesapi.ListPodResourcesResponse) Table {
 	t := Table{}
 	for _, pod := range resp.GetPodResources() {

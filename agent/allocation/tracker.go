@@ -10,6 +10,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/internal/loop"
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // Lister reads the allocation table.
@@ -17,23 +18,43 @@ type Lister interface {
 	List(ctx context.Context) (Table, error)
 }
 
+// Asker asks the kubelet about one pod: a small question whose answer says the kubelet
+// still answers, without reading the whole table.
+type Asker interface {
+	Lister
+	Ask(ctx context.Context, pod PodKey) error
+}
+
 // State is the last allocation table read and when.
 type State struct {
 	Table Table
-	// Read is when Table was read; zero until the first successful List. A reader judges
-	// its age: an old table is as unknown as none.
+	// Read is when the List that read Table began; zero until the first successful List.
+	// A pod created after it may be missing from Table, or be another pod of the same
+	// name: its allocation is not in Table yet.
 	Read time.Time
 }
 
-// Tracker reads the table at an interval; the pod-resources API has no watch.
+// Tracker keeps the kubelet's allocation table. The pod-resources API has no watch: the
+// table is read every interval, or, with ReadOnDemand, only when it may have changed.
+// Its stage's last success (Health) is when the kubelet last answered: a reader judges
+// that age, since an allocation the kubelet no longer vouches for is as unknown as none.
 type Tracker struct {
 	lister   Lister
 	interval time.Duration
 	clock    clock.WithTicker
 	log      *slog.Logger
 
+	// ReadOnDemand's; refresh is zero without it.
+	asker   Asker
+	refresh time.Duration
+	gap     time.Duration
+	changed func() <-chan struct{}
+	awaits  func(State) bool
+
 	mu         sync.Mutex
 	failingNow chan struct{} // closed when reads start failing
+	listed     time.Time     // when the last successful List began
+	asked      PodKey        // the pod the kubelet is asked about between Lists
 
 	*latest.Value[State]
 }
@@ -41,6 +62,19 @@ type Tracker struct {
 // NewTracker returns a tracker reading lister every interval of clk.
 func NewTracker(lister Lister, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Tracker {
 	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, Value: latest.New(State{}), failingNow: make(chan struct{})}
+}
+
+// ReadOnDemand makes the tracker read the whole table only when it may lack something:
+// at start, when changed fires (the runtime's containers changed) and awaits says a pod
+// the runtime runs is missing from the table or newer than it, every interval while
+// that lasts or reads fail, after a failure, and at least every refresh. Every other
+// interval it asks the kubelet about one listed pod, which answers in a few hundred
+// bytes where a List of a node whose capacity is allocated is megabytes (one entry per
+// unit): the age of the kubelet's last answer stays within an interval either way. A
+// pod's allocation cannot change while it lives, so a table that has every running pod,
+// read after each was created, is current. Wakes closer than gap are one. Set before Run.
+func (t *Tracker) ReadOnDemand(asker Asker, refresh, gap time.Duration, changed func() <-chan struct{}, awaits func(State) bool) {
+	t.asker, t.refresh, t.gap, t.changed, t.awaits = asker, refresh, gap, changed, awaits
 }
 
 // StartsFailing returns a channel closed when reads next start failing: a sampler at
@@ -51,17 +85,76 @@ func (t *Tracker) StartsFailing() <-chan struct{} {
 	return t.failingNow
 }
 
+// Failing is true while the kubelet's last answer was a failure.
+func (t *Tracker) Failing() bool {
+	_, err := t.Health()
+	return err != nil
+}
+
 // Run reads until ctx ends.
 func (t *Tracker) Run(ctx context.Context) error {
-	loop.Every(ctx, t.clock, t.interval, t.Refresh)
+	if t.refresh == 0 {
+		loop.Every(ctx, t.clock, t.interval, t.Refresh)
+		return nil
+	}
+	loop.Sooner(ctx, t.clock, func() time.Duration { return t.interval }, t.gap, t.wakes(ctx), t.step)
 	return nil
+}
+
+// wakes forwards the runtime's changes, one at a time, until ctx ends.
+func (t *Tracker) wakes(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.changed():
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out
+}
+
+// step reads the table when it may lack something, and otherwise asks about one pod,
+// reading the table after all if that answer fails.
+func (t *Tracker) step(ctx context.Context) {
+	if t.mustList() {
+		t.Refresh(ctx)
+		return
+	}
+	t.mu.Lock()
+	pod := t.asked
+	t.mu.Unlock()
+	// The pod may be gone (a "not found" answer) or the kubelet away: either way the
+	// table is read, which tells which.
+	if err := t.asker.Ask(ctx, pod); err != nil {
+		t.log.Debug("pod-resources Get failed; reading the table", "pod", pod, "err", err)
+		t.Refresh(ctx)
+		return
+	}
+	t.Succeeded(t.clock.Now())
+}
+
+func (t *Tracker) mustList() bool {
+	_, failing := t.Health()
+	state, _ := t.Load()
+	t.mu.Lock()
+	listed, asked := t.listed, t.asked
+	t.mu.Unlock()
+	return failing != nil || listed.IsZero() || asked == (PodKey{}) ||
+		t.clock.Since(listed) >= t.refresh || t.awaits(state)
 }
 
 // Refresh reads the table now. A failure keeps the last table with its read time, so
 // that it ages into unknown, and records the error.
 func (t *Tracker) Refresh(ctx context.Context) {
+	began := t.clock.Now()
 	table, err := t.lister.List(ctx)
-	read := t.clock.Now()
 	_, failing := t.Health()
 	if err != nil {
 		t.Fail(err)
@@ -77,5 +170,28 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	if failing != nil {
 		t.log.Info("pod-resources API available again")
 	}
-	t.Publish(read, State{Table: table, Read: read})
+	t.mu.Lock()
+	t.listed, t.asked = began, table.anyPod()
+	t.mu.Unlock()
+	t.Publish(t.clock.Now(), State{Table: table, Read: began})
+}
+
+// anyPod is the pod of the table holding the fewest units, the first in key order among
+// those (the same one while it is listed, so that a "not found" answer means a change):
+// the kubelet's answer about it is the smallest. Zero for an empty table.
+func (t Table) anyPod() PodKey {
+	var first PodKey
+	var least nr1.Units
+	for k, containers := range t {
+		var units nr1.Units
+		for _, a := range containers {
+			for _, r := range nr1.All {
+				units += a[r]
+			}
+		}
+		if first == (PodKey{}) || units < least || (units == least && (k.Namespace < first.Namespace || (k.Namespace == first.Namespace && k.Name < first.Name))) {
+			first, least = k, units
+		}
+	}
+	return first
 }

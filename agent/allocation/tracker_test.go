@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,5 +50,137 @@ func TestTrackerTellsWhenReadsStartFailing(t *testing.T) {
 	tr.Refresh(context.Background())
 	if !closed(again) {
 		t.Error("not told of the next outage")
+	}
+}
+
+// kubelet answers Lists with table and Gets with err, counting both.
+type kubelet struct {
+	mu          sync.Mutex
+	table       Table
+	listErr     error
+	askErr      error
+	lists, asks int
+	askedAbout  []PodKey
+}
+
+func (k *kubelet) List(context.Context) (Table, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.lists++
+	return k.table, k.listErr
+}
+
+func (k *kubelet) Ask(_ context.Context, pod PodKey) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.asks++
+	k.askedAbout = append(k.askedAbout, pod)
+	return k.askErr
+}
+
+func (k *kubelet) counts() (lists, asks int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.lists, k.asks
+}
+
+func (k *kubelet) set(f func(*kubelet)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f(k)
+}
+
+// Between reads of the whole table the kubelet is asked about its smallest pod; the
+// table is read again when a pod awaits it, when the answer fails, after a failure and
+// at the refresh. The stage's success follows every answer without waking readers.
+func TestTrackerReadsTheTableOnDemand(t *testing.T) {
+	big, small := PodKey{"ml", "resnet50"}, PodKey{"web", "nginx"}
+	k := &kubelet{table: Table{big: {"health-handler": {3, 0, 2392, 7}}, small: {"nginx": {}}}}
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	tr := NewTracker(k, time.Second, clk, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var awaiting atomic.Bool
+	tr.ReadOnDemand(k, 30*time.Second, 50*time.Millisecond, func() <-chan struct{} { return nil }, func(State) bool { return awaiting.Load() })
+	ctx := context.Background()
+
+	expect := func(what string, lists, asks int) {
+		t.Helper()
+		if l, a := k.counts(); l != lists || a != asks {
+			t.Fatalf("%s: %d lists and %d asks, want %d and %d", what, l, a, lists, asks)
+		}
+	}
+	tr.step(ctx)
+	expect("first step", 1, 0)
+	state, changed := tr.Load()
+	if !state.Read.Equal(time.Unix(1000, 0)) || len(state.Table) != 2 {
+		t.Fatalf("state after the first list: %+v", state)
+	}
+	for i := range 5 {
+		clk.Step(time.Second)
+		tr.step(ctx)
+		expect("calm", 1, i+1)
+	}
+	if ok, err := tr.Health(); !ok.Equal(clk.Now()) || err != nil {
+		t.Errorf("the kubelet's answer at %s is not the stage's success: %s, %v", clk.Now(), ok, err)
+	}
+	select {
+	case <-changed:
+		t.Error("an answer about one pod woke the table's readers")
+	default:
+	}
+	if got := k.askedAbout[0]; got != small {
+		t.Errorf("asked about %v, want the pod holding the fewest units %v", got, small)
+	}
+
+	awaiting.Store(true)
+	clk.Step(time.Second)
+	tr.step(ctx)
+	expect("a pod awaits the table", 2, 5)
+	awaiting.Store(false)
+
+	k.set(func(k *kubelet) { k.askErr = errors.New("pod web/nginx not found") })
+	clk.Step(time.Second)
+	tr.step(ctx)
+	expect("the pod asked about is gone", 3, 6)
+	k.set(func(k *kubelet) { k.askErr = nil })
+
+	k.set(func(k *kubelet) { k.askErr, k.listErr = errors.New("unavailable"), errors.New("unavailable") })
+	clk.Step(time.Second)
+	tr.step(ctx)
+	expect("the kubelet away", 4, 7)
+	if !tr.Failing() {
+		t.Fatal("not failing after the kubelet failed to answer twice")
+	}
+	k.set(func(k *kubelet) { k.askErr = nil })
+	clk.Step(time.Second)
+	tr.step(ctx)
+	expect("after a failure the table is read, not asked about", 5, 7)
+	k.set(func(k *kubelet) { k.listErr = nil })
+	clk.Step(time.Second)
+	tr.step(ctx)
+	expect("back", 6, 7)
+	if tr.Failing() {
+		t.Fatal("failing after a list succeeded")
+	}
+
+	clk.Step(29 * time.Second)
+	tr.step(ctx)
+	expect("before the refresh", 6, 8)
+	clk.Step(time.Second)
+	tr.step(ctx)
+	expect("at the refresh", 7, 8)
+}
+
+// An empty table has no pod to ask about: it is read whole.
+func TestTrackerListsAnEmptyTable(t *testing.T) {
+	k := &kubelet{table: Table{}}
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	tr := NewTracker(k, time.Second, clk, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr.ReadOnDemand(k, time.Minute, 50*time.Millisecond, func() <-chan struct{} { return nil }, func(State) bool { return false })
+	for range 3 {
+		tr.step(context.Background())
+		clk.Step(time.Second)
+	}
+	if l, a := k.counts(); l != 3 || a != 0 {
+		t.Errorf("%d lists and %d asks of an empty table, want 3 and 0", l, a)
 	}
 }

@@ -76,6 +76,13 @@ type Sampling struct {
 	// ChangeGap is the least time between two samples a change starts: what a process
 	// opening and closing an NR1 file in a loop can cost the node.
 	ChangeGap Duration `json:"changeGap"`
+	// AllocationRefresh is how often the kubelet's whole pod-resources table is read at
+	// least. It is also read when the runtime starts a pod the table lacks, and while
+	// reads fail; every other interval the kubelet is asked about one pod (the age of its
+	// last answer is what enforcement.maxAllocationAge bounds). A pod's allocation does not
+	// change while it runs, so the table need not be read whole every interval: that is a
+	// megabyte and more once a node's capacity is allocated. 0s reads it every interval.
+	AllocationRefresh Duration `json:"allocationRefresh"`
 }
 
 // Paths are the host roots the agent reads, so tests and containers can move them.
@@ -128,7 +135,7 @@ func Default() Config {
 		},
 		Runtime: Runtime{Resync: Duration{Duration: 30 * time.Second}},
 		Sampling: Sampling{Interval: Duration{Duration: time.Second}, IdleInterval: Duration{Duration: 10 * time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
-			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}},
+			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}, AllocationRefresh: Duration{Duration: 30 * time.Second}},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
 	}
@@ -199,7 +206,7 @@ func (c *Config) Validate() error {
 		field("sampling.interval", "must be at least 100ms, got %s", c.Sampling.Interval)
 	}
 	if c.Enforcement.MaxAllocationAge.Duration <= c.Sampling.Interval.Duration {
-		field("enforcement.maxAllocationAge", "must be longer than sampling.interval (%s), got %s: allocations are read at that interval", c.Sampling.Interval, c.Enforcement.MaxAllocationAge)
+		field("enforcement.maxAllocationAge", "must be longer than sampling.interval (%s), got %s: the kubelet is asked at that interval", c.Sampling.Interval, c.Enforcement.MaxAllocationAge)
 	}
 	if c.Enforcement.MaxPartitionAge.Duration <= c.Sampling.PartitionInterval.Duration {
 		field("enforcement.maxPartitionAge", "must be longer than sampling.partitionInterval (%s), got %s", c.Sampling.PartitionInterval, c.Enforcement.MaxPartitionAge)
@@ -209,6 +216,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Sampling.ChangeGap.Duration <= 0 || c.Sampling.ChangeGap.Duration > c.Sampling.Interval.Duration {
 		field("sampling.changeGap", "must be positive and at most sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.ChangeGap)
+	}
+	if r := c.Sampling.AllocationRefresh.Duration; r != 0 && r < c.Sampling.Interval.Duration {
+		field("sampling.allocationRefresh", "must be 0s or at least sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.AllocationRefresh)
 	}
 	if c.Sampling.PartitionInterval.Duration < c.Sampling.Interval.Duration {
 		field("sampling.partitionInterval", "must be at least sampling.interval, got %s", c.Sampling.PartitionInterval)

@@ -106,6 +106,8 @@ type RuntimeSource interface {
 // AllocationSource is the pod-resources tracker as the inventory reads it.
 type AllocationSource interface {
 	Load() (allocation.State, <-chan struct{})
+	// Health's last success is when the kubelet last answered.
+	Health() (time.Time, error)
 }
 
 // NamespaceSource gives the agent's labels on a namespace as of now, or why they are not
@@ -144,7 +146,11 @@ func (b *Builder) Mismatches() int64 { return b.mismatches.Load() }
 func (b *Builder) Build(now time.Time) *Snapshot {
 	rs, _ := b.runtime.Load()
 	alloc, _ := b.allocation.Load()
-	snap := &Snapshot{Taken: now, Inputs: Inputs{RuntimeConnected: rs.Connected, AllocationRead: alloc.Read}, CGs: make([]*CG, 0, len(rs.Pods))}
+	answered, _ := b.allocation.Health()
+	if alloc.Read.IsZero() {
+		answered = time.Time{}
+	}
+	snap := &Snapshot{Taken: now, Inputs: Inputs{RuntimeConnected: rs.Connected, AllocationRead: answered}, CGs: make([]*CG, 0, len(rs.Pods))}
 	seen, seenPods := make(map[string]bool), make(map[string]bool)
 	for _, p := range rs.Pods {
 		seenPods[p.SandboxID] = true
@@ -164,7 +170,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 			}
 			cg.Containers = append(cg.Containers, ctr)
 		}
-		b.allocate(now, cg, p, alloc)
+		b.allocate(now, cg, p, alloc, answered)
 		if len(refused) > 0 {
 			b.refuse(cg, p.SandboxID, refused)
 		}
@@ -177,6 +183,25 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	}
 	b.forget(seen, seenPods)
 	return snap
+}
+
+// Awaits says whether the allocation table lacks a pod the runtime runs (one with a
+// running container): not listed, or listed by a read that began before the pod was
+// created. The tracker reads the table again while it does.
+func (b *Builder) Awaits(alloc allocation.State) bool {
+	rs, _ := b.runtime.Load()
+	for _, p := range rs.Pods {
+		if !p.Running() {
+			continue
+		}
+		if alloc.Read.Before(p.CreatedAt) {
+			return true
+		}
+		if _, listed := alloc.Table.Pod(p.Namespace, p.Name); !listed {
+			return true
+		}
+	}
+	return false
 }
 
 // refuse leaves a CG the runtime describes in a way the agent refuses (a pod UID that is
@@ -243,13 +268,20 @@ func (c *Container) Processes() ([]int, error) {
 }
 
 // allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.
-func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocation.State) {
-	if alloc.Read.IsZero() {
+func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocation.State, answered time.Time) {
+	if answered.IsZero() {
 		cg.AllocationUnknown = "the kubelet's pod-resources API has not been read yet"
 		return
 	}
-	if age := now.Sub(alloc.Read); age > b.maxAge {
+	if age := now.Sub(answered); age > b.maxAge {
 		cg.AllocationUnknown = fmt.Sprintf("the kubelet's pod-resources API last answered %s ago (limit %s)", age.Round(time.Millisecond), b.maxAge)
+		return
+	}
+	if alloc.Read.Before(p.CreatedAt) {
+		// The table may hold an earlier pod of the same name (the API names pods, it has
+		// no UIDs), or not this one yet.
+		cg.AllocationUnknown = fmt.Sprintf("pod created at %s, after the kubelet's pod-resources answer was read (%s)",
+			p.CreatedAt.Format(time.RFC3339Nano), alloc.Read.Format(time.RFC3339Nano))
 		return
 	}
 	listed, ok := alloc.Table.Pod(p.Namespace, p.Name)

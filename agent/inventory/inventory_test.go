@@ -330,6 +330,57 @@ func TestOldAllocationTableIsUnknown(t *testing.T) {
 	}
 }
 
+// The pod-resources API names pods without UIDs: a pod that takes the name of one just
+// deleted is unknown until a table read after it was created, which the tracker is told
+// to read (Awaits); so is a running pod the table does not list.
+func TestPodNewerThanTheTableAwaitsIt(t *testing.T) {
+	w := newWorld(t)
+	w.tracker.Refresh(context.Background())
+	state, _ := w.tracker.Load()
+	if w.builder.Awaits(state) {
+		t.Fatal("awaiting a table that lists every running pod")
+	}
+	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown {
+		t.Fatalf("the first pod unknown: %s", cg.AllocationUnknown)
+	}
+
+	// The same name, another pod, created after the table was read.
+	const reused = "22222222-3333-4444-5555-666666666666"
+	w.cri.DropSandbox("sb1", false)
+	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb2", UID: reused, Namespace: "default", Name: "resnet50", CreatedAt: time.Now().UnixNano()}, false)
+	w.cri.PutContainer(fakecri.Container{ID: "c-hh2", SandboxID: "sb2", Name: "health-handler", PID: 201,
+		CgroupsPath: "/kubepods/besteffort/poduid-2/c-hh2"}, false)
+	w.watched(t, "the second pod not seen", func(s *runtime.Snapshot) bool {
+		p := s.Pod(reused)
+		return p != nil && len(p.Containers) == 1 && s.Pod(podUID) == nil
+	})
+	if !w.builder.Awaits(state) {
+		t.Error("not awaiting a table read after the pod that took the name was created")
+	}
+	cg := w.builder.Build(time.Now()).CG(reused)
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "after the kubelet's pod-resources answer was read") {
+		t.Errorf("a pod newer than the table: known %v with %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+
+	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+		{Name: "health-handler", Devices: devices("neureality.ai/ai_hypervisor_queue", 9)}}})
+	w.tracker.Refresh(context.Background())
+	state, _ = w.tracker.Load()
+	if w.builder.Awaits(state) {
+		t.Error("awaiting after a table read after the pod was created")
+	}
+	if cg := w.builder.Build(time.Now()).CG(reused); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{0, 0, 0, 9}) {
+		t.Errorf("the second pod: known %v with %v (%q), want its own 9 queues", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+
+	w.setPods()
+	w.tracker.Refresh(context.Background())
+	state, _ = w.tracker.Load()
+	if !w.builder.Awaits(state) {
+		t.Error("not awaiting a table that does not list a running pod")
+	}
+}
+
 // A pod the runtime describes in a way the agent refuses is left alone: unknown, with
 // the reason, and nothing read where its cgroupsPath pointed.
 func TestRefusedDescriptionLeavesTheCGUnknown(t *testing.T) {

@@ -167,9 +167,13 @@ func stateOf(s runtimeapi.ContainerState) ContainerState {
 	}
 }
 
-func podOf(id string, md *runtimeapi.PodSandboxMetadata, state runtimeapi.PodSandboxState, labels, annotations map[string]string) *Pod {
+func podOf(id string, md *runtimeapi.PodSandboxMetadata, state runtimeapi.PodSandboxState, createdAt int64, labels, annotations map[string]string) *Pod {
+	var created time.Time
+	if createdAt > 0 {
+		created = time.Unix(0, createdAt)
+	}
 	return &Pod{
-		UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), SandboxID: id,
+		UID: md.GetUid(), Namespace: md.GetNamespace(), Name: md.GetName(), SandboxID: id, CreatedAt: created,
 		Ready: state == runtimeapi.PodSandboxState_SANDBOX_READY, Labels: labels, Annotations: annotations,
 	}
 }

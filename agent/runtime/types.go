@@ -22,10 +22,13 @@ const (
 
 // Pod is a pod sandbox and its containers, as the runtime knows them.
 type Pod struct {
-	UID         string            `json:"uid"`
-	Namespace   string            `json:"namespace"`
-	Name        string            `json:"name"`
-	SandboxID   string            `json:"sandboxID"`
+	UID       string `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	SandboxID string `json:"sandboxID"`
+	// CreatedAt is when the runtime created the sandbox, after the kubelet admitted the
+	// pod and allocated its devices; zero when the runtime does not say.
+	CreatedAt   time.Time         `json:"createdAt,omitzero"`
 	Ready       bool              `json:"ready"`
 	Labels      map[string]string `json:"-"`
 	Annotations map[string]string `json:"annotations,omitempty"`
@@ -88,4 +91,14 @@ func (s *Snapshot) Pod(uid string) *Pod {
 		}
 	}
 	return nil
+}
+
+// Running says whether one of the pod's containers runs.
+func (p *Pod) Running() bool {
+	for _, c := range p.Containers {
+		if c.State == Running {
+			return true
+		}
+	}
+	return false
 }

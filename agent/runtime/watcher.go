@@ -199,7 +199,7 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 	}
 	pods := make(map[string]*Pod, len(sbs.GetItems()))
 	for _, sb := range sbs.GetItems() {
-		pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
+		pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
 	}
 	w.mu.Lock()
 	known := w.containers
@@ -259,7 +259,7 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 				}
 			}
 		} else {
-			w.pods[id] = podOf(id, sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
+			w.pods[id] = podOf(id, sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
 		}
 		w.publishLocked(true)
 		return
@@ -285,7 +285,7 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 	default:
 		w.containers[id], w.sandboxOf[id] = c, sandboxID
 		if sb != nil {
-			w.pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetLabels(), sb.GetAnnotations())
+			w.pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
 		}
 	}
 	w.publishLocked(true)

@@ -59,7 +59,7 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 	}
 }
 
-func nodeName(t *testing.T, c kubernetes.Interface) string {
+func nodeName(t testing.TB, c kubernetes.Interface) string {
 	t.Helper()
 	nodes, err := c.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil || len(nodes.Items) != 1 {

@@ -26,8 +26,10 @@ const costNS = "nr1-cost"
 
 // BenchmarkAgentCost is the whole agent as its node pays for it: the CPU of its process
 // (user + system: the kernel's work for its iterators and syscalls included) and its
-// resident memory, with NR1_COST_CGS (default 100) CGs running, each holding its
-// allocation, and nothing scraping or reading the agent. Each iteration is one window
+// resident memory, with NR1_COST_CGS (default 100) CGs running that book the node's
+// whole allocatable capacity between them, as a full node has it (the kubelet's
+// pod-resources answer is then one entry per booked unit), each holding a part of what
+// it booked, and nothing scraping or reading the agent. Each iteration is one window
 // of NR1_COST_WINDOW (default 20s); the metrics are the medians over the windows
 // (-benchtime=5x: five), for each design (sampling at the interval only, or also on
 // change) with the same CGs. The kubelet's CPU over the same windows is reported beside
@@ -43,18 +45,18 @@ func BenchmarkAgentCost(b *testing.B) {
 		b.Fatalf("NR1_COST_WINDOW: %v", err)
 	}
 	newNamespace(b, c, costNS)
-	alloc := costCGs(b, c, n)
+	booked, held := costCGs(b, c, n)
 	for _, d := range designs {
 		b.Run("design="+d.name, func(b *testing.B) {
-			withDesign(b, c, d.onChange)
-			agentCost(b, c, n, alloc, window)
+			withDesign(b, c, d)
+			agentCost(b, c, n, booked, held, window)
 		})
 	}
 }
 
 // agentCost measures the agent in windows, once it measures every CG.
-func agentCost(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amounts, window time.Duration) {
-	agent := waitAgentSees(b, c, n, alloc)
+func agentCost(b *testing.B, c kubernetes.Interface, n int, booked, held nr1.Amounts, window time.Duration) {
+	agent := waitAgentSees(b, c, n, booked, held)
 	id, err := agentContainerID(agent)
 	if err != nil {
 		b.Fatal(err)
@@ -64,7 +66,7 @@ func agentCost(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amounts, w
 		b.Fatal(err)
 	}
 	kubeletPID := pidOf(b, "kubelet")
-	b.Logf("%d CGs running, each holding %v; agent pid %d, kubelet pid %d; windows of %v", n, alloc, agentPID, kubeletPID, window)
+	b.Logf("%d CGs running, each booking %v and holding %v; agent pid %d, kubelet pid %d; windows of %v", n, booked, held, agentPID, kubeletPID, window)
 
 	var agentCPU, kubeletCPU, rss []float64
 	for b.Loop() {
@@ -91,17 +93,29 @@ func agentCost(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amounts, w
 	}
 }
 
-// costCGs runs n small CGs, each holding exactly its allocation, and returns the
-// allocation.
-func costCGs(b *testing.B, c kubernetes.Interface, n int) nr1.Amounts {
-	alloc := nr1.Amounts{2, 1, 0, 2}
-	// The docker partition is the image and a writable layer: n of them must fit it.
-	alloc[nr1.DockerPartition] = nr1LoadImageMB(b) + 1
+// costCGs runs n CGs that book the node's allocatable capacity between them, each
+// holding a little (2 MB of compute DMA, 1 MB of CPU DMA, 2 queues and its image), and
+// returns what each books and holds.
+func costCGs(b *testing.B, c kubernetes.Interface, n int) (booked, held nr1.Amounts) {
+	held = nr1.Amounts{2, 1, 0, 2}
+	// The docker partition is the image and a writable layer.
+	held[nr1.DockerPartition] = nr1LoadImageMB(b) + 1
+	node, err := c.CoreV1().Nodes().Get(context.Background(), nodeName(b, c), metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, r := range nr1.All {
+		q := node.Status.Allocatable[corev1.ResourceName(r.Name())]
+		booked[r] = nr1.Units(q.Value() / int64(n))
+		if booked[r] < held[r] {
+			b.Fatalf("%s: the node's %s split %d ways is %d each, less than the %d each CG holds", r.Name(), q.String(), n, booked[r], held[r])
+		}
+	}
 	grace := int64(1)
 	noToken := false
 	for i := range n {
-		hh := loadContainer("health-handler", holdArgs(alloc)...)
-		hh.Resources = nr1Requests(alloc)
+		hh := loadContainer("health-handler", holdArgs(held)...)
+		hh.Resources = nr1Requests(booked)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%03d", i), Namespace: costNS},
 			Spec: corev1.PodSpec{
@@ -114,13 +128,14 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int) nr1.Amounts {
 			b.Fatalf("CG %d: %v", i, err)
 		}
 	}
-	return alloc
+	return booked, held
 }
 
-// waitAgentSees waits until every CG runs and the agent measures each at its allocation.
-func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amounts) *corev1.Pod {
+// waitAgentSees waits until every CG runs and the agent knows each one's booking and
+// measures what it holds.
+func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, booked, held nr1.Amounts) *corev1.Pod {
 	var agent *corev1.Pod
-	eventually(b, time.Duration(n)*6*time.Second, fmt.Sprintf("%d CGs running and measured at their allocation", n), func() error {
+	eventually(b, time.Duration(n)*6*time.Second, fmt.Sprintf("%d CGs running and measured", n), func() error {
 		pods, err := c.CoreV1().Pods(costNS).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -143,13 +158,13 @@ func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, alloc nr1.Amount
 		}
 		measured := 0
 		for _, cg := range s.CGs {
-			if cg.AllocationKnown && cg.Usage[nr1.ComputeDMAMemory] == nr1.ComputeDMAMemory.InBase(alloc[nr1.ComputeDMAMemory]) &&
-				cg.Usage[nr1.HypervisorQueue] == nr1.HypervisorQueue.InBase(alloc[nr1.HypervisorQueue]) {
+			if cg.AllocationKnown && cg.Allocation == booked && cg.Usage[nr1.ComputeDMAMemory] == nr1.ComputeDMAMemory.InBase(held[nr1.ComputeDMAMemory]) &&
+				cg.Usage[nr1.HypervisorQueue] == nr1.HypervisorQueue.InBase(held[nr1.HypervisorQueue]) {
 				measured++
 			}
 		}
 		if measured < n {
-			return fmt.Errorf("%d of %d measured at their allocation", measured, n)
+			return fmt.Errorf("%d of %d with their booking known and measured at what they hold", measured, n)
 		}
 		return nil
 	})

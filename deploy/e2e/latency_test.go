@@ -19,18 +19,23 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// designs are the ways the agent can sample: at its interval only, or also at once when
-// the kernel reports a process taking an NR1 file.
-var designs = []struct {
-	name     string
-	onChange bool
-}{{"interval", false}, {"onChange", true}}
+// designs are the ways the agent can sample: at its interval only, reading the kubelet's
+// whole pod-resources table at each (as it did before sampling on change), or also at
+// once when the kernel reports a process taking an NR1 file, reading the table when a
+// pod awaits it and asking the kubelet about one pod otherwise.
+var designs = []design{{"interval", false, "0s"}, {"onChange", true, "30s"}}
 
-// withDesign runs the agent with sampling.onChange set, restarting it, and puts the
+type design struct {
+	name              string
+	onChange          bool
+	allocationRefresh string
+}
+
+// withDesign runs the agent with the design's sampling settings, restarting it, and puts the
 // configuration back when the benchmark ends. The node's action budget is raised: the
 // trials go over many at a time, and a deferred action would time the budget, not the
 // detection.
-func withDesign(b *testing.B, c kubernetes.Interface, onChange bool) {
+func withDesign(b *testing.B, c kubernetes.Interface, d design) {
 	b.Helper()
 	ctx := context.Background()
 	cms := c.CoreV1().ConfigMaps("nr1-system")
@@ -47,7 +52,7 @@ func withDesign(b *testing.B, c kubernetes.Interface, onChange bool) {
 	if sampling == nil {
 		sampling = map[string]any{}
 	}
-	sampling["onChange"] = onChange
+	sampling["onChange"], sampling["allocationRefresh"] = d.onChange, d.allocationRefresh
 	cfg["sampling"] = sampling
 	enforcement, _ := cfg["enforcement"].(map[string]any)
 	if enforcement == nil {
@@ -105,7 +110,7 @@ func BenchmarkDetectionLatency(b *testing.B) {
 	c := client(b)
 	for _, d := range designs {
 		b.Run("design="+d.name, func(b *testing.B) {
-			withDesign(b, c, d.onChange)
+			withDesign(b, c, d)
 			var lat []float64
 			round := 0
 			for b.Loop() {

@@ -16,7 +16,10 @@ import (
 // A process of a CG mapping the DMA file and opening the queue wakes the sampler; a scan
 // after the wake sees what it took.
 func TestChangesWakeWhenACGTakesATarget(t *testing.T) {
-	p, _ := newCgroups(t, 1)
+	// The changes are any process's on the host: the queue here is /dev/full's numbers
+	// (1:7), which nothing else opens, not tun's, which the other tests' simulated queues
+	// share.
+	p, _ := newCgroupsWithQueue(t, 1, 1, 7)
 	b := newBPFOrSkip(t, p)
 	c, err := b.WatchChanges(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if errors.Is(err, os.ErrNotExist) {

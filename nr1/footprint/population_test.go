@@ -112,9 +112,15 @@ var cgroupRoots atomic.Int64
 // runs in them) when tb ends. dir is a scratch directory.
 func newCgroups(tb testing.TB, n int) (p *population, dir string) {
 	tb.Helper()
+	return newCgroupsWithQueue(tb, n, 10, 200)
+}
+
+// newCgroupsWithQueue is newCgroups with the simulated queue's device numbers.
+func newCgroupsWithQueue(tb testing.TB, n int, major, minor uint32) (p *population, dir string) {
+	tb.Helper()
 	v2 := requireRealCgroups(tb)
 	dir = tb.TempDir()
-	s, err := sim.Create(filepath.Join(dir, "nr1"), sim.Options{Capacity: nr1.Amounts{2048, 512, 1024, 65536}, QueueMajor: 10, QueueMinor: 200})
+	s, err := sim.Create(filepath.Join(dir, "nr1"), sim.Options{Capacity: nr1.Amounts{2048, 512, 1024, 65536}, QueueMajor: major, QueueMinor: minor})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -33,6 +33,8 @@ type Container struct {
 type Sandbox struct {
 	ID, UID, Namespace, Name string
 	Ready                    bool
+	// CreatedAt is in nanoseconds since the epoch; zero unless set.
+	CreatedAt int64
 }
 
 // Server is the fake runtime.
@@ -230,7 +232,7 @@ func sandboxStatus(sb *Sandbox) *runtimeapi.PodSandboxStatus {
 	if sb.Ready {
 		state = runtimeapi.PodSandboxState_SANDBOX_READY
 	}
-	return &runtimeapi.PodSandboxStatus{Id: sb.ID, State: state,
+	return &runtimeapi.PodSandboxStatus{Id: sb.ID, State: state, CreatedAt: sb.CreatedAt,
 		Metadata: &runtimeapi.PodSandboxMetadata{Uid: sb.UID, Namespace: sb.Namespace, Name: sb.Name}}
 }
 
@@ -248,7 +250,7 @@ func (s *Server) ListPodSandbox(context.Context, *runtimeapi.ListPodSandboxReque
 	resp := &runtimeapi.ListPodSandboxResponse{}
 	for _, sb := range s.sandboxes {
 		st := sandboxStatus(sb)
-		resp.Items = append(resp.Items, &runtimeapi.PodSandbox{Id: sb.ID, Metadata: st.Metadata, State: st.State})
+		resp.Items = append(resp.Items, &runtimeapi.PodSandbox{Id: sb.ID, Metadata: st.Metadata, State: st.State, CreatedAt: st.CreatedAt})
 	}
 	return resp, nil
 }
