@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
@@ -121,7 +123,7 @@ func (t *Tracker) wakes(ctx context.Context) <-chan struct{} {
 }
 
 // step reads the table when it may lack something, and otherwise asks about one pod,
-// reading the table after all if that answer fails.
+// reading the table after all if the kubelet answers that it does not have the pod.
 func (t *Tracker) step(ctx context.Context) {
 	if t.mustList() {
 		t.Refresh(ctx)
@@ -130,14 +132,23 @@ func (t *Tracker) step(ctx context.Context) {
 	t.mu.Lock()
 	pod := t.asked
 	t.mu.Unlock()
-	// The pod may be gone (a "not found" answer) or the kubelet away: either way the
-	// table is read, which tells which.
-	if err := t.asker.Ask(ctx, pod); err != nil {
-		t.log.Debug("pod-resources Get failed; reading the table", "pod", pod, "err", err)
+	// The kubelet answers a Get in milliseconds: one that takes an interval is a kubelet
+	// that does not answer, and the allocations must start aging at once, not after a
+	// List's longer deadline.
+	askCtx, cancel := context.WithTimeout(ctx, t.interval)
+	err := t.asker.Ask(askCtx, pod)
+	cancel()
+	switch status.Code(err) {
+	case codes.OK:
+		t.Succeeded(t.clock.Now())
+	case codes.DeadlineExceeded, codes.Unavailable, codes.Canceled:
+		t.failed(err)
+	default:
+		// An answer, but not about the pod (gone, or another of its name): the table has
+		// changed.
+		t.log.Debug("pod-resources Get answered with an error; reading the table", "pod", pod, "err", err)
 		t.Refresh(ctx)
-		return
 	}
-	t.Succeeded(t.clock.Now())
 }
 
 func (t *Tracker) mustList() bool {
@@ -155,25 +166,32 @@ func (t *Tracker) mustList() bool {
 func (t *Tracker) Refresh(ctx context.Context) {
 	began := t.clock.Now()
 	table, err := t.lister.List(ctx)
-	_, failing := t.Health()
 	if err != nil {
-		t.Fail(err)
-		if failing == nil {
-			t.log.Warn("pod-resources API unavailable; allocations age into unknown", "err", err)
-			t.mu.Lock()
-			close(t.failingNow)
-			t.failingNow = make(chan struct{})
-			t.mu.Unlock()
-		}
+		t.failed(err)
 		return
 	}
-	if failing != nil {
+	if _, failing := t.Health(); failing != nil {
 		t.log.Info("pod-resources API available again")
 	}
 	t.mu.Lock()
 	t.listed, t.asked = began, table.anyPod()
 	t.mu.Unlock()
 	t.Publish(t.clock.Now(), State{Table: table, Read: began})
+}
+
+// failed records that the kubelet did not answer, telling StartsFailing's readers when
+// it is the first failure since an answer.
+func (t *Tracker) failed(err error) {
+	_, failing := t.Health()
+	t.Fail(err)
+	if failing != nil {
+		return
+	}
+	t.log.Warn("pod-resources API unavailable; allocations age into unknown", "err", err)
+	t.mu.Lock()
+	close(t.failingNow)
+	t.failingNow = make(chan struct{})
+	t.mu.Unlock()
 }
 
 // anyPod is the pod of the table holding the fewest units, the first in key order among

@@ -3,6 +3,7 @@ package allocation
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -143,31 +146,42 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 	expect("the pod asked about is gone", 3, 6)
 	k.set(func(k *kubelet) { k.askErr = nil })
 
-	k.set(func(k *kubelet) { k.askErr, k.listErr = errors.New("unavailable"), errors.New("unavailable") })
+	// A kubelet that does not answer within the interval is away: the allocations start
+	// aging at once, without waiting on a List.
+	failing := tr.StartsFailing()
+	k.set(func(k *kubelet) {
+		k.askErr = fmt.Errorf("pod-resources Get web/nginx: %w", status.Error(codes.DeadlineExceeded, "context deadline exceeded"))
+		k.listErr = errors.New("unavailable")
+	})
 	clk.Step(time.Second)
 	tr.step(ctx)
-	expect("the kubelet away", 4, 7)
+	expect("the kubelet away", 3, 7)
 	if !tr.Failing() {
-		t.Fatal("not failing after the kubelet failed to answer twice")
+		t.Fatal("not failing after the kubelet did not answer")
+	}
+	select {
+	case <-failing:
+	default:
+		t.Error("StartsFailing not told")
 	}
 	k.set(func(k *kubelet) { k.askErr = nil })
 	clk.Step(time.Second)
 	tr.step(ctx)
-	expect("after a failure the table is read, not asked about", 5, 7)
+	expect("after a failure the table is read, not asked about", 4, 7)
 	k.set(func(k *kubelet) { k.listErr = nil })
 	clk.Step(time.Second)
 	tr.step(ctx)
-	expect("back", 6, 7)
+	expect("back", 5, 7)
 	if tr.Failing() {
 		t.Fatal("failing after a list succeeded")
 	}
 
 	clk.Step(29 * time.Second)
 	tr.step(ctx)
-	expect("before the refresh", 6, 8)
+	expect("before the refresh", 5, 8)
 	clk.Step(time.Second)
 	tr.step(ctx)
-	expect("at the refresh", 7, 8)
+	expect("at the refresh", 6, 8)
 }
 
 // An empty table has no pod to ask about: it is read whole.

@@ -5,6 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,17 +17,44 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // podResourcesCalls reads the kubelet's own counts of the pod-resources List and Get
-// calls it served (its /metrics, through the API server's node proxy).
+// calls it served, from its /metrics, with the admin's client certificate (the local
+// API server does not proxy to the node's documentation-range address).
 func podResourcesCalls(t *testing.T, c kubernetes.Interface) (lists, gets float64) {
 	t.Helper()
-	raw, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", nodeName(t, c), "proxy", "metrics").DoRaw(context.Background())
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.CoreV1().Nodes().Get(context.Background(), nodeName(t, c), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			addr = a.Address
+		}
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	resp, err := hc.Get(fmt.Sprintf("https://%s:%d/metrics", addr, node.Status.DaemonEndpoints.KubeletEndpoint.Port))
 	if err != nil {
 		t.Fatalf("the kubelet's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the kubelet's metrics: %s %v", resp.Status, err)
 	}
 	found := map[string]bool{}
 	for line := range strings.Lines(string(raw)) {
