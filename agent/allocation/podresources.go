@@ -72,15 +72,17 @@ func Dial(socket string, capacity nr1.Amounts) (*Client, error) {
 func (c *Client) Close() error { return c.cc.Close() }
 
 // List reads every listed container's NR1 allocation. The kubelet answers with one
-// ContainerDevices entry per device ID, so entries are summed, never taken as the total.
+// ContainerDevices entry per device ID, so entries are summed, never taken as the total;
+// the answer is decoded straight into the table (tableCodec).
 func (c *Client) List(ctx context.Context) (Table, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.lister.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
-	if err != nil {
+	var t Table
+	if err := c.cc.Invoke(ctx, podresourcesapi.PodResourcesLister_List_FullMethodName, &podresourcesapi.ListPodResourcesRequest{}, &t,
+		grpc.ForceCodecV2(tableCodec{})); err != nil {
 		return nil, fmt.Errorf("pod-resources List: %w", err)
 	}
-	return tableOf(resp), nil
+	return t, nil
 }
 
 // Ask asks the kubelet for one pod's resources (pod-resources Get, GA since Kubernetes
@@ -93,32 +95,4 @@ func (c *Client) Ask(ctx context.Context, pod PodKey) error {
 		return fmt.Errorf("pod-resources Get %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return nil
-}
-
-func tableOf(resp *podresourcesapi.ListPodResourcesResponse) Table {
-	t := Table{}
-	for _, pod := range resp.GetPodResources() {
-		key := PodKey{pod.GetNamespace(), pod.GetName()}
-		containers := t[key]
-		if containers == nil {
-			containers = make(map[string]nr1.Amounts, len(pod.GetContainers()))
-			t[key] = containers
-		}
-		for _, ctr := range pod.GetContainers() {
-			containers[ctr.GetName()] = nr1.Add(containers[ctr.GetName()], sumDevices(ctr.GetDevices()))
-		}
-	}
-	return t
-}
-
-func sumDevices(devs []*podresourcesapi.ContainerDevices) nr1.Amounts {
-	var a nr1.Amounts
-	for _, d := range devs {
-		r, err := nr1.ParseResource(d.GetResourceName())
-		if err != nil || r.Name() != d.GetResourceName() {
-			continue // another vendor's resource
-		}
-		a[r] += nr1.Units(len(d.GetDeviceIds()))
-	}
-	return a
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -212,4 +213,100 @@ func TestFullyAllocatedNodeIsReceived(t *testing.T) {
 			t.Errorf("capacity %v: the table sums to %v", capacity, total)
 		}
 	}
+}
+
+// tableOf is the table as the generated types decode the answer: the reference the
+// wire decoder (tableCodec) is checked against.
+func tableOf(resp *podresourcesapi.ListPodResourcesResponse) Table {
+	t := Table{}
+	for _, pod := range resp.GetPodResources() {
+		key := PodKey{pod.GetNamespace(), pod.GetName()}
+		containers := t[key]
+		if containers == nil {
+			containers = make(map[string]nr1.Amounts, len(pod.GetContainers()))
+			t[key] = containers
+		}
+		for _, ctr := range pod.GetContainers() {
+			containers[ctr.GetName()] = nr1.Add(containers[ctr.GetName()], sumDevices(ctr.GetDevices()))
+		}
+	}
+	return t
+}
+
+func sumDevices(devs []*podresourcesapi.ContainerDevices) nr1.Amounts {
+	var a nr1.Amounts
+	for _, d := range devs {
+		r, err := nr1.ParseResource(d.GetResourceName())
+		if err != nil || r.Name() != d.GetResourceName() {
+			continue // another vendor's resource
+		}
+		a[r] += nr1.Units(len(d.GetDeviceIds()))
+	}
+	return a
+}
+
+// The wire decoder reads every answer the generated types read, to the same table.
+func FuzzDecodeTable(f *testing.F) {
+	hh := &podresourcesapi.ContainerResources{Name: "health-handler", CpuIds: []int64{2, 3}}
+	hh.Devices = append(hh.Devices, devices(nr1.ComputeDMAMemory.Name(), 0, 3)...)
+	hh.Devices = append(hh.Devices, &podresourcesapi.ContainerDevices{ResourceName: nr1.HypervisorQueue.Name(), DeviceIds: []string{"a", "b"},
+		Topology: &podresourcesapi.TopologyInfo{Nodes: []*podresourcesapi.NUMANode{{ID: 1}}}})
+	hh.Devices = append(hh.Devices, devices("vendor.example/gpu", 0, 1)...)
+	for _, resp := range []*podresourcesapi.ListPodResourcesResponse{
+		{},
+		fullNode(nr1.Amounts{40, 8, 20, 30}, 3),
+		{PodResources: []*podresourcesapi.PodResources{
+			{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{hh, {Name: "graph"}, hh}},
+			{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{{Name: "graph", Devices: devices(nr1.CPUDMAMemory.Name(), 0, 2)}}},
+			{Namespace: "web", Name: "nginx", Containers: []*podresourcesapi.ContainerResources{{Name: "nginx",
+				DynamicResources: []*podresourcesapi.DynamicResource{{ClaimName: "c", ClaimNamespace: "web"}}}}},
+		}},
+	} {
+		b, err := proto.Marshal(resp)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := decodeTable(b)
+		var resp podresourcesapi.ListPodResourcesResponse
+		if proto.Unmarshal(b, &resp) != nil {
+			return // the decoder may be more lenient; it must only not panic
+		}
+		if err != nil {
+			t.Fatalf("the generated types read it, the decoder refuses it: %v", err)
+		}
+		if want := tableOf(&resp); !reflect.DeepEqual(got, want) {
+			t.Fatalf("decoded %v, the generated types read %v", got, want)
+		}
+	})
+}
+
+// Decoding the List answer of a node whose capacity is booked by 100 CGs: the generated
+// types then the table (as before), against the wire decoder.
+func BenchmarkDecodeFullNode(b *testing.B) {
+	raw, err := proto.Marshal(fullNode(nr1.Amounts{116244, 512, 13417, 65536}, 100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("answer: %.1f MiB", float64(len(raw))/(1<<20))
+	b.Run("decoder=generated", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var resp podresourcesapi.ListPodResourcesResponse
+			if err := proto.Unmarshal(raw, &resp); err != nil {
+				b.Fatal(err)
+			}
+			_ = tableOf(&resp)
+		}
+	})
+	b.Run("decoder=wire", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := decodeTable(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
