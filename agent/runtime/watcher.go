@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -224,14 +226,20 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 		sandboxOf[c.ID] = item.GetPodSandboxId()
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for id := range w.unreadable {
 		if containers[id] == nil {
 			delete(w.unreadable, id)
 		}
 	}
+	// A relist that finds what the events said (at rest, every relist) publishes nothing:
+	// a new snapshot wakes the sampler and the allocation tracker.
+	if last, _ := w.Load(); last.Connected && reflect.DeepEqual(w.pods, pods) && reflect.DeepEqual(w.containers, containers) && maps.Equal(w.sandboxOf, sandboxOf) {
+		w.Succeeded(w.opts.Clock.Now())
+		return nil
+	}
 	w.pods, w.containers, w.sandboxOf = pods, containers, sandboxOf
 	w.publishLocked(true)
-	w.mu.Unlock()
 	return nil
 }
 

@@ -348,6 +348,40 @@ func TestKnownContainersCostNoStatusCall(t *testing.T) {
 	}
 }
 
+// A relist that finds nothing new publishes nothing (a new snapshot wakes the sampler
+// and the allocation tracker), but is a success of the stage.
+func TestUnchangedRelistWakesNoOne(t *testing.T) {
+	r := start(t, false, Options{Resync: time.Hour})
+	r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "graph", "health-handler"))
+	conn, err := r.watcher.client.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, changed := r.watcher.Load()
+	okBefore, _ := r.watcher.Health()
+	r.clk.Step(time.Minute)
+	if err := r.watcher.Relist(context.Background(), conn.RS); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+		t.Error("an unchanged relist published a snapshot")
+	default:
+	}
+	if ok, err := r.watcher.Health(); !ok.After(okBefore) || err != nil {
+		t.Errorf("an unchanged relist is no success: %v (before %v), %v", ok, okBefore, err)
+	}
+	r.cri.PutContainer(fakecri.Container{ID: "c-late", SandboxID: "sb1", Name: "sidecar", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-late"}, true)
+	if err := r.watcher.Relist(context.Background(), conn.RS); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Error("a relist finding a missed container published nothing")
+	}
+}
+
 // A container whose verbose info cannot be read is kept without PID or cgroup: the list
 // goes on, the runtime stays connected, and the other containers keep theirs.
 func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {

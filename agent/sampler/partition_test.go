@@ -70,3 +70,52 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 		t.Error("no read time")
 	}
 }
+
+// A reading like the last renews its time and wakes no one; one that differs wakes the
+// sampler.
+func TestPartitionWakesOnlyOnChange(t *testing.T) {
+	cri := fakecri.New(filepath.Join(t.TempDir(), "cri.sock"))
+	cri.PutContainer(fakecri.Container{ID: "a1", SandboxID: "sa", Name: "health-handler", Image: "img-a"}, true)
+	cri.SetImageSize("img-a", 100<<20)
+	cri.SetWritable("a1", 10<<20, nil)
+	if err := cri.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cri.Stop)
+	view := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+		{UID: "ua", Containers: []*runtime.Container{{ID: "a1", Name: "health-handler", ImageRef: "img-a", State: runtime.Running}}},
+	}}
+	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{view}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	woken := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	_, first := p.Load()
+	if err := p.Measure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(first) {
+		t.Fatal("the first reading woke no one")
+	}
+	before, same := p.Load()
+	if err := p.Measure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if woken(same) {
+		t.Error("a reading like the last woke the sampler")
+	}
+	if after, _ := p.Load(); !after.Read.After(before.Read) {
+		t.Errorf("a reading like the last kept the time %s (now %s)", before.Read, after.Read)
+	}
+	cri.SetWritable("a1", 11<<20, nil)
+	if err := p.Measure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !woken(same) {
+		t.Error("a grown writable layer woke no one")
+	}
+}

@@ -30,6 +30,15 @@ func (l *Value[T]) Load() (T, <-chan struct{}) {
 	return l.v, l.changed
 }
 
+// Renew records a success at that produced v without waking the waiters: for a new
+// reading equal to the last in all a waiter acts on, whose time still matters (a reader
+// judges its age).
+func (l *Value[T]) Renew(at time.Time, v T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.v, l.ok, l.err = v, at, nil
+}
+
 // Publish records a success at that produced v, and wakes the waiters.
 func (l *Value[T]) Publish(at time.Time, v T) {
 	l.mu.Lock()

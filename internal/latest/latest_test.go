@@ -66,3 +66,21 @@ func TestFailureKeepsTheValueAndIsCleared(t *testing.T) {
 		t.Errorf("health after a success: %v %v", ok, err)
 	}
 }
+
+// A renewed value is read with its new time, and wakes no one.
+func TestRenewDoesNotWake(t *testing.T) {
+	v := New(1)
+	_, changed := v.Load()
+	v.Renew(time.Unix(5, 0), 2)
+	select {
+	case <-changed:
+		t.Fatal("a renewal woke the waiters")
+	default:
+	}
+	if got, _ := v.Load(); got != 2 {
+		t.Errorf("value %d after renewal", got)
+	}
+	if ok, err := v.Health(); !ok.Equal(time.Unix(5, 0)) || err != nil {
+		t.Errorf("health after renewal: %v %v", ok, err)
+	}
+}
