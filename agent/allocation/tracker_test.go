@@ -176,12 +176,29 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 		t.Fatal("failing after a list succeeded")
 	}
 
+	_, changed = tr.Load()
 	clk.Step(29 * time.Second)
 	tr.step(ctx)
 	expect("before the refresh", 5, 8)
 	clk.Step(time.Second)
 	tr.step(ctx)
 	expect("at the refresh", 6, 8)
+	select {
+	case <-changed:
+		t.Error("a refresh that read the same table woke its readers")
+	default:
+	}
+	if state, _ := tr.Load(); !state.Read.Equal(clk.Now()) {
+		t.Errorf("the refresh's table read at %s, want %s", state.Read, clk.Now())
+	}
+	k.set(func(k *kubelet) { k.table = Table{small: {"nginx": {}}} })
+	clk.Step(30 * time.Second)
+	tr.step(ctx)
+	select {
+	case <-changed:
+	default:
+		t.Error("a refresh that read a new table woke no one")
+	}
 }
 
 // An empty table has no pod to ask about: it is read whole.
