@@ -8,8 +8,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/internal/atomicfile"
 )
 
 // checkpointVersion changes whenever the saved state changes meaning; an agent refuses
@@ -45,26 +46,7 @@ func (f FileCheckpoint) Save(st *State) error {
 	if err != nil {
 		return fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(f.Path), 0o700); err != nil {
-		return fmt.Errorf("enforcement checkpoint: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(f.Path), ".checkpoint-*")
-	if err != nil {
-		return fmt.Errorf("enforcement checkpoint: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // gone after the rename; left only on failure
-	if _, err := tmp.Write(out); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("enforcement checkpoint %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), f.Path); err != nil {
+	if err := atomicfile.Write(f.Path, out, 0o600, 0o700); err != nil {
 		return fmt.Errorf("enforcement checkpoint: %w", err)
 	}
 	return nil

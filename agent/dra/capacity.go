@@ -1,0 +1,108 @@
+// Package dra is nr1-agent's DRA kubelet plugin: the NR1 published as one device whose
+// four capacities many CGs consume (KEP-5075 consumable capacity), claims prepared with
+// a CDI device per share carrying the share's budget, and the amounts each prepared
+// claim consumed kept for the enforcement.
+package dra
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// DriverName is the DRA driver's name, which the DeviceClass selects.
+const DriverName = "nr1.neureality.ai"
+
+// DeviceName names the NR1 in the node's pool.
+const DeviceName = "nr1-0"
+
+// capacityNames are the device's capacities, one per NR1 resource.
+var capacityNames = nr1.PerResource[resourceapi.QualifiedName]{"computeDMA", "cpuDMA", "dockerPartition", "hvQueues"}
+
+// CapacityName is the device capacity that stands for r.
+func CapacityName(r nr1.Resource) resourceapi.QualifiedName { return capacityNames[r] }
+
+// quantity is n units of r as a capacity: MB resources in bytes (Mi), queues counted.
+func quantity(r nr1.Resource, n nr1.Units) resource.Quantity {
+	if r.UnitBytes() > 1 {
+		return *resource.NewQuantity(int64(n)*r.UnitBytes(), resource.BinarySI)
+	}
+	return *resource.NewQuantity(int64(n), resource.DecimalSI)
+}
+
+// Device is the NR1 as the ResourceSlice publishes it: shareable by any number of
+// claims, each consuming what it requests of each capacity and nothing of one it does
+// not name (the request policy's default is 0, where the API's default is the whole
+// capacity), in steps of one unit. An unhealthy NR1 carries a NoSchedule taint.
+func Device(capacity nr1.Amounts, attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, healthy bool, reason string) resourceapi.Device {
+	d := resourceapi.Device{
+		Name:                     DeviceName,
+		AllowMultipleAllocations: ptr.To(true),
+		Attributes:               attributes,
+		Capacity:                 make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, nr1.NumResources),
+	}
+	for _, r := range nr1.All {
+		zero, step := quantity(r, 0), quantity(r, 1)
+		d.Capacity[capacityNames[r]] = resourceapi.DeviceCapacity{
+			Value: quantity(r, capacity[r]),
+			RequestPolicy: &resourceapi.CapacityRequestPolicy{
+				Default:    &zero,
+				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &zero, Step: &step},
+			},
+		}
+	}
+	if !healthy {
+		d.Taints = []resourceapi.DeviceTaint{{Key: DriverName + "/unhealthy", Value: "true", Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		if reason != "" {
+			d.Attributes = withAttribute(d.Attributes, "unhealthyReason", reason)
+		}
+	}
+	return d
+}
+
+func withAttribute(in map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName, value string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	out := make(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, len(in)+1)
+	for k, v := range in {
+		out[k] = v
+	}
+	if len(value) > resourceapi.DeviceAttributeMaxValueLength {
+		value = value[:resourceapi.DeviceAttributeMaxValueLength]
+	}
+	out[name] = resourceapi.DeviceAttribute{StringValue: &value}
+	return out
+}
+
+// Amounts converts what an allocation consumed of the device to units. A capacity it
+// does not name was consumed at zero; one the device does not have, a negative or
+// fractional amount is refused: the claim is not
+// prepared, since what the CG may use would not be known.
+func Amounts(consumed map[resourceapi.QualifiedName]resource.Quantity) (nr1.Amounts, error) {
+	var a nr1.Amounts
+	for name, q := range consumed {
+		r, ok := resourceOf(name)
+		if !ok {
+			return nr1.Amounts{}, fmt.Errorf("consumed capacity %q is none of the NR1's", name)
+		}
+		v, exact := q.AsInt64()
+		if !exact || v < 0 || v%r.UnitBytes() != 0 {
+			return nr1.Amounts{}, fmt.Errorf("consumed capacity %s=%s is not a whole number of %s", name, q.String(), r.Unit())
+		}
+		a[r] = nr1.Units(v / r.UnitBytes())
+	}
+	return a, nil
+}
+
+// resourceOf reads a capacity's name, unqualified (the driver's own domain) or
+// qualified with it.
+func resourceOf(name resourceapi.QualifiedName) (nr1.Resource, bool) {
+	for _, r := range nr1.All {
+		if name == capacityNames[r] || string(name) == DriverName+"/"+string(capacityNames[r]) {
+			return r, true
+		}
+	}
+	return 0, false
+}

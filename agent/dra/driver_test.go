@@ -1,0 +1,243 @@
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+var typical = nr1.Amounts{116244, 512, 13417, 65536}
+
+func healthy() device.Health {
+	var h device.Health
+	for _, r := range nr1.All {
+		h[r] = device.Status{Healthy: true}
+	}
+	return h
+}
+
+// The NR1 is one device shared by any number of claims; a capacity a claim does not
+// name is consumed at zero, not whole.
+func TestDeviceCapacities(t *testing.T) {
+	d := Device(typical, nil, true, "")
+	if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+		t.Error("the NR1 is not shareable")
+	}
+	want := map[resourceapi.QualifiedName]string{"computeDMA": "116244Mi", "cpuDMA": "512Mi", "dockerPartition": "13417Mi", "hvQueues": "65536"}
+	for name, v := range want {
+		c, ok := d.Capacity[name]
+		if !ok {
+			t.Fatalf("no capacity %s", name)
+		}
+		if c.Value.Cmp(resource.MustParse(v)) != 0 {
+			t.Errorf("%s = %s, want %s", name, c.Value.String(), v)
+		}
+		p := c.RequestPolicy
+		if p == nil || p.Default == nil || !p.Default.IsZero() || p.ValidRange == nil || p.ValidRange.Min == nil || !p.ValidRange.Min.IsZero() || p.ValidRange.Step == nil {
+			t.Fatalf("%s request policy %+v: want default 0, min 0 and a step", name, p)
+		}
+		step := "1Mi"
+		if name == "hvQueues" {
+			step = "1"
+		}
+		if p.ValidRange.Step.Cmp(resource.MustParse(step)) != 0 {
+			t.Errorf("%s step %s, want %s", name, p.ValidRange.Step.String(), step)
+		}
+	}
+	if len(d.Taints) != 0 {
+		t.Errorf("a healthy NR1 tainted: %v", d.Taints)
+	}
+	sick := Device(typical, nil, false, "hvQueues: queue device gone")
+	if len(sick.Taints) != 1 || sick.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("an unhealthy NR1's taints %v", sick.Taints)
+	}
+}
+
+func TestAmounts(t *testing.T) {
+	got, err := Amounts(map[resourceapi.QualifiedName]resource.Quantity{
+		"computeDMA": resource.MustParse("3Mi"), "cpuDMA": resource.MustParse("0"),
+		"nr1.neureality.ai/dockerPartition": resource.MustParse("2392Mi"), "hvQueues": resource.MustParse("7"),
+	})
+	if err != nil || got != (nr1.Amounts{3, 0, 2392, 7}) {
+		t.Errorf("ResNet-50's consumption read as %v, %v", got, err)
+	}
+	for _, bad := range []map[resourceapi.QualifiedName]resource.Quantity{
+		{"gpuMemory": resource.MustParse("1Gi")},
+		{"computeDMA": resource.MustParse("1.5Mi")},
+		{"computeDMA": resource.MustParse("-1Mi")},
+		{"hvQueues": resource.MustParse("500m")},
+	} {
+		if a, err := Amounts(bad); err == nil {
+			t.Errorf("%v read as %v", bad, a)
+		}
+	}
+}
+
+// testDriver is a driver over a simulated NR1's files, its CDI directory and
+// checkpoint in dir.
+func testDriver(t *testing.T, dir string) *Driver {
+	t.Helper()
+	store, err := OpenStore(filepath.Join(dir, "plugin", "checkpoint.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []device.ResolvedFile{
+		{File: device.File{Path: "/dev/nr1_0_compute_dma"}, Resource: nr1.ComputeDMAMemory},
+		{File: device.File{Path: "/dev/nr1_0_cpu_dma"}, Resource: nr1.CPUDMAMemory},
+		{File: device.File{Path: "/dev/nr1_0_queue", ContainerPath: "/dev/nr1_queue"}, Resource: nr1.HypervisorQueue, Identity: device.Identity{Char: true}},
+	}
+	return New("node-a", typical, nil, CDI{Dir: filepath.Join(dir, "cdi"), Files: files}, store, latest.New(healthy()),
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// claim is a claim the scheduler allocated on node-a's NR1 with the consumed amounts.
+func claim(uid, name string, consumed map[resourceapi.QualifiedName]string) *resourceapi.ResourceClaim {
+	cc := map[resourceapi.QualifiedName]resource.Quantity{}
+	for k, v := range consumed {
+		cc[k] = resource.MustParse(v)
+	}
+	share := types.UID("0b0d" + uid)
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: "ml", Name: name},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "nr1", Driver: DriverName, Pool: "node-a", Device: DeviceName, ShareID: &share, ConsumedCapacity: cc}},
+		}}},
+	}
+}
+
+func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
+	dir := t.TempDir()
+	d := testDriver(t, dir)
+	resnet := claim("c1", "resnet50-nr1", map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "cpuDMA": "0", "dockerPartition": "2392Mi", "hvQueues": "7"})
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
+	if err != nil || got["c1"].Err != nil {
+		t.Fatalf("prepare: %v %v", err, got["c1"].Err)
+	}
+	devs := got["c1"].Devices
+	if len(devs) != 1 || devs[0].PoolName != "node-a" || devs[0].DeviceName != DeviceName || devs[0].ShareID == nil || *devs[0].ShareID != "0b0dc1" ||
+		!slices.Equal(devs[0].Requests, []string{"nr1"}) || !slices.Equal(devs[0].CDIDeviceIDs, []string{"neureality.ai/nr1=c1-0b0dc1"}) {
+		t.Fatalf("prepared %+v", devs)
+	}
+
+	raw, err := os.ReadFile(filepath.Join(dir, "cdi", "nr1.neureality.ai_c1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdispec.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Kind != "neureality.ai/nr1" || spec.Version == "" || len(spec.Devices) != 1 || spec.Devices[0].Name != "c1-0b0dc1" {
+		t.Fatalf("CDI spec %s", raw)
+	}
+	e := spec.Devices[0].ContainerEdits
+	for _, env := range []string{"NR1_COMPUTE_DMA_MEMORY_MB=3", "NR1_CPU_DMA_MEMORY_MB=0", "NR1_DOCKER_PARTITION_MB=2392", "NR1_AI_HYPERVISOR_QUEUES=7"} {
+		if !slices.Contains(e.Env, env) {
+			t.Errorf("CDI env %v lacks %s", e.Env, env)
+		}
+	}
+	// The files of what the share holds some of: not the CPU DMA file (0 MB).
+	if len(e.DeviceNodes) != 1 || e.DeviceNodes[0].Path != "/dev/nr1_queue" || e.DeviceNodes[0].HostPath != "/dev/nr1_0_queue" {
+		t.Errorf("device nodes %+v", e.DeviceNodes)
+	}
+	if len(e.Mounts) != 1 || e.Mounts[0].HostPath != "/dev/nr1_0_compute_dma" {
+		t.Errorf("mounts %+v", e.Mounts)
+	}
+
+	// The kubelet asks again (it restarted), and so does a restarted agent: the same
+	// answer, from the checkpoint.
+	again, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
+	if err != nil || !slices.Equal(again["c1"].Devices[0].CDIDeviceIDs, devs[0].CDIDeviceIDs) {
+		t.Errorf("second prepare %+v %v", again, err)
+	}
+	restarted := testDriver(t, dir)
+	c, ok := restarted.store.Get("c1")
+	if !ok || c.Amounts() != (nr1.Amounts{3, 0, 2392, 7}) || c.Namespace != "ml" || c.Name != "resnet50-nr1" {
+		t.Fatalf("after a restart the checkpoint holds %+v (%v)", c, ok)
+	}
+
+	res, err := restarted.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
+		{UID: "c1", NamespacedName: types.NamespacedName{Namespace: "ml", Name: "resnet50-nr1"}},
+		{UID: "never", NamespacedName: types.NamespacedName{Namespace: "ml", Name: "never-prepared"}},
+	})
+	if err != nil || res["c1"] != nil || res["never"] != nil {
+		t.Fatalf("unprepare %v %v", res, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cdi", "nr1.neureality.ai_c1.json")); !os.IsNotExist(err) {
+		t.Errorf("CDI spec still there: %v", err)
+	}
+	if _, ok := testDriver(t, dir).store.Get("c1"); ok {
+		t.Error("unprepared claim still in the checkpoint")
+	}
+}
+
+// A claim whose allocation is not this node's NR1, or that names no consumed capacity
+// (a scheduler without consumable capacity gives the whole device), is not prepared:
+// its pod does not start, rather than start with an unknown budget.
+func TestPrepareRefusesWhatItCannotBudget(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	elsewhere := claim("c2", "elsewhere", map[resourceapi.QualifiedName]string{"hvQueues": "1"})
+	elsewhere.Status.Allocation.Devices.Results[0].Pool = "node-b"
+	whole := claim("c3", "whole", nil)
+	whole.Status.Allocation.Devices.Results[0].ConsumedCapacity = nil
+	odd := claim("c4", "odd", map[resourceapi.QualifiedName]string{"computeDMA": "1500k"})
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{elsewhere, whole, odd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for uid, want := range map[types.UID]string{"c2": "not this node's NR1", "c3": "no consumed capacity", "c4": "whole number"} {
+		if got[uid].Err == nil || !strings.Contains(got[uid].Err.Error(), want) {
+			t.Errorf("claim %s: %v, want an error saying %q", uid, got[uid].Err, want)
+		}
+		if _, ok := d.store.Get(uid); ok {
+			t.Errorf("claim %s recorded as prepared", uid)
+		}
+	}
+	if entries, _ := os.ReadDir(d.cdi.Dir); len(entries) != 0 {
+		t.Errorf("CDI specs left for refused claims: %v", entries)
+	}
+}
+
+// The NR1's health reaches the kubelet at once and on every change.
+func TestHealthIsReported(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	mon := latest.New(healthy())
+	d.health = mon
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan kubeletplugin.DeviceHealthReport)
+	done := make(chan error, 1)
+	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
+	first := <-reports
+	if len(first.Devices) != 1 || first.Devices[0].Health != kubeletplugin.HealthStatusHealthy || first.Devices[0].DeviceName != DeviceName || first.Devices[0].PoolName != "node-a" {
+		t.Fatalf("first report %+v", first)
+	}
+	h := healthy()
+	h[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	mon.Publish(first.Devices[0].LastUpdated, h)
+	next := <-reports
+	if next.Devices[0].Health != kubeletplugin.HealthStatusUnhealthy || !strings.Contains(next.Devices[0].Message, "queue device gone") {
+		t.Errorf("after the fault %+v", next)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("WatchHealthStatus: %v", err)
+	}
+}

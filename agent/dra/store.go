@@ -1,0 +1,158 @@
+package dra
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/neureality-sdk/nr1-agent/internal/atomicfile"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Share is one allocation of the NR1 in a claim: what it consumed, and the CDI device
+// that gives a container the NR1's files and the share's budget.
+type Share struct {
+	Request string      `json:"request"`
+	ShareID string      `json:"shareID,omitempty"`
+	Amounts nr1.Amounts `json:"amounts"`
+	// CDIDevice is the fully qualified CDI device name (neureality.ai/nr1=…).
+	CDIDevice string `json:"cdiDevice"`
+}
+
+// Claim is a prepared ResourceClaim.
+type Claim struct {
+	UID       types.UID `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Shares    []Share   `json:"shares"`
+}
+
+// Amounts is what the claim consumed of the NR1, over its shares.
+func (c Claim) Amounts() nr1.Amounts {
+	var a nr1.Amounts
+	for _, s := range c.Shares {
+		a = nr1.Add(a, s.Amounts)
+	}
+	return a
+}
+
+// checkpoint is the store's file.
+type checkpoint struct {
+	Claims []Claim `json:"claims"`
+}
+
+// Store keeps the prepared claims, checkpointed in a file of the plugin's data directory
+// so that a restarted agent (or kubelet) finds every claim still prepared: the kubelet
+// asks again, and Unprepare may come to another process than Prepare did.
+type Store struct {
+	path string
+
+	mu     sync.Mutex
+	claims map[types.UID]Claim
+}
+
+// OpenStore reads the checkpoint at path; none is an empty store. An unreadable one is
+// an error naming the file: the claims it held would be lost, and their CGs with them.
+func OpenStore(path string) (*Store, error) {
+	s := &Store{path: path, claims: map[types.UID]Claim{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("DRA checkpoint %s: %w", path, err)
+	}
+	var cp checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return nil, fmt.Errorf("DRA checkpoint %s: %w", path, err)
+	}
+	for _, c := range cp.Claims {
+		s.claims[c.UID] = c
+	}
+	return s, nil
+}
+
+// Get returns a prepared claim.
+func (s *Store) Get(uid types.UID) (Claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.claims[uid]
+	return c, ok
+}
+
+// Claims lists the prepared claims, by namespace and name.
+func (s *Store) Claims() []Claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Claim, 0, len(s.claims))
+	for _, c := range s.claims {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Put records claims as prepared and writes the checkpoint; on failure nothing is
+// recorded.
+func (s *Store) Put(claims ...Claim) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := make(map[types.UID]Claim, len(s.claims)+len(claims))
+	for k, v := range s.claims {
+		next[k] = v
+	}
+	for _, c := range claims {
+		next[c.UID] = c
+	}
+	if err := s.write(next); err != nil {
+		return err
+	}
+	s.claims = next
+	return nil
+}
+
+// Remove forgets claims and writes the checkpoint.
+func (s *Store) Remove(uids ...types.UID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := make(map[types.UID]Claim, len(s.claims))
+	for k, v := range s.claims {
+		next[k] = v
+	}
+	for _, uid := range uids {
+		delete(next, uid)
+	}
+	if err := s.write(next); err != nil {
+		return err
+	}
+	s.claims = next
+	return nil
+}
+
+// write replaces the checkpoint atomically: a crash leaves the old file or the new.
+func (s *Store) write(claims map[types.UID]Claim) error {
+	cp := checkpoint{Claims: make([]Claim, 0, len(claims))}
+	for _, c := range claims {
+		cp.Claims = append(cp.Claims, c)
+	}
+	sort.Slice(cp.Claims, func(i, j int) bool { return cp.Claims[i].UID < cp.Claims[j].UID })
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return fmt.Errorf("DRA checkpoint: %w", err)
+	}
+	if err := atomicfile.Write(s.path, b, 0o600, 0o750); err != nil {
+		return fmt.Errorf("DRA checkpoint: %w", err)
+	}
+	return nil
+}
