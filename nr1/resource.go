@@ -20,6 +20,10 @@ const (
 // Domain is the extended-resource domain of every NR1 resource name.
 const Domain = "neureality.ai"
 
+// DRADriver is the name of the NR1's DRA driver (the agent in DRA mode), which its
+// DeviceClass selects and the kubelet's pod-resources answer names for DRA claims.
+const DRADriver = "nr1.neureality.ai"
+
 // AnnotationPrefix prefixes the annotations the device plugin's Allocate puts on a
 // container, one per resource: nr1.neureality.ai/<short-name>: "<units>".
 const AnnotationPrefix = "nr1.neureality.ai/"

@@ -6,6 +6,8 @@ package allocation
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -21,13 +23,31 @@ type PodKey struct{ Namespace, Name string }
 // Table is what each container of each pod the kubelet listed was allocated. Every
 // listed pod and container is present, those given nothing included: a pod that is
 // absent was not listed, and its allocation is unknown, never zero.
-type Table map[PodKey]map[string]nr1.Amounts
+type Table map[PodKey]map[string]Listed
+
+// Listed is what the kubelet lists for one container: the device plugin's units, and
+// the DRA claims of the NR1's driver it uses (their amounts are the driver's).
+type Listed struct {
+	Units  nr1.Amounts
+	Claims []ClaimKey
+}
+
+// ClaimKey names a ResourceClaim.
+type ClaimKey struct{ Namespace, Name string }
+
+// equal compares two listings.
+func (l Listed) equal(o Listed) bool { return l.Units == o.Units && slices.Equal(l.Claims, o.Claims) }
 
 // Pod returns a pod's allocation per listed container; listed is false when the kubelet
 // did not list the pod.
-func (t Table) Pod(namespace, name string) (perContainer map[string]nr1.Amounts, listed bool) {
+func (t Table) Pod(namespace, name string) (perContainer map[string]Listed, listed bool) {
 	perContainer, listed = t[PodKey{namespace, name}]
 	return perContainer, listed
+}
+
+// Equal says whether t lists the same as o.
+func (t Table) Equal(o Table) bool {
+	return maps.EqualFunc(t, o, func(a, b map[string]Listed) bool { return maps.EqualFunc(a, b, Listed.equal) })
 }
 
 // bytesPerUnit bounds the encoded size of one allocated unit in a List answer: the

@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -31,24 +32,36 @@ func TestTableListsEveryPodAndContainer(t *testing.T) {
 	hh.Devices = append(hh.Devices, devices(nr1.ComputeDMAMemory.Name(), 0, 3)...)
 	hh.Devices = append(hh.Devices, devices(nr1.HypervisorQueue.Name(), 0, 7)...)
 	hh.Devices = append(hh.Devices, devices("vendor.example/gpu", 0, 1)...)
+	dra := &podresourcesapi.ContainerResources{Name: "graph", DynamicResources: []*podresourcesapi.DynamicResource{
+		{ClaimName: "resnet50-nr1", ClaimNamespace: "ml", ClaimResources: []*podresourcesapi.ClaimResource{{DriverName: nr1.DRADriver, PoolName: "node-a", DeviceName: "nr1-0"}}},
+		{ClaimName: "resnet50-gpu", ClaimNamespace: "ml", ClaimResources: []*podresourcesapi.ClaimResource{{DriverName: "gpu.example.com", PoolName: "node-a", DeviceName: "gpu-0"}}},
+	}}
 	resp := &podresourcesapi.ListPodResourcesResponse{PodResources: []*podresourcesapi.PodResources{
-		{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{hh, {Name: "graph"}}},
+		{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{hh, dra}},
 		{Namespace: "web", Name: "nginx", Containers: []*podresourcesapi.ContainerResources{{Name: "nginx"}}},
 	}}
-	table := tableOf(resp)
+	raw, err := proto.Marshal(resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, err := decodeTable(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	got, listed := table.Pod("ml", "resnet50")
 	if !listed {
 		t.Fatal("resnet50 not listed")
 	}
-	if want := (nr1.Amounts{3, 0, 0, 7}); got["health-handler"] != want {
-		t.Errorf("health-handler = %v, want %v", got["health-handler"], want)
+	if want := (nr1.Amounts{3, 0, 0, 7}); got["health-handler"].Units != want || len(got["health-handler"].Claims) != 0 {
+		t.Errorf("health-handler = %+v, want %v and no claims", got["health-handler"], want)
 	}
-	if a, ok := got["graph"]; !ok || (a != nr1.Amounts{}) {
-		t.Errorf("graph = %v (present %v), want listed with nothing", a, ok)
+	// The NR1 driver's claim, not another driver's.
+	if g, ok := got["graph"]; !ok || (g.Units != nr1.Amounts{}) || !slices.Equal(g.Claims, []ClaimKey{{"ml", "resnet50-nr1"}}) {
+		t.Errorf("graph = %+v (present %v), want no units and the NR1 claim", g, ok)
 	}
 	// A pod given nothing is listed with zero: known to hold no allocation.
-	if got, listed := table.Pod("web", "nginx"); !listed || (got["nginx"] != nr1.Amounts{}) {
+	if got, listed := table.Pod("web", "nginx"); !listed || !got["nginx"].equal(Listed{}) {
 		t.Errorf("nginx = %v (listed %v), want listed with nothing", got, listed)
 	}
 	// A pod the kubelet did not list is unknown, not zero.
@@ -206,7 +219,7 @@ func TestFullyAllocatedNodeIsReceived(t *testing.T) {
 		var total nr1.Amounts
 		for _, pod := range table {
 			for _, a := range pod {
-				total = nr1.Add(total, a)
+				total = nr1.Add(total, a.Units)
 			}
 		}
 		if total != capacity {
@@ -223,11 +236,12 @@ func tableOf(resp *podresourcesapi.ListPodResourcesResponse) Table {
 		key := PodKey{pod.GetNamespace(), pod.GetName()}
 		containers := t[key]
 		if containers == nil {
-			containers = make(map[string]nr1.Amounts, len(pod.GetContainers()))
+			containers = make(map[string]Listed, len(pod.GetContainers()))
 			t[key] = containers
 		}
 		for _, ctr := range pod.GetContainers() {
-			containers[ctr.GetName()] = nr1.Add(containers[ctr.GetName()], sumDevices(ctr.GetDevices()))
+			prev := containers[ctr.GetName()]
+			containers[ctr.GetName()] = Listed{Units: nr1.Add(prev.Units, sumDevices(ctr.GetDevices())), Claims: append(prev.Claims, claimsOf(ctr.GetDynamicResources())...)}
 		}
 	}
 	return t
@@ -245,6 +259,19 @@ func sumDevices(devs []*podresourcesapi.ContainerDevices) nr1.Amounts {
 	return a
 }
 
+func claimsOf(dyn []*podresourcesapi.DynamicResource) []ClaimKey {
+	var out []ClaimKey
+	for _, d := range dyn {
+		for _, r := range d.GetClaimResources() {
+			if r.GetDriverName() == nr1.DRADriver {
+				out = append(out, ClaimKey{d.GetClaimNamespace(), d.GetClaimName()})
+				break
+			}
+		}
+	}
+	return out
+}
+
 // The wire decoder reads every answer the generated types read, to the same table.
 func FuzzDecodeTable(f *testing.F) {
 	hh := &podresourcesapi.ContainerResources{Name: "health-handler", CpuIds: []int64{2, 3}}
@@ -259,7 +286,8 @@ func FuzzDecodeTable(f *testing.F) {
 			{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{hh, {Name: "graph"}, hh}},
 			{Namespace: "ml", Name: "resnet50", Containers: []*podresourcesapi.ContainerResources{{Name: "graph", Devices: devices(nr1.CPUDMAMemory.Name(), 0, 2)}}},
 			{Namespace: "web", Name: "nginx", Containers: []*podresourcesapi.ContainerResources{{Name: "nginx",
-				DynamicResources: []*podresourcesapi.DynamicResource{{ClaimName: "c", ClaimNamespace: "web"}}}}},
+				DynamicResources: []*podresourcesapi.DynamicResource{{ClaimName: "c", ClaimNamespace: "web"}, {ClaimName: "n", ClaimNamespace: "web",
+					ClaimResources: []*podresourcesapi.ClaimResource{{DriverName: nr1.DRADriver, PoolName: "vm", DeviceName: "nr1-0"}}}}}}},
 		}},
 	} {
 		b, err := proto.Marshal(resp)

@@ -3,7 +3,6 @@ package allocation
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"sync"
 	"time"
 
@@ -181,7 +180,7 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	// A table like the last (every refresh at rest) is renewed without waking its
 	// readers: the sampler samples what a new table changes, not the same one again. The
 	// first after an outage wakes them: the allocations are known again.
-	if last, _ := t.Load(); failing == nil && !last.Read.IsZero() && maps.EqualFunc(last.Table, table, maps.Equal) {
+	if last, _ := t.Load(); failing == nil && !last.Read.IsZero() && last.Table.Equal(table) {
 		t.Renew(t.clock.Now(), State{Table: table, Read: began})
 		return
 	}
@@ -211,10 +210,11 @@ func (t Table) anyPod() PodKey {
 	var least nr1.Units
 	for k, containers := range t {
 		var units nr1.Units
-		for _, a := range containers {
+		for _, c := range containers {
 			for _, r := range nr1.All {
-				units += a[r]
+				units += c.Units[r]
 			}
+			units += nr1.Units(len(c.Claims))
 		}
 		if first == (PodKey{}) || units < least || (units == least && (k.Namespace < first.Namespace || (k.Namespace == first.Namespace && k.Name < first.Name))) {
 			first, least = k, units

@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 type flakyLister struct{ err error }
@@ -98,7 +100,7 @@ func (k *kubelet) set(f func(*kubelet)) {
 // at the refresh. The stage's success follows every answer without waking readers.
 func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 	big, small := PodKey{"ml", "resnet50"}, PodKey{"web", "nginx"}
-	k := &kubelet{table: Table{big: {"health-handler": {3, 0, 2392, 7}}, small: {"nginx": {}}}}
+	k := &kubelet{table: Table{big: {"health-handler": {Units: nr1.Amounts{3, 0, 2392, 7}}}, small: {"nginx": {}}}}
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	tr := NewTracker(k, time.Second, clk, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var awaiting atomic.Bool

@@ -24,8 +24,13 @@ const (
 	podContainers    = 3 // PodResources.containers
 	containerName    = 1 // ContainerResources.name
 	containerDevices = 2 // ContainerResources.devices
+	containerDynamic = 5 // ContainerResources.dynamic_resources
 	devicesResource  = 1 // ContainerDevices.resource_name
 	devicesDeviceIDs = 2 // ContainerDevices.device_ids
+	dynamicClaimName = 2 // DynamicResource.claim_name
+	dynamicClaimNS   = 3 // DynamicResource.claim_namespace
+	dynamicResources = 4 // DynamicResource.claim_resources
+	claimDriverName  = 2 // ClaimResource.driver_name
 )
 
 // tableCodec is the gRPC codec of the List call: the request is marshalled as protobuf,
@@ -123,23 +128,25 @@ func decodePod(b []byte, t Table) error {
 	}
 	containers := t[key]
 	if containers == nil {
-		containers = make(map[string]nr1.Amounts, len(ctrs))
+		containers = make(map[string]Listed, len(ctrs))
 		t[key] = containers
 	}
 	for _, c := range ctrs {
-		name, a, err := decodeContainer(c)
+		name, l, err := decodeContainer(c)
 		if err != nil {
 			return err
 		}
-		containers[name] = nr1.Add(containers[name], a)
+		prev := containers[name]
+		containers[name] = Listed{Units: nr1.Add(prev.Units, l.Units), Claims: append(prev.Claims, l.Claims...)}
 	}
 	return nil
 }
 
-// decodeContainer sums one ContainerResources' NR1 device IDs per resource.
-func decodeContainer(b []byte) (string, nr1.Amounts, error) {
+// decodeContainer sums one ContainerResources' NR1 device IDs per resource, and lists
+// the claims of the NR1's DRA driver it uses.
+func decodeContainer(b []byte) (string, Listed, error) {
 	var name string
-	var a nr1.Amounts
+	var l Listed
 	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		if typ != protowire.BytesType {
 			return nil
@@ -153,12 +160,47 @@ func decodeContainer(b []byte) (string, nr1.Amounts, error) {
 				return err
 			}
 			if r >= 0 {
-				a[r] += ids
+				l.Units[r] += ids
+			}
+		case containerDynamic:
+			claim, ours, err := decodeDynamic(v)
+			if err != nil {
+				return err
+			}
+			if ours {
+				l.Claims = append(l.Claims, claim)
 			}
 		}
 		return nil
 	})
-	return name, a, err
+	return name, l, err
+}
+
+// decodeDynamic reads one DynamicResource: the claim, and whether the NR1's driver
+// allocated any of its devices.
+func decodeDynamic(b []byte) (ClaimKey, bool, error) {
+	var k ClaimKey
+	var ours bool
+	err := fields(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if typ != protowire.BytesType {
+			return nil
+		}
+		switch num {
+		case dynamicClaimName:
+			k.Name = string(v)
+		case dynamicClaimNS:
+			k.Namespace = string(v)
+		case dynamicResources:
+			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num == claimDriverName && typ == protowire.BytesType && string(v) == nr1.DRADriver {
+					ours = true
+				}
+				return nil
+			})
+		}
+		return nil
+	})
+	return k, ours, err
 }
 
 // decodeDevices reads one ContainerDevices: its NR1 resource (-1 for another vendor's)

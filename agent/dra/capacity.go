@@ -15,7 +15,7 @@ import (
 )
 
 // DriverName is the DRA driver's name, which the DeviceClass selects.
-const DriverName = "nr1.neureality.ai"
+const DriverName = nr1.DRADriver
 
 // DeviceName names the NR1 in the node's pool.
 const DeviceName = "nr1-0"

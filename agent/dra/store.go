@@ -86,6 +86,24 @@ func (s *Store) Get(uid types.UID) (Claim, bool) {
 	return c, ok
 }
 
+// ClaimAmounts is what the prepared claim namespace/name consumed of the NR1. Two
+// prepared claims of that name (one deleted and another created under its name, the
+// first not unprepared yet) are neither: which one a container uses is not known.
+func (s *Store) ClaimAmounts(namespace, name string) (nr1.Amounts, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var found []Claim
+	for _, c := range s.claims {
+		if c.Namespace == namespace && c.Name == name {
+			found = append(found, c)
+		}
+	}
+	if len(found) != 1 {
+		return nr1.Amounts{}, false
+	}
+	return found[0].Amounts(), true
+}
+
 // Claims lists the prepared claims, by namespace and name.
 func (s *Store) Claims() []Claim {
 	s.mu.Lock()

@@ -6,6 +6,8 @@ package inventory
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,6 +112,12 @@ type AllocationSource interface {
 	Health() (time.Time, error)
 }
 
+// ClaimSource gives what a DRA claim of the NR1's driver consumed of the NR1: the DRA
+// driver's prepared claims.
+type ClaimSource interface {
+	ClaimAmounts(namespace, name string) (nr1.Amounts, bool)
+}
+
 // NamespaceSource gives the agent's labels on a namespace as of now, or why they are not
 // known.
 type NamespaceSource interface {
@@ -121,6 +129,7 @@ type Builder struct {
 	runtime    RuntimeSource
 	allocation AllocationSource
 	namespaces NamespaceSource
+	claims     ClaimSource // nil without the DRA driver
 	cgroups    cgroup.Hierarchy
 	maxAge     time.Duration
 	log        *slog.Logger
@@ -137,6 +146,11 @@ type Builder struct {
 func NewBuilder(rt RuntimeSource, alloc AllocationSource, ns NamespaceSource, cgroups cgroup.Hierarchy, maxAge time.Duration, log *slog.Logger) *Builder {
 	return &Builder{runtime: rt, allocation: alloc, namespaces: ns, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}, refused: map[string]string{}}
 }
+
+// UseClaims makes the builder read the DRA driver's claims: a container the kubelet lists
+// with a claim of the NR1's driver is allocated what the claim consumed. Set before the
+// first Build.
+func (b *Builder) UseClaims(claims ClaimSource) { b.claims = claims }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
 // pod-resources API (which wins).
@@ -292,19 +306,37 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		return
 	}
 	var sum, initMax nr1.Amounts
-	for _, a := range listed {
-		sum = nr1.Add(sum, a)
-	}
 	var problems []string
+	claimed := map[allocation.ClaimKey]nr1.Amounts{}
+	for _, name := range slices.Sorted(maps.Keys(listed)) {
+		l := listed[name]
+		sum = nr1.Add(sum, l.Units)
+		// A claim the pod's containers share is the pod's once.
+		for _, k := range l.Claims {
+			if _, seen := claimed[k]; seen {
+				continue
+			}
+			a, err := b.claim(k)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("container %s: %v", name, err))
+				continue
+			}
+			claimed[k] = a
+			sum = nr1.Add(sum, a)
+		}
+	}
 	for i, c := range p.Containers {
 		ctr := cg.Containers[i]
 		annotated, found, err := allocation.FromAnnotations(c.Annotations)
-		if a, ok := listed[c.Name]; ok {
-			ctr.Allocation, ctr.AllocationSource = a, FromPodResources
+		if l, ok := listed[c.Name]; ok {
+			ctr.Allocation, ctr.AllocationSource = l.Units, FromPodResources
+			for _, k := range l.Claims {
+				ctr.Allocation = nr1.Add(ctr.Allocation, claimed[k])
+			}
 			// Only running containers are compared: the runtime keeps exited instances
 			// whose annotations may come from an earlier allocation.
 			if c.State == runtime.Running {
-				if problem := b.crossCheck(cg, c, a, annotated, found, err); problem != "" && err == nil {
+				if problem := b.crossCheck(cg, c, l.Units, annotated, found, err); problem != "" && err == nil {
 					problems = append(problems, problem)
 				}
 			}
@@ -325,6 +357,18 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		return
 	}
 	cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true
+}
+
+// claim is what a DRA claim of the NR1's driver consumed, as the driver prepared it.
+func (b *Builder) claim(k allocation.ClaimKey) (nr1.Amounts, error) {
+	if b.claims == nil {
+		return nr1.Amounts{}, fmt.Errorf("DRA claim %s/%s of %s, and the agent runs no DRA driver", k.Namespace, k.Name, nr1.DRADriver)
+	}
+	a, ok := b.claims.ClaimAmounts(k.Namespace, k.Name)
+	if !ok {
+		return nr1.Amounts{}, fmt.Errorf("DRA claim %s/%s not prepared by the agent's driver", k.Namespace, k.Name)
+	}
+	return a, nil
 }
 
 // crossCheck compares a container's Allocate annotations with the kubelet's figure and

@@ -381,6 +381,51 @@ func TestPodNewerThanTheTableAwaitsIt(t *testing.T) {
 	}
 }
 
+// fakeClaims are the DRA driver's prepared claims.
+type fakeClaims map[allocation.ClaimKey]nr1.Amounts
+
+func (f fakeClaims) ClaimAmounts(namespace, name string) (nr1.Amounts, bool) {
+	a, ok := f[allocation.ClaimKey{Namespace: namespace, Name: name}]
+	return a, ok
+}
+
+// In DRA mode a container's allocation is what its claims of the NR1's driver consumed;
+// a claim two containers of the pod share is the CG's once; a claim the driver did not
+// prepare, or with no driver at all, leaves the CG unknown.
+func TestDRAClaimsAreTheAllocation(t *testing.T) {
+	w := newWorld(t)
+	claim := func(name string) []*podresourcesapi.DynamicResource {
+		return []*podresourcesapi.DynamicResource{{ClaimName: name, ClaimNamespace: "default",
+			ClaimResources: []*podresourcesapi.ClaimResource{{DriverName: nr1.DRADriver, PoolName: "vm", DeviceName: "nr1-0"}}}}
+	}
+	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+		{Name: "health-handler", DynamicResources: claim("resnet50-nr1")}, {Name: "graph", DynamicResources: claim("resnet50-nr1")}}})
+	// The Allocate annotations of the device plugin are not there in DRA mode.
+	w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh"})
+	w.tracker.Refresh(context.Background())
+
+	cg := w.builder.Build(time.Now()).CG(podUID)
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "runs no DRA driver") {
+		t.Errorf("a DRA claim without the driver: known %v (%q)", cg.AllocationKnown, cg.AllocationUnknown)
+	}
+	w.builder.UseClaims(fakeClaims{})
+	cg = w.builder.Build(time.Now()).CG(podUID)
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "not prepared") {
+		t.Errorf("a claim the driver did not prepare: known %v (%q)", cg.AllocationKnown, cg.AllocationUnknown)
+	}
+	resnet := nr1.Amounts{3, 0, 2392, 7}
+	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "resnet50-nr1"}: resnet})
+	cg = w.builder.Build(time.Now()).CG(podUID)
+	if !cg.AllocationKnown || cg.Allocation != resnet {
+		t.Fatalf("CG allocation %v known %v (%q), want the claim's %v once", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, resnet)
+	}
+	for _, c := range cg.Containers {
+		if c.Allocation != resnet {
+			t.Errorf("container %s allocation %v, want the claim it uses, %v", c.Name, c.Allocation, resnet)
+		}
+	}
+}
+
 // A pod the runtime describes in a way the agent refuses is left alone: unknown, with
 // the reason, and nothing read where its cgroupsPath pointed.
 func TestRefusedDescriptionLeavesTheCGUnknown(t *testing.T) {
