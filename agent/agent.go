@@ -34,9 +34,6 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		return err
 	}
 	for _, r := range nr1.All {
-		if err := deviceplugin.CheckListSize(r, capacity[r]); err != nil {
-			return fmt.Errorf("nr1.resources.%s (capacity from %s): %w", r.Short(), sources[r], err)
-		}
 		log.Info("NR1 capacity", "resource", r.Name(), "units", capacity[r], "source", sources[r])
 	}
 
@@ -49,11 +46,14 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 
 	clk := clock.RealClock{}
 	monitor := device.NewMonitor(nr1Device, cfg.DevicePlugin.HealthInterval.Duration, clk, log)
-	plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
-	for _, r := range nr1.All {
-		plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], files, monitor))
+	node := cfg.NodeName
+	if node == "" {
+		node, _ = os.Hostname()
 	}
-	manager := deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, clk, log)
+	manager, claims, err := newOffer(cfg, node, capacity, nr1Device, files, monitor, clk, log)
+	if err != nil {
+		return err
+	}
 
 	cgroups, err := cgroup.Detect(cfg.Paths.Cgroupfs)
 	if err != nil {
@@ -71,6 +71,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	tracker := allocation.NewTracker(podResources, cfg.Sampling.Interval.Duration, clk, log)
 	namespaces, nsWatch := namespaceLabels(cfg, log)
 	inv := inventory.NewBuilder(watcher, tracker, namespaces, cgroups, cfg.Enforcement.MaxAllocationAge.Duration, log)
+	if claims != nil {
+		inv.UseClaims(claims)
+	}
 	onDemand := cfg.Sampling.AllocationRefresh.Duration > cfg.Sampling.Interval.Duration
 	if onDemand {
 		tracker.ReadOnDemand(podResources, cfg.Sampling.AllocationRefresh.Duration, cfg.Sampling.ChangeGap.Duration,
@@ -84,10 +87,6 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, clk, log)
 	changes := watchChanges(cfg, source, log)
-	node := cfg.NodeName
-	if node == "" {
-		node, _ = os.Hostname()
-	}
 	act, pins, closeActuator := actuator(cfg, node, files, cri, cgroups, log)
 	defer closeActuator()
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
@@ -179,7 +178,7 @@ func runtimeConnected(w *runtime.Watcher) metrics.ReadinessCheck {
 type deviceState struct {
 	capacity nr1.Amounts
 	monitor  *device.Monitor
-	manager  *deviceplugin.Manager
+	manager  offer
 }
 
 func (s *deviceState) Capacity() nr1.Amounts { return s.capacity }
@@ -201,7 +200,7 @@ func (s *deviceState) allRegistered() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("device plugins not registered with the kubelet: %v", missing)
+		return fmt.Errorf("NR1 not registered with the kubelet: %v", missing)
 	}
 	return nil
 }

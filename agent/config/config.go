@@ -27,6 +27,10 @@ type Config struct {
 	Kind       string `json:"kind"`
 	// NodeName is the Kubernetes node the agent runs on; empty means the host name.
 	NodeName string `json:"nodeName"`
+	// Mode is how the NR1 is offered to the kubelet: devicePlugin (four extended
+	// resources, one device per unit) or dra (one DRA device with four consumable
+	// capacities, claimed through ResourceClaims). A node runs one or the other.
+	Mode string `json:"mode"`
 	// MetricsAddr is where /metrics, /healthz and /readyz are served.
 	MetricsAddr string `json:"metricsAddr"`
 	// DebugAddr is where /debug/cgs and /debug/pprof are served: the node's processes,
@@ -96,6 +100,8 @@ type Paths struct {
 	Dev      string `json:"dev"`
 	Kubelet  string `json:"kubelet"`
 	Cgroupfs string `json:"cgroupfs"`
+	// CDI is the runtime's CDI spec directory, where DRA mode writes a spec per claim.
+	CDI string `json:"cdi"`
 	// Bpffs is where throttles are pinned, so that they outlive the agent.
 	Bpffs string `json:"bpffs"`
 	// State is the agent's own directory on the host (a hostPath), where what
@@ -117,6 +123,12 @@ type DevicePlugin struct {
 	Resync Duration `json:"resync"`
 }
 
+// The modes: how the NR1 is offered to the kubelet.
+const (
+	ModeDevicePlugin = "devicePlugin"
+	ModeDRA          = "dra"
+)
+
 // Duration is a time.Duration written as "5s" in the configuration file.
 type Duration = jsontime.Duration
 
@@ -127,7 +139,8 @@ func Default() Config {
 		Kind:        Kind,
 		MetricsAddr: ":9470",
 		DebugAddr:   "127.0.0.1:9471",
-		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Dev: "/dev", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", Bpffs: "/sys/fs/bpf", State: "/var/lib/nr1-agent"},
+		Mode:        ModeDevicePlugin,
+		Paths:       Paths{Procfs: "/proc", Sysfs: "/sys", Dev: "/dev", Kubelet: "/var/lib/kubelet", Cgroupfs: "/sys/fs/cgroup", CDI: "/var/run/cdi", Bpffs: "/sys/fs/bpf", State: "/var/lib/nr1-agent"},
 		Log:         Log{Level: "info", Format: "json"},
 		DevicePlugin: DevicePlugin{
 			HealthInterval: Duration{Duration: 5 * time.Second},
@@ -172,12 +185,15 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 		field("metricsAddr", "must be host:port, got %q", c.MetricsAddr)
 	}
+	if c.Mode != ModeDevicePlugin && c.Mode != ModeDRA {
+		field("mode", "must be %s or %s, got %q", ModeDevicePlugin, ModeDRA, c.Mode)
+	}
 	if c.DebugAddr != "" {
 		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {
 			field("debugAddr", "must be host:port or empty, got %q", c.DebugAddr)
 		}
 	}
-	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.dev": c.Paths.Dev, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs, "paths.state": c.Paths.State} {
+	for name, p := range map[string]string{"paths.procfs": c.Paths.Procfs, "paths.sysfs": c.Paths.Sysfs, "paths.dev": c.Paths.Dev, "paths.kubelet": c.Paths.Kubelet, "paths.cgroupfs": c.Paths.Cgroupfs, "paths.bpffs": c.Paths.Bpffs, "paths.state": c.Paths.State, "paths.cdi": c.Paths.CDI} {
 		if !filepath.IsAbs(p) {
 			field(name, "must be an absolute path, got %q", p)
 		}

@@ -32,12 +32,14 @@ const configFlag = "config"
 
 var options = []option{
 	{"node-name", "Kubernetes node this agent runs on (default: the host name)", setString(func(c *Config) *string { return &c.NodeName })},
+	{"mode", "how the NR1 is offered to the kubelet: devicePlugin or dra", setString(func(c *Config) *string { return &c.Mode })},
+	{"path.cdi", "the runtime's CDI spec directory (DRA mode)", setString(func(c *Config) *string { return &c.Paths.CDI })},
 	{"metrics-addr", "address for /metrics, /healthz and /readyz", setString(func(c *Config) *string { return &c.MetricsAddr })},
 	{"debug-addr", "address for /debug/cgs and /debug/pprof (loopback by default; empty: none)", setString(func(c *Config) *string { return &c.DebugAddr })},
 	{"path.procfs", "host procfs root", setString(func(c *Config) *string { return &c.Paths.Procfs })},
 	{"path.sysfs", "host sysfs root, where the NR1 driver's attributes are", setString(func(c *Config) *string { return &c.Paths.Sysfs })},
 	{"path.dev", "where the host's /dev is mounted, to find the NR1 device files", setString(func(c *Config) *string { return &c.Paths.Dev })},
-	{"path.kubelet", "kubelet root dir, holding device-plugins/ and pod-resources/", setString(func(c *Config) *string { return &c.Paths.Kubelet })},
+	{"path.kubelet", "kubelet root dir, holding device-plugins/, plugins/, plugins_registry/ and pod-resources/", setString(func(c *Config) *string { return &c.Paths.Kubelet })},
 	{"path.cgroupfs", "host cgroupfs root", setString(func(c *Config) *string { return &c.Paths.Cgroupfs })},
 	{"cri-endpoint", "CRI socket, unix:///...; empty detects containerd or CRI-O", setString(func(c *Config) *string { return &c.Runtime.Endpoint })},
 	{"runtime.resync", "how often the full container list is read besides events", setDuration(func(c *Config) *Duration { return &c.Runtime.Resync })},

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/dra"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+// offer is how the NR1 is offered to the kubelet: the four device plugins, or the DRA
+// driver. Readiness and the registration metrics read it the same way.
+type offer interface {
+	Run(ctx context.Context) error
+	Registered(r nr1.Resource) bool
+	Registrations() int
+	Health() (lastSuccess time.Time, err error)
+}
+
+// newOffer builds the configured mode's offer; in DRA mode also the driver's prepared
+// claims, which the inventory reads allocations from.
+func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, nr1Device *device.Inventory, files []device.ResolvedFile, monitor *device.Monitor, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
+	if cfg.Mode != config.ModeDRA {
+		for _, r := range nr1.All {
+			if err := deviceplugin.CheckListSize(r, capacity[r]); err != nil {
+				return nil, nil, fmt.Errorf("nr1.resources.%s: %w", r.Short(), err)
+			}
+		}
+		plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
+		for _, r := range nr1.All {
+			plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], files, monitor))
+		}
+		return deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, clk, log), nil, nil
+	}
+	kc, err := kube.NewDRAClientset(cfg.Kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mode dra needs the API server: %w", err)
+	}
+	pluginDir := filepath.Join(cfg.Paths.Kubelet, "plugins", dra.DriverName)
+	store, err := dra.OpenStore(filepath.Join(pluginDir, "claims.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	for k, v := range nr1Device.Attributes() {
+		attrs[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{StringValue: &v}
+	}
+	driver := dra.New(node, capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: files}, store, monitor, log)
+	log.Info("DRA mode", "driver", dra.DriverName, "node", node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
+	return &draOffer{driver: driver, run: func(ctx context.Context) error { return driver.Run(ctx, kc, cfg.Paths.Kubelet) }}, store, nil
+}
+
+// draOffer is the DRA driver as an offer: registered for every resource at once.
+type draOffer struct {
+	driver *dra.Driver
+	run    func(ctx context.Context) error
+
+	mu            sync.Mutex
+	wasRegistered bool
+	registrations int
+	lastSeen      time.Time
+}
+
+func (o *draOffer) Run(ctx context.Context) error { return o.run(ctx) }
+
+func (o *draOffer) Registered(nr1.Resource) bool { return o.driver.Registered() }
+
+// Health is the stage's: last seen registered, or why not now.
+func (o *draOffer) Health() (time.Time, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.driver.Registered() {
+		o.lastSeen = time.Now()
+		return o.lastSeen, nil
+	}
+	return o.lastSeen, errors.New("DRA plugin not registered with the kubelet")
+}
+
+// Registrations counts the registrations seen (a kubelet restart registers the plugin
+// again), as they are read.
+func (o *draOffer) Registrations() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := o.driver.Registered()
+	if now && !o.wasRegistered {
+		o.registrations++
+	}
+	o.wasRegistered = now
+	return o.registrations
+}
