@@ -90,7 +90,8 @@ state = "/run/containerd"
   # The machine lacks CAP_SYS_RESOURCE in the bounding set: without this every sandbox
   # fails writing oom_score_adj.
   restrict_oom_score_adj = true
-  enable_cdi = false
+  # DRA mode's claims reach containers as CDI devices.
+  enable_cdi = true
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "$STATE/cni/net.d"
