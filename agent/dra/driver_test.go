@@ -241,3 +241,35 @@ func TestHealthIsReported(t *testing.T) {
 		t.Errorf("WatchHealthStatus: %v", err)
 	}
 }
+
+// A CG's template asks for what resources.yaml says, and nothing of a resource it needs
+// none of; what the scheduler then consumes converts back to the same amounts.
+func TestClaimTemplateFromResourcesYAML(t *testing.T) {
+	f, err := os.Open("../../nr1/testdata/resnet50-resources.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	a, err := nr1.ParseResourcesYAML(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := ClaimTemplate("ml", "resnet50", a)
+	reqs := tmpl.Spec.Spec.Devices.Requests
+	if len(reqs) != 1 || reqs[0].Name != RequestName || reqs[0].Exactly == nil || reqs[0].Exactly.DeviceClassName != DeviceClassName {
+		t.Fatalf("requests %+v", reqs)
+	}
+	caps := reqs[0].Exactly.Capacity.Requests
+	want := map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}
+	if len(caps) != len(want) {
+		t.Errorf("capacity requests %v, want %v (cpuDMA left out)", caps, want)
+	}
+	for k, v := range want {
+		if q, ok := caps[k]; !ok || q.Cmp(resource.MustParse(v)) != 0 {
+			t.Errorf("%s = %v, want %s", k, caps[k], v)
+		}
+	}
+	if back, err := Amounts(caps); err != nil || back != a {
+		t.Errorf("the requests read back as %v (%v), want %v", back, err, a)
+	}
+}

@@ -1,0 +1,39 @@
+package dra
+
+import (
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// DeviceClassName is the NR1's DeviceClass (deploy/kustomize/components/dra).
+const DeviceClassName = "nr1.neureality.ai"
+
+// RequestName is the name of the one request of an NR1 claim, which a pod's containers
+// name in resources.claims through the pod's claim.
+const RequestName = "nr1"
+
+// ClaimTemplate is the ResourceClaimTemplate of a CG that needs a of the NR1 (what the
+// toolchain writes to resources.yaml): one request on the NR1's DeviceClass for those
+// amounts of its capacities. A resource the CG needs none of is left out: it consumes
+// the request policy's default, zero.
+func ClaimTemplate(namespace, name string, a nr1.Amounts) *resourceapi.ResourceClaimTemplate {
+	requests := map[resourceapi.QualifiedName]resource.Quantity{}
+	for _, r := range nr1.All {
+		if a[r] > 0 {
+			requests[capacityNames[r]] = quantity(r, a[r])
+		}
+	}
+	return &resourceapi.ResourceClaimTemplate{
+		TypeMeta:   metav1.TypeMeta{APIVersion: resourceapi.SchemeGroupVersion.String(), Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: RequestName, Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: DeviceClassName,
+				Capacity:        &resourceapi.CapacityRequirements{Requests: requests},
+			}}},
+		}}},
+	}
+}
