@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -46,10 +47,14 @@ func New(node string, capacity nr1.Amounts, attributes map[resourceapi.Qualified
 // ResourceSlice, again whenever the NR1's health changes (an unhealthy NR1 is tainted),
 // until ctx ends.
 func (d *Driver) Run(ctx context.Context, kube kubernetes.Interface, kubeletDir string) error {
+	dataDir := filepath.Join(kubeletDir, "plugins", DriverName)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("DRA kubelet plugin %s: %w", DriverName, err)
+	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName), kubeletplugin.KubeClient(kube), kubeletplugin.NodeName(d.node),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(kubeletDir, "plugins_registry")),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(kubeletDir, "plugins", DriverName)))
+		kubeletplugin.PluginDataDirectoryPath(dataDir))
 	if err != nil {
 		return fmt.Errorf("DRA kubelet plugin %s: %w", DriverName, err)
 	}

@@ -37,51 +37,63 @@ type design struct {
 // detection.
 func withDesign(b *testing.B, c kubernetes.Interface, d design) {
 	b.Helper()
+	withConfig(b, c, func(cfg map[string]any) {
+		sampling, _ := cfg["sampling"].(map[string]any)
+		if sampling == nil {
+			sampling = map[string]any{}
+		}
+		sampling["onChange"], sampling["allocationRefresh"] = d.onChange, d.allocationRefresh
+		cfg["sampling"] = sampling
+		enforcement, _ := cfg["enforcement"].(map[string]any)
+		if enforcement == nil {
+			enforcement = map[string]any{}
+		}
+		enforcement["maxActionsPerMinute"] = 6000
+		cfg["enforcement"] = enforcement
+	})
+}
+
+// withConfig runs the agent with its configuration changed by change, restarting it,
+// and puts the configuration back (restarting it again) when the test ends.
+func withConfig(tb testing.TB, c kubernetes.Interface, change func(cfg map[string]any)) {
+	tb.Helper()
 	ctx := context.Background()
 	cms := c.CoreV1().ConfigMaps("nr1-system")
 	cm, err := cms.Get(ctx, "nr1-agent", metav1.GetOptions{})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	orig := cm.Data["config.yaml"]
 	var cfg map[string]any
 	if err := yaml.Unmarshal([]byte(orig), &cfg); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	sampling, _ := cfg["sampling"].(map[string]any)
-	if sampling == nil {
-		sampling = map[string]any{}
-	}
-	sampling["onChange"], sampling["allocationRefresh"] = d.onChange, d.allocationRefresh
-	cfg["sampling"] = sampling
-	enforcement, _ := cfg["enforcement"].(map[string]any)
-	if enforcement == nil {
-		enforcement = map[string]any{}
-	}
-	enforcement["maxActionsPerMinute"] = 6000
-	cfg["enforcement"] = enforcement
+	change(cfg)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	set := func(config string) {
 		cm, err := cms.Get(ctx, "nr1-agent", metav1.GetOptions{})
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
+		}
+		if cm.Data["config.yaml"] == config {
+			return
 		}
 		cm.Data["config.yaml"] = config
 		if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		restartAgent(b, c)
+		restartAgent(tb, c)
 	}
+	tb.Cleanup(func() { set(orig) }) // registered first: a failing set still restores
 	set(string(out))
-	b.Cleanup(func() { set(orig) })
 }
 
 // restartAgent deletes the agent's pod and waits for its replacement to be ready and
 // past its warm-up.
-func restartAgent(b *testing.B, c kubernetes.Interface) {
+func restartAgent(b testing.TB, c kubernetes.Interface) {
 	b.Helper()
 	var old types.UID
 	eventually(b, 60*time.Second, "a ready agent", func() error {

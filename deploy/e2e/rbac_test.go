@@ -73,14 +73,19 @@ func (g grant) allows(c call) bool {
 		(len(g.rule.ResourceNames) == 0 || slices.Contains(g.rule.ResourceNames, c.name))
 }
 
-// agentGrants reads the ClusterRole and the Role the manifests give the agent.
+// agentGrants reads the ClusterRoles and the Role the manifests give the agent: the
+// base's, and DRA mode's (the e2e suites run both modes).
 func agentGrants(t *testing.T) []grant {
-	b, err := os.ReadFile("../kustomize/base/rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
+	var docs []string
+	for _, f := range []string{"../kustomize/base/rbac.yaml", "../kustomize/components/dra/dra.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, strings.Split(string(b), "\n---\n")...)
 	}
 	var grants []grant
-	for doc := range strings.SplitSeq(string(b), "\n---\n") {
+	for _, doc := range docs {
 		var head struct{ Kind string }
 		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
 			t.Fatalf("rbac.yaml: %v", err)

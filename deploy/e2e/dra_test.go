@@ -1,0 +1,382 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/neureality-sdk/nr1-agent/agent/dra"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+const draNS = "nr1-dra"
+
+// draCG is a CG of the DRA tests: a ResourceClaimTemplate for booked, and a pod whose
+// health-handler runs nr1-load with args and uses the claim.
+func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts, args ...string) *corev1.Pod {
+	t.Helper()
+	tmpl := dra.ClaimTemplate(draNS, name, booked)
+	if _, err := c.ResourceV1().ResourceClaimTemplates(draNS).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hh := loadContainer("health-handler", args...)
+	hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
+	grace := int64(1)
+	noToken := false
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: draNS},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken,
+			Containers:     []corev1.Container{hh},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: &tmpl.Name}},
+		},
+	}
+	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diagnose(t, c, created)
+	return created
+}
+
+// runningPod waits for pod to run every container.
+func runningPod(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	eventually(t, 90*time.Second, pod.Name+" runs", func() error {
+		var err error
+		if got, err = c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		return allRunning(got)
+	})
+	return got
+}
+
+// nodeSlice is the NR1 driver's ResourceSlice of node.
+func nodeSlice(c kubernetes.Interface, node string) (*resourceapi.ResourceSlice, error) {
+	slices, err := c.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{
+		FieldSelector: "spec.driver=" + dra.DriverName + ",spec.nodeName=" + node})
+	if err != nil {
+		return nil, err
+	}
+	if len(slices.Items) != 1 {
+		return nil, fmt.Errorf("%d ResourceSlices of %s on %s", len(slices.Items), dra.DriverName, node)
+	}
+	return &slices.Items[0], nil
+}
+
+// deleteNodeSlices deletes the driver's ResourceSlices of node: a node moved back to the
+// device plugin keeps them otherwise (README, "Device plugin or DRA").
+func deleteNodeSlices(t *testing.T, c kubernetes.Interface, node string) {
+	err := c.ResourceV1().ResourceSlices().DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{
+		FieldSelector: "spec.driver=" + dra.DriverName + ",spec.nodeName=" + node})
+	if err != nil {
+		t.Errorf("deleting the DRA ResourceSlices: %v", err)
+	}
+}
+
+// cgView is the agent's view of one CG, from /debug/cgs.
+func cgView(agent *corev1.Pod, pod *corev1.Pod) (*debugCG, error) {
+	var s debugSnapshot
+	if err := debugJSON(agent, "/debug/cgs?namespace="+pod.Namespace+"&pod="+pod.Name, &s); err != nil {
+		return nil, err
+	}
+	cg := s.CG(string(pod.UID))
+	if cg == nil {
+		return nil, fmt.Errorf("%s not in /debug/cgs", pod.Name)
+	}
+	return cg, nil
+}
+
+// TestDRA runs the agent in DRA mode: the NR1 published as one device with four
+// consumable capacities, claims prepared with their budget, CGs sharing the device,
+// the oversized claim left pending, the over-allocation cases acted on as with the
+// device plugin, claims kept prepared through kubelet and agent restarts, and the NR1's
+// health in the pods' status and the device's taints.
+func TestDRA(t *testing.T) {
+	c := client(t)
+	node := nodeName(t, c)
+	imageMB := nr1LoadImageMB(t)
+	// Registered first, run last: after the agent is back in device-plugin mode.
+	t.Cleanup(func() { deleteNodeSlices(t, c, node) })
+	withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
+	newNamespace(t, c, draNS)
+	agent := mustReadyAgent(t, c)
+
+	var slice *resourceapi.ResourceSlice
+	eventually(t, 30*time.Second, "the node's NR1 ResourceSlice", func() error {
+		var err error
+		slice, err = nodeSlice(c, node)
+		return err
+	})
+	if len(slice.Spec.Devices) != 1 || slice.Spec.Devices[0].Name != dra.DeviceName {
+		t.Fatalf("slice devices %+v", slice.Spec.Devices)
+	}
+	dev := slice.Spec.Devices[0]
+	for _, r := range nr1.All {
+		got := dev.Capacity[dra.CapacityName(r)].Value
+		want := resource.NewQuantity(simCapacity[corev1.ResourceName(r.Name())]*r.UnitBytes(), resource.BinarySI)
+		if got.Cmp(*want) != 0 {
+			t.Errorf("capacity %s = %s, want %s", dra.CapacityName(r), got.String(), want.String())
+		}
+	}
+	t.Logf("ResourceSlice %s: device %s, shareable %v, attributes %v", slice.Name, dev.Name, *dev.AllowMultipleAllocations, dev.Attributes)
+
+	// The ResNet-50 CG: 3 / 0 / 2392 / 7, holding its DMA memory and queues.
+	resnet := nr1.Amounts{3, 0, 2392, 7}
+	rn := runningPod(t, c, draCG(t, c, "resnet50", resnet, holdArgs(resnet)...))
+	eventually(t, 20*time.Second, "resnet50 known and measured", func() error {
+		cg, err := cgView(agent, rn)
+		if err != nil {
+			return err
+		}
+		if !cg.AllocationKnown || cg.Allocation != resnet {
+			return fmt.Errorf("allocation %v known %v (%s)", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
+		}
+		if cg.Usage[nr1.ComputeDMAMemory] != nr1.ComputeDMAMemory.InBase(3) || cg.Usage[nr1.HypervisorQueue] != 7 {
+			return fmt.Errorf("usage %v", cg.Usage)
+		}
+		return nil
+	})
+	budget, ok := logLineAt(t, c, rn, "health-handler", "budget")
+	if !ok {
+		t.Fatal("nr1-load logged no budget")
+	}
+	raw, err := c.CoreV1().Pods(draNS).GetLogs(rn.Name, &corev1.PodLogOptions{Container: "health-handler"}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := string(raw)
+	for _, env := range []string{"NR1_COMPUTE_DMA_MEMORY_MB=3", "NR1_CPU_DMA_MEMORY_MB=0", "NR1_DOCKER_PARTITION_MB=2392", "NR1_AI_HYPERVISOR_QUEUES=7"} {
+		if !strings.Contains(logs, env) {
+			t.Errorf("resnet50's budget (logged %s) lacks %s:\n%s", clock(budget), env, logs)
+		}
+	}
+
+	// Five CGs share the one device; what the claims consumed is what they booked.
+	small := nr1.Amounts{2, 1, imageMB + 1, 2}
+	var shared []*corev1.Pod
+	for i := range 5 {
+		shared = append(shared, draCG(t, c, fmt.Sprintf("shared-%d", i), small, holdArgs(small)...))
+	}
+	for _, p := range shared {
+		runningPod(t, c, p)
+	}
+	claims, err := c.ResourceV1().ResourceClaims(draNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var consumed, want nr1.Amounts
+	want = nr1.Add(resnet, nr1.Amounts{5 * small[0], 5 * small[1], 5 * small[2], 5 * small[3]})
+	shares := map[string]bool{}
+	for _, cl := range claims.Items {
+		if cl.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range cl.Status.Allocation.Devices.Results {
+			a, err := dra.Amounts(r.ConsumedCapacity)
+			if err != nil {
+				t.Errorf("claim %s: %v", cl.Name, err)
+			}
+			consumed = nr1.Add(consumed, a)
+			if r.Device != dra.DeviceName || r.ShareID == nil {
+				t.Errorf("claim %s allocated %s (share %v)", cl.Name, r.Device, r.ShareID)
+			} else {
+				shares[string(*r.ShareID)] = true
+			}
+		}
+	}
+	if consumed != want || len(shares) != 6 {
+		t.Errorf("six claims on one device consumed %v in %d shares, want %v in 6", consumed, len(shares), want)
+	}
+	t.Logf("six CGs share %s: consumed %v in %d shares", dra.DeviceName, consumed, len(shares))
+
+	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
+	over := nr1.Amounts{200000, 0, 2392, 7}
+	big := draCG(t, c, "oversized", over, holdArgs(nr1.Amounts{})...)
+	eventually(t, 30*time.Second, "the oversized CG unschedulable", func() error {
+		p, err := c.CoreV1().Pods(draNS).Get(context.Background(), big.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				t.Logf("oversized: %s", cond.Message)
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %s, conditions %v", p.Status.Phase, p.Status.Conditions)
+	})
+
+	// Over its claim: a queue hog and a compute DMA ramp (the hard ratio: killed at
+	// once), and a writable layer past the docker partition (evicted at once).
+	var q nr1.Amounts
+	q[nr1.HypervisorQueue], q[nr1.DockerPartition] = 2, imageMB+1
+	hog := draCG(t, c, "queue-hog", q, "--queues=2", "--step=5s:queues=5")
+	var m nr1.Amounts
+	m[nr1.ComputeDMAMemory], m[nr1.DockerPartition] = 2, imageMB+1
+	ramp := draCG(t, c, "dma-ramp", m, "--compute-dma-mb=2", "--step=5s:compute=5")
+	var w nr1.Amounts
+	w[nr1.DockerPartition] = imageMB + 2
+	writer := draCG(t, c, "writer", w, "--write-mb=1", "--step=5s:write="+fmt.Sprint(2*(imageMB+2)))
+	for _, p := range []*corev1.Pod{hog, ramp} {
+		waitReason(t, c, p, "NR1LimitExceeded", 60*time.Second)
+		waitReason(t, c, p, "NR1Killed", 60*time.Second)
+	}
+	waitReason(t, c, writer, "NR1Evicted", 90*time.Second)
+
+	// Restarts keep prepared claims prepared: no pod disturbed, the agent knows them.
+	steady := append([]*corev1.Pod{rn}, shared...)
+	restarts := func() map[string]int32 {
+		out := map[string]int32{}
+		for _, p := range steady {
+			got, err := c.CoreV1().Pods(draNS).Get(context.Background(), p.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := allRunning(got); err != nil {
+				t.Errorf("%s after a restart: %v", p.Name, err)
+			}
+			out[p.Name] = got.Status.ContainerStatuses[0].RestartCount
+		}
+		return out
+	}
+	before := restarts()
+	stack(t, "restart-kubelet")
+	restartAgent(t, c)
+	agent = mustReadyAgent(t, c)
+	eventually(t, 30*time.Second, "every steady CG known again", func() error {
+		for _, p := range steady {
+			cg, err := cgView(agent, p)
+			if err != nil {
+				return err
+			}
+			if !cg.AllocationKnown {
+				return fmt.Errorf("%s: %s", p.Name, cg.AllocationUnknown)
+			}
+		}
+		return nil
+	})
+	time.Sleep(5 * time.Second)
+	after := restarts()
+	for name, n := range before {
+		if after[name] != n {
+			t.Errorf("%s restarted %d times through the kubelet and agent restarts", name, after[name]-n)
+		}
+		if evs := nr1Events(t, c, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: draNS}}); len(evs) > 0 {
+			t.Errorf("%s, within its claim, got NR1 Event %s: %s", name, evs[0].Reason, evs[0].Message)
+		}
+	}
+	specs, _ := filepath.Glob("/var/run/cdi/nr1.neureality.ai_*.json")
+	t.Logf("through a kubelet and an agent restart: %d steady CGs undisturbed, %d CDI specs", len(steady), len(specs))
+
+	// Health: a fault taints the device and reaches the pods' status; recovery untaints.
+	sim := func(args ...string) {
+		run(t, filepath.Join(repo, "bin", "nr1-sim"), append([]string{"--dir", simDir()}, args...)...)
+	}
+	t.Cleanup(func() { sim("health", "ok") })
+	sim("health", "fault")
+	eventually(t, 30*time.Second, "the device tainted", func() error {
+		s, err := nodeSlice(c, node)
+		if err != nil {
+			return err
+		}
+		if len(s.Spec.Devices[0].Taints) == 0 {
+			return fmt.Errorf("no taint")
+		}
+		return nil
+	})
+	eventually(t, 60*time.Second, "resnet50's status shows the NR1 unhealthy", func() error {
+		return resourceHealth(c, rn, corev1.ResourceHealthStatusUnhealthy)
+	})
+	sim("health", "ok")
+	eventually(t, 30*time.Second, "the device untainted", func() error {
+		s, err := nodeSlice(c, node)
+		if err != nil {
+			return err
+		}
+		if n := len(s.Spec.Devices[0].Taints); n != 0 {
+			return fmt.Errorf("%d taints", n)
+		}
+		return nil
+	})
+	eventually(t, 60*time.Second, "resnet50's status shows the NR1 healthy", func() error {
+		return resourceHealth(c, rn, corev1.ResourceHealthStatusHealthy)
+	})
+}
+
+// resourceHealth says why no allocated resource of pod's containers has health want.
+func resourceHealth(c kubernetes.Interface, pod *corev1.Pod, want corev1.ResourceHealthStatus) error {
+	p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	var seen []string
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, r := range rs.Resources {
+				seen = append(seen, fmt.Sprintf("%s %s %s", rs.Name, r.ResourceID, r.Health))
+				if r.Health == want {
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("allocated resources' health %v", seen)
+}
+
+// simDir is the simulated NR1's directory (deploy/local/stack.sh's NR1_SIM_DIR).
+func simDir() string {
+	if d := os.Getenv("NR1_SIM_DIR"); d != "" {
+		return d
+	}
+	return "/run/nr1-sim"
+}
+
+// TestDRASlicesOnlyOwnNode: the admission policy lets an agent write its own node's
+// ResourceSlices only, whatever its RBAC allows: as the agent's service account on node
+// "elsewhere", writing node vm's slice is refused.
+func TestDRASlicesOnlyOwnNode(t *testing.T) {
+	node := nodeName(t, client(t))
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	as := func(onNode string) kubernetes.Interface {
+		c := rest.CopyConfig(cfg)
+		c.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:nr1-system:nr1-agent",
+			Extra: map[string][]string{"authentication.kubernetes.io/node-name": {onNode}}}
+		kc, err := kubernetes.NewForConfig(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kc
+	}
+	slice := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "nr1-admission-test-"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: dra.DriverName, NodeName: &node,
+			Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
+	}
+	_, err = as("elsewhere").ResourceV1().ResourceSlices().Create(context.Background(), slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err == nil || !strings.Contains(err.Error(), "may not write the ResourceSlices of node "+node) {
+		t.Errorf("the agent of another node writing %s's slice: %v", node, err)
+	}
+	if _, err := as(node).ResourceV1().ResourceSlices().Create(context.Background(), slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("the agent of %s writing its own slice (dry run): %v", node, err)
+	}
+}
