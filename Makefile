@@ -58,11 +58,11 @@ bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
 
-bench-agent: image ## the whole agent on the local stack, both sampling designs: CPU and memory with 100 CGs, detection latency over 50 trials (stack brought up if not running; left up)
+bench-agent: image ## the whole agent on the local stack: CPU and memory with 100 CGs (both sampling designs, and DRA), detection latency over 50 trials, scheduling of 50 CGs per mode (stack brought up if not running; left up)
 	@mkdir -p _output/bench
 	$(STACK) status | grep -q '^kubelet: running' || { $(STACK) up && $(STACK) deploy; }
 	eval "$$($(STACK) env)" && NR1_COST_PROFILE=$(CURDIR)/_output/bench/agent-cpu.pprof \
-		$(GO) test -tags e2e -run '^$$' -bench 'BenchmarkAgentCost|BenchmarkDetectionLatency' -benchtime 5x -timeout 60m -v ./deploy/e2e/ | tee _output/bench/agent.out
+		$(GO) test -tags e2e -run '^$$' -bench 'BenchmarkAgentCost|BenchmarkDetectionLatency|BenchmarkSchedulingLatency' -benchtime 5x -timeout 90m -v ./deploy/e2e/ | tee _output/bench/agent.out
 	for p in _output/bench/agent-cpu-*.pprof; do echo "== $$p"; $(GO) tool pprof -top -nodecount 30 $$p 2>/dev/null | head -40; done
 
 lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -272,4 +273,46 @@ func TestClaimTemplateFromResourcesYAML(t *testing.T) {
 	if back, err := Amounts(caps); err != nil || back != a {
 		t.Errorf("the requests read back as %v (%v), want %v", back, err, a)
 	}
+}
+
+// Preparing a new claim (its CDI spec and the checkpoint, both written whole and synced)
+// and answering a prepared one again (a kubelet restart), on the test's file system.
+func BenchmarkPrepare(b *testing.B) {
+	dir := b.TempDir()
+	store, err := OpenStore(filepath.Join(dir, "plugin", "claims.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := New("node-a", typical, nil, CDI{Dir: filepath.Join(dir, "cdi")}, store, latest.New(healthy()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	consumed := map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}
+	// 50 CGs prepared already: the checkpoint written at each new claim holds them.
+	for i := range 50 {
+		if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("base-"+strconv.Itoa(i), "cg", consumed)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("claim=new", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			i++
+			uid := "new-" + strconv.Itoa(i)
+			res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim(uid, "cg", consumed)})
+			if err != nil || res[types.UID(uid)].Err != nil {
+				b.Fatal(err, res[types.UID(uid)].Err)
+			}
+			b.StopTimer()
+			if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	b.Run("claim=prepared", func(b *testing.B) {
+		rc := claim("base-0", "cg", consumed)
+		for b.Loop() {
+			if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{rc}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -17,13 +17,24 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-const costNS = "nr1-cost"
+// The cost benchmark's namespaces: its CGs booking through the device plugin, and
+// through DRA claims.
+const (
+	costNS    = "nr1-cost"
+	costDRANS = "nr1-cost-dra"
+)
+
+// costDesigns are the sampling designs, and the design on change with the NR1 offered
+// through DRA (the same CGs booking the same amounts, through claims).
+var costDesigns = append(designs[:len(designs):len(designs)], design{"dra", true, "30s", "dra"})
 
 // BenchmarkAgentCost is the whole agent as its node pays for it: the CPU of its process
 // (user + system: the kernel's work for its iterators and syscalls included) and its
@@ -33,7 +44,8 @@ const costNS = "nr1-cost"
 // it booked, and nothing scraping or reading the agent. Each iteration is one window
 // of NR1_COST_WINDOW (default 20s); the metrics are the medians over the windows
 // (-benchtime=5x: five), for each design (sampling at the interval only, or also on
-// change) with the same CGs. The kubelet's CPU over the same windows is reported beside
+// change; and on change with the NR1 offered through DRA, the same CGs claiming the same
+// amounts) with the same CGs. The kubelet's CPU over the same windows is reported beside
 // it: the agent's pod-resources reads cost the kubelet too. With NR1_COST_PROFILE set,
 // a CPU profile of the agent (10 s, after the windows) is written there, one per design.
 //
@@ -46,18 +58,42 @@ func BenchmarkAgentCost(b *testing.B) {
 		b.Fatalf("NR1_COST_WINDOW: %v", err)
 	}
 	newNamespace(b, c, costNS)
-	booked, held := costCGs(b, c, n)
-	for _, d := range designs {
+	booked, held := costCGs(b, c, n, costNS, false)
+	for _, d := range costDesigns {
 		b.Run("design="+d.name, func(b *testing.B) {
-			withDesign(b, c, d)
-			agentCost(b, c, n, booked, held, window)
+			ns := costNS
+			if d.mode == "dra" {
+				// The same CGs, claiming through DRA: the device plugin's are gone first,
+				// and the agent in DRA mode prepares the new ones' claims.
+				deleteNamespace(b, c, costNS)
+				withDesign(b, c, d)
+				ns = costDRANS
+				newNamespace(b, c, ns)
+				costCGs(b, c, n, ns, true)
+			} else {
+				withDesign(b, c, d)
+			}
+			agentCost(b, c, n, ns, booked, held, window)
 		})
 	}
 }
 
+// deleteNamespace deletes a namespace and waits until it is gone.
+func deleteNamespace(tb testing.TB, c kubernetes.Interface, name string) {
+	tb.Helper()
+	nss := c.CoreV1().Namespaces()
+	eventually(tb, 3*time.Minute, "namespace "+name+" deleted", func() error {
+		err := nss.Delete(context.Background(), name, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("namespace %s still there (%v)", name, err)
+	})
+}
+
 // agentCost measures the agent in windows, once it measures every CG.
-func agentCost(b *testing.B, c kubernetes.Interface, n int, booked, held nr1.Amounts, window time.Duration) {
-	agent := waitAgentSees(b, c, n, booked, held)
+func agentCost(b *testing.B, c kubernetes.Interface, n int, ns string, booked, held nr1.Amounts, window time.Duration) {
+	agent := waitAgentSees(b, c, n, ns, booked, held)
 	id, err := agentContainerID(agent)
 	if err != nil {
 		b.Fatal(err)
@@ -100,10 +136,11 @@ func agentCost(b *testing.B, c kubernetes.Interface, n int, booked, held nr1.Amo
 	}
 }
 
-// costCGs runs n CGs that book the node's allocatable capacity between them, each
-// holding a little (2 MB of compute DMA, 1 MB of CPU DMA, 2 queues and its image), and
-// returns what each books and holds.
-func costCGs(b *testing.B, c kubernetes.Interface, n int) (booked, held nr1.Amounts) {
+// costCGs runs n CGs in ns that book the node's allocatable capacity between them,
+// through the device plugin's extended resources or a DRA claim each, each holding a
+// little (2 MB of compute DMA, 1 MB of CPU DMA, 2 queues and its image), and returns what
+// each books and holds.
+func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, viaDRA bool) (booked, held nr1.Amounts) {
 	held = nr1.Amounts{2, 1, 0, 2}
 	// The docker partition is the image and a writable layer.
 	held[nr1.DockerPartition] = nr1LoadImageMB(b) + 1
@@ -112,26 +149,39 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int) (booked, held nr1.Amou
 		b.Fatal(err)
 	}
 	for _, r := range nr1.All {
-		q := node.Status.Allocatable[corev1.ResourceName(r.Name())]
+		q := node.Status.Capacity[corev1.ResourceName(r.Name())]
 		booked[r] = nr1.Units(q.Value() / int64(n))
 		if booked[r] < held[r] {
 			b.Fatalf("%s: the node's %s split %d ways is %d each, less than the %d each CG holds", r.Name(), q.String(), n, booked[r], held[r])
 		}
 	}
+	var template *string
+	if viaDRA {
+		tmpl := dra.ClaimTemplate(ns, "cg", booked)
+		if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		template = &tmpl.Name
+	}
 	grace := int64(1)
 	noToken := false
 	for i := range n {
 		hh := loadContainer("health-handler", holdArgs(held)...)
-		hh.Resources = nr1Requests(booked)
 		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%03d", i), Namespace: costNS},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%03d", i), Namespace: ns},
 			Spec: corev1.PodSpec{
 				RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace,
 				AutomountServiceAccountToken: &noToken,
-				Containers:                   []corev1.Container{hh},
 			},
 		}
-		if _, err := c.CoreV1().Pods(costNS).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+		if viaDRA {
+			hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
+			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}}
+		} else {
+			hh.Resources = nr1Requests(booked)
+		}
+		pod.Spec.Containers = []corev1.Container{hh}
+		if _, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 			b.Fatalf("CG %d: %v", i, err)
 		}
 	}
@@ -140,10 +190,10 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int) (booked, held nr1.Amou
 
 // waitAgentSees waits until every CG runs and the agent knows each one's booking and
 // measures what it holds.
-func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, booked, held nr1.Amounts) *corev1.Pod {
+func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, ns string, booked, held nr1.Amounts) *corev1.Pod {
 	var agent *corev1.Pod
 	eventually(b, time.Duration(n)*6*time.Second, fmt.Sprintf("%d CGs running and measured", n), func() error {
-		pods, err := c.CoreV1().Pods(costNS).List(context.Background(), metav1.ListOptions{})
+		pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
@@ -160,7 +210,7 @@ func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, booked, held nr1
 			return err
 		}
 		var s debugSnapshot
-		if err := debugJSON(agent, "/debug/cgs?limit=500&namespace="+costNS, &s); err != nil {
+		if err := debugJSON(agent, "/debug/cgs?limit=500&namespace="+ns, &s); err != nil {
 			return err
 		}
 		measured := 0

@@ -23,12 +23,13 @@ import (
 // whole pod-resources table at each (as it did before sampling on change), or also at
 // once when the kernel reports a process taking an NR1 file, reading the table when a
 // pod awaits it and asking the kubelet about one pod otherwise.
-var designs = []design{{"interval", false, "0s"}, {"onChange", true, "30s"}}
+var designs = []design{{"interval", false, "0s", ""}, {"onChange", true, "30s", ""}}
 
 type design struct {
 	name              string
 	onChange          bool
 	allocationRefresh string
+	mode              string // the agent's mode; empty: the device plugin
 }
 
 // withDesign runs the agent with the design's sampling settings, restarting it, and puts the
@@ -44,6 +45,9 @@ func withDesign(b *testing.B, c kubernetes.Interface, d design) {
 		}
 		sampling["onChange"], sampling["allocationRefresh"] = d.onChange, d.allocationRefresh
 		cfg["sampling"] = sampling
+		if d.mode != "" {
+			cfg["mode"] = d.mode
+		}
 		enforcement, _ := cfg["enforcement"].(map[string]any)
 		if enforcement == nil {
 			enforcement = map[string]any{}
