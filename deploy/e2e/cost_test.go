@@ -87,7 +87,7 @@ func deleteNamespace(tb testing.TB, c kubernetes.Interface, name string) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("namespace %s still there (%v)", name, err)
+		return fmt.Errorf("namespace %s still there (%w)", name, err)
 	})
 }
 

@@ -84,7 +84,7 @@ func schedulingRound(b *testing.B, c kubernetes.Interface, viaDRA bool, round, n
 		hh := loadContainer("health-handler", holdArgs(booked)...)
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%02d", i), Namespace: ns},
-			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken},
+			Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken},
 		}
 		if viaDRA {
 			hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
