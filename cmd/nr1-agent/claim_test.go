@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"sigs.k8s.io/yaml"
 )
 
@@ -44,5 +45,28 @@ func TestClaimRefusesBadResourcesYAML(t *testing.T) {
 	}
 	if !strings.Contains(errs.String(), "line 2") || !strings.Contains(errs.String(), "neureality.ai/gpu") {
 		t.Errorf("error %q does not name the line and the key", errs.String())
+	}
+}
+
+// The DRA example's template is what `nr1-agent claim` writes from the ResNet-50 CG's
+// resources.yaml.
+func TestExampleTemplateIsTheClaimOfTheSeed(t *testing.T) {
+	var out, errs strings.Builder
+	if code := run([]string{"claim", "--name", "resnet50", "--namespace", "default", "../../nr1/testdata/resnet50-resources.yaml"}, func(string) string { return "" }, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	var fromClaim, example resourceapi.ResourceClaimTemplate
+	if err := yaml.UnmarshalStrict([]byte(out.String()), &fromClaim); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("../../deploy/examples/resnet50-cg-dra.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict([]byte(strings.Split(string(b), "\n---\n")[0]), &example); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(fromClaim, example) {
+		t.Errorf("deploy/examples/resnet50-cg-dra.yaml's template differs from nr1-agent claim's:\n%s", out.String())
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -51,6 +52,30 @@ func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts
 	}
 	diagnose(t, c, created)
 	return created
+}
+
+// draExample reads a DRA example of deploy/examples: its ResourceClaimTemplate and pod,
+// put in the DRA tests' namespace.
+func draExample(t *testing.T, name string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "deploy", "examples", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(string(b), "\n---\n")
+	if len(docs) != 2 {
+		t.Fatalf("%s: %d documents, want the template and the pod", name, len(docs))
+	}
+	var tmpl resourceapi.ResourceClaimTemplate
+	var pod corev1.Pod
+	if err := sigsyaml.UnmarshalStrict([]byte(docs[0]), &tmpl); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if err := sigsyaml.UnmarshalStrict([]byte(docs[1]), &pod); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	tmpl.Namespace, pod.Namespace = draNS, draNS
+	return &tmpl, &pod
 }
 
 // runningPod waits for pod to run every container.
@@ -137,9 +162,19 @@ func TestDRA(t *testing.T) {
 	}
 	t.Logf("ResourceSlice %s: device %s, shareable %v, attributes %v", slice.Name, dev.Name, *dev.AllowMultipleAllocations, dev.Attributes)
 
-	// The ResNet-50 CG: 3 / 0 / 2392 / 7, holding its DMA memory and queues.
+	// The ResNet-50 CG of deploy/examples: 3 / 0 / 2392 / 7 claimed once, used by both
+	// of its containers (1 MB and the queues, and 2 MB more).
 	resnet := nr1.Amounts{3, 0, 2392, 7}
-	rn := runningPod(t, c, draCG(t, c, "resnet50", resnet, holdArgs(resnet)...))
+	tmpl, example := draExample(t, "resnet50-cg-dra.yaml")
+	if _, err := c.ResourceV1().ResourceClaimTemplates(draNS).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), example, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diagnose(t, c, created)
+	rn := runningPod(t, c, created)
 	eventually(t, 20*time.Second, "resnet50 known and measured", func() error {
 		cg, err := cgView(agent, rn)
 		if err != nil {
@@ -207,8 +242,14 @@ func TestDRA(t *testing.T) {
 	t.Logf("six CGs share %s: consumed %v in %d shares", dra.DeviceName, consumed, len(shares))
 
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
-	over := nr1.Amounts{200000, 0, 2392, 7}
-	big := draCG(t, c, "oversized", over, holdArgs(nr1.Amounts{})...)
+	otmpl, opod := draExample(t, "oversized-cg-dra.yaml")
+	if _, err := c.ResourceV1().ResourceClaimTemplates(draNS).Create(context.Background(), otmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	big, err := c.CoreV1().Pods(draNS).Create(context.Background(), opod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 30*time.Second, "the oversized CG unschedulable", func() error {
 		p, err := c.CoreV1().Pods(draNS).Get(context.Background(), big.Name, metav1.GetOptions{})
 		if err != nil {
