@@ -138,6 +138,9 @@ func (t *Tracker) step(ctx context.Context) {
 	askCtx, cancel := context.WithTimeout(ctx, t.interval)
 	err := t.asker.Ask(askCtx, pod)
 	cancel()
+	if ctx.Err() != nil {
+		return
+	}
 	switch status.Code(err) {
 	case codes.OK:
 		t.Succeeded(t.clock.Now())
@@ -166,6 +169,9 @@ func (t *Tracker) mustList() bool {
 func (t *Tracker) Refresh(ctx context.Context) {
 	began := t.clock.Now()
 	table, err := t.lister.List(ctx)
+	if ctx.Err() != nil {
+		return // the agent stops: no failure of the kubelet's
+	}
 	if err != nil {
 		t.failed(err)
 		return
