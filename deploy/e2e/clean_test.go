@@ -71,6 +71,9 @@ func TestNothingLeftAfterDown(t *testing.T) {
 			t.Errorf("%s left", dir)
 		}
 	}
+	if specs, _ := filepath.Glob("/var/run/cdi/nr1.neureality.ai_*.json"); len(specs) > 0 {
+		t.Errorf("CDI specs of DRA claims left: %v", specs)
+	}
 	for _, s := range []string{"vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops"} {
 		b, err := os.ReadFile(filepath.Join("/proc/sys", strings.ReplaceAll(s, ".", "/")))
 		if err != nil {

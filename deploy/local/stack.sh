@@ -311,6 +311,8 @@ down() {
     while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$STATE/sysctl.saved"
   fi
   rm -rf "$STATE" "$KUBELET_ROOT" /var/lib/nr1-agent /var/log/pods /var/log/containers "$RUN" /run/containerd "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
+  # The CDI specs of DRA claims whose pods were removed without the kubelet unpreparing them.
+  rm -f /var/run/cdi/nr1.neureality.ai_*.json 2>/dev/null || true
   log "down"
 }
 
