@@ -195,24 +195,11 @@ func TestFullyAllocatedNodeIsReceived(t *testing.T) {
 		}
 		t.Logf("capacity %v: full answer %.1f MiB, limit %.1f MiB", capacity, float64(size)/(1<<20), float64(MaxListBytes(capacity))/(1<<20))
 
-		socket := filepath.Join(t.TempDir(), "kubelet.sock")
-		lis, err := net.Listen("unix", socket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := grpc.NewServer(grpc.MaxSendMsgSize(64 << 20))
-		podresourcesapi.RegisterPodResourcesListerServer(srv, &lister{resp: resp})
-		go func() { _ = srv.Serve(lis) }()
-		c, err := Dial(socket, capacity)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := serve(t, resp, capacity)
 		// What is checked is the size, not the speed: the race detector makes decoding
 		// a million entries slow.
 		c.timeout = 5 * time.Minute
 		table, err := c.List(context.Background())
-		_ = c.Close()
-		srv.Stop()
 		if err != nil {
 			t.Fatalf("capacity %v: %v", capacity, err)
 		}

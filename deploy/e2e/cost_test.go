@@ -163,29 +163,33 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, viaDRA bool
 		}
 		template = &tmpl.Name
 	}
-	grace := int64(1)
-	noToken := false
 	for i := range n {
-		hh := loadContainer("health-handler", holdArgs(held)...)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%03d", i), Namespace: ns},
-			Spec: corev1.PodSpec{
-				RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace,
-				AutomountServiceAccountToken: &noToken,
-			},
-		}
-		if viaDRA {
-			hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
-			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}}
-		} else {
-			hh.Resources = nr1Requests(booked)
-		}
-		pod.Spec.Containers = []corev1.Container{hh}
+		pod := bookingCG(ns, fmt.Sprintf("cg-%03d", i), booked, held, template)
 		if _, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 			b.Fatalf("CG %d: %v", i, err)
 		}
 	}
 	return booked, held
+}
+
+// bookingCG is a CG whose health-handler holds held and books booked: in its requests
+// and limits, or, with a claim template, through the DRA claim made from it.
+func bookingCG(ns, name string, booked, held nr1.Amounts, template *string) *corev1.Pod {
+	hh := loadContainer("health-handler", holdArgs(held)...)
+	grace := int64(1)
+	noToken := false
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken},
+	}
+	if template != nil {
+		hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}}
+	} else {
+		hh.Resources = nr1Requests(booked)
+	}
+	pod.Spec.Containers = []corev1.Container{hh}
+	return pod
 }
 
 // waitAgentSees waits until every CG runs and the agent knows each one's booking and

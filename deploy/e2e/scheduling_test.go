@@ -78,21 +78,8 @@ func schedulingRound(b *testing.B, c kubernetes.Interface, viaDRA bool, round, n
 	w := watchPods()
 	defer func() { w.Stop() }()
 	created, scheduled, running := map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
-	grace := int64(1)
-	noToken := false
 	for i := range n {
-		hh := loadContainer("health-handler", holdArgs(booked)...)
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cg-%02d", i), Namespace: ns},
-			Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken},
-		}
-		if viaDRA {
-			hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
-			pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}}
-		} else {
-			hh.Resources = nr1Requests(booked)
-		}
-		pod.Spec.Containers = []corev1.Container{hh}
+		pod := bookingCG(ns, fmt.Sprintf("cg-%02d", i), booked, booked, template)
 		created[pod.Name] = time.Now()
 		if _, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
