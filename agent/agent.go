@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	manager, claims, err := newOffer(cfg, node, capacity, nr1Device, files, monitor, clk, log)
+	manager, claims, err := newOffer(cfg, node, capacity, sources, nr1Device, files, monitor, clk, log)
 	if err != nil {
 		return err
 	}

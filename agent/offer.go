@@ -32,11 +32,12 @@ type offer interface {
 
 // newOffer builds the configured mode's offer; in DRA mode also the driver's prepared
 // claims, which the inventory reads allocations from.
-func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, nr1Device *device.Inventory, files []device.ResolvedFile, monitor *device.Monitor, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
+func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1.PerResource[device.CapacitySource], nr1Device *device.Inventory, files []device.ResolvedFile, monitor *device.Monitor, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
 	if cfg.Mode != config.ModeDRA {
+		// One device per unit: a capacity whose list the kubelet would drop is refused.
 		for _, r := range nr1.All {
 			if err := deviceplugin.CheckListSize(r, capacity[r]); err != nil {
-				return nil, nil, fmt.Errorf("nr1.resources.%s: %w", r.Short(), err)
+				return nil, nil, fmt.Errorf("nr1.resources.%s (capacity from %s): %w", r.Short(), sources[r], err)
 			}
 		}
 		plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
