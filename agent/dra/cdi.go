@@ -66,6 +66,14 @@ func (c CDI) Write(claim *Claim) error {
 	return nil
 }
 
+// Ensure writes the spec of a claim prepared already if it is gone.
+func (c CDI) Ensure(claim Claim) error {
+	if _, err := os.Stat(c.specPath(claim)); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return c.Write(&claim)
+}
+
 // Remove removes the claim's spec; none is no error.
 func (c CDI) Remove(claim Claim) error {
 	if err := os.Remove(c.specPath(claim)); err != nil && !errors.Is(err, fs.ErrNotExist) {

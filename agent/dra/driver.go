@@ -103,7 +103,14 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for _, rc := range claims {
 		c, ok := d.store.Get(rc.UID)
-		if !ok {
+		if ok {
+			// The checkpoint outlives a reboot, the CDI directory (a tmpfs) may not: the
+			// runtime needs the spec to start the container.
+			if err := d.cdi.Ensure(c); err != nil {
+				out[rc.UID] = kubeletplugin.PrepareResult{Err: err}
+				continue
+			}
+		} else {
 			var err error
 			if c, err = d.prepare(rc); err != nil {
 				d.log.Warn("DRA claim not prepared", "namespace", rc.Namespace, "claim", rc.Name, "err", err)

@@ -168,7 +168,19 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 	if err != nil || !slices.Equal(again["c1"].Devices[0].CDIDeviceIDs, devs[0].CDIDeviceIDs) {
 		t.Errorf("second prepare %+v %v", again, err)
 	}
+	// After a reboot the CDI directory (a tmpfs) is empty and the checkpoint is not: the
+	// spec is written again.
+	specFile := filepath.Join(dir, "cdi", "nr1.neureality.ai_c1.json")
+	if err := os.Remove(specFile); err != nil {
+		t.Fatal(err)
+	}
 	restarted := testDriver(t, dir)
+	if res, err := restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet}); err != nil || res["c1"].Err != nil {
+		t.Fatalf("prepare after a reboot: %v %v", err, res["c1"].Err)
+	}
+	if again, err := os.ReadFile(specFile); err != nil || string(again) != string(raw) {
+		t.Errorf("the spec after a reboot: %v\n%s\nwant\n%s", err, again, raw)
+	}
 	c, ok := restarted.store.Get("c1")
 	if !ok || c.Amounts() != (nr1.Amounts{3, 0, 2392, 7}) || c.Namespace != "ml" || c.Name != "resnet50-nr1" {
 		t.Fatalf("after a restart the checkpoint holds %+v (%v)", c, ok)
