@@ -55,8 +55,6 @@ type Tracker struct {
 
 	mu         sync.Mutex
 	failingNow chan struct{} // closed when reads start failing
-	listed     time.Time     // when the last successful List began
-	asked      PodKey        // the pod the kubelet is asked about between Lists
 
 	*latest.Value[State]
 }
@@ -125,13 +123,15 @@ func (t *Tracker) wakes(ctx context.Context) <-chan struct{} {
 // step reads the table when it may lack something, and otherwise asks about one pod,
 // reading the table after all if the kubelet answers that it does not have the pod.
 func (t *Tracker) step(ctx context.Context) {
-	if t.mustList() {
+	state, _ := t.Load()
+	// The pod asked about is the table's smallest, the same one while it is listed, so
+	// that a "not found" answer means a change.
+	pod := state.Table.anyPod()
+	if _, failing := t.Health(); failing != nil || state.Read.IsZero() || pod == (PodKey{}) ||
+		t.clock.Since(state.Read) >= t.refresh || t.awaits(state) {
 		t.Refresh(ctx)
 		return
 	}
-	t.mu.Lock()
-	pod := t.asked
-	t.mu.Unlock()
 	// The kubelet answers a Get in milliseconds: one that takes an interval is a kubelet
 	// that does not answer, and the allocations must start aging at once, not after a
 	// List's longer deadline.
@@ -154,16 +154,6 @@ func (t *Tracker) step(ctx context.Context) {
 	}
 }
 
-func (t *Tracker) mustList() bool {
-	_, failing := t.Health()
-	state, _ := t.Load()
-	t.mu.Lock()
-	listed, asked := t.listed, t.asked
-	t.mu.Unlock()
-	return failing != nil || listed.IsZero() || asked == (PodKey{}) ||
-		t.clock.Since(listed) >= t.refresh || t.awaits(state)
-}
-
 // Refresh reads the table now. A failure keeps the last table with its read time, so
 // that it ages into unknown, and records the error.
 func (t *Tracker) Refresh(ctx context.Context) {
@@ -180,9 +170,6 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	if failing != nil {
 		t.log.Info("pod-resources API available again")
 	}
-	t.mu.Lock()
-	t.listed, t.asked = began, table.anyPod()
-	t.mu.Unlock()
 	// A table like the last (every refresh at rest) is renewed without waking its
 	// readers: the sampler samples what a new table changes, not the same one again. The
 	// first after an outage wakes them: the allocations are known again.

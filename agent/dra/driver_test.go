@@ -328,3 +328,30 @@ func BenchmarkPrepare(b *testing.B) {
 		}
 	})
 }
+
+// The inventory finds a claim's amounts by name; two prepared claims of one name (one
+// deleted and another created under its name, the first not unprepared yet) are
+// neither's until the first is unprepared.
+func TestClaimAmountsByName(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	old := claim("u1", "cg-nr1", map[resourceapi.QualifiedName]string{"hvQueues": "2"})
+	renewed := claim("u2", "cg-nr1", map[resourceapi.QualifiedName]string{"hvQueues": "9"})
+	if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{old}); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); !ok || a != (nr1.Amounts{0, 0, 0, 2}) {
+		t.Fatalf("one claim: %v %v", a, ok)
+	}
+	if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{renewed}); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); ok {
+		t.Errorf("two claims of one name read as %v", a)
+	}
+	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "u1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); !ok || a != (nr1.Amounts{0, 0, 0, 9}) {
+		t.Errorf("after the first is unprepared: %v %v", a, ok)
+	}
+}

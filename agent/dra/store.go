@@ -55,12 +55,26 @@ type Store struct {
 
 	mu     sync.Mutex
 	claims map[types.UID]Claim
+	byName map[claimName][]types.UID // read at every sample, for every CG's claims
+}
+
+type claimName struct{ namespace, name string }
+
+// set replaces the claims and their index.
+func (s *Store) set(claims map[types.UID]Claim) {
+	s.claims = claims
+	s.byName = make(map[claimName][]types.UID, len(claims))
+	for uid, c := range claims {
+		k := claimName{c.Namespace, c.Name}
+		s.byName[k] = append(s.byName[k], uid)
+	}
 }
 
 // OpenStore reads the checkpoint at path; none is an empty store. An unreadable one is
 // an error naming the file: the claims it held would be lost, and their CGs with them.
 func OpenStore(path string) (*Store, error) {
-	s := &Store{path: path, claims: map[types.UID]Claim{}}
+	s := &Store{path: path}
+	s.set(map[types.UID]Claim{})
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil
@@ -72,9 +86,11 @@ func OpenStore(path string) (*Store, error) {
 	if err := json.Unmarshal(b, &cp); err != nil {
 		return nil, fmt.Errorf("DRA checkpoint %s: %w", path, err)
 	}
+	claims := make(map[types.UID]Claim, len(cp.Claims))
 	for _, c := range cp.Claims {
-		s.claims[c.UID] = c
+		claims[c.UID] = c
 	}
+	s.set(claims)
 	return s, nil
 }
 
@@ -92,16 +108,11 @@ func (s *Store) Get(uid types.UID) (Claim, bool) {
 func (s *Store) ClaimAmounts(namespace, name string) (nr1.Amounts, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var found []Claim
-	for _, c := range s.claims {
-		if c.Namespace == namespace && c.Name == name {
-			found = append(found, c)
-		}
-	}
-	if len(found) != 1 {
+	uids := s.byName[claimName{namespace, name}]
+	if len(uids) != 1 {
 		return nr1.Amounts{}, false
 	}
-	return found[0].Amounts(), true
+	return s.claims[uids[0]].Amounts(), true
 }
 
 // Claims lists the prepared claims, by namespace and name.
@@ -136,7 +147,7 @@ func (s *Store) Put(claims ...Claim) error {
 	if err := s.write(next); err != nil {
 		return err
 	}
-	s.claims = next
+	s.set(next)
 	return nil
 }
 
@@ -154,7 +165,7 @@ func (s *Store) Remove(uids ...types.UID) error {
 	if err := s.write(next); err != nil {
 		return err
 	}
-	s.claims = next
+	s.set(next)
 	return nil
 }
 

@@ -109,10 +109,11 @@ func New(inv Inventory, source footprint.Source, targets *footprint.Targets, par
 }
 
 // SampleOnWake makes the sampler sample at once when wake fires (a process took a
-// target; closed when no more will come, and then it never rests), or when one of published says something new was published (each returns a
-// channel closed at its source's next value: the runtime's containers), and the docker
-// partition is read again, not only every interval; but never twice within gap: a storm
-// of wakes costs at most one sample per gap. Set before Run.
+// target; closed when no more will come, and then it never rests), or when one of
+// published says something new was published (each returns a channel closed at its
+// source's next value: the runtime's containers), and the docker partition is read
+// again, not only every interval; but never twice within gap: a storm of wakes costs at
+// most one sample per gap. Set before Run.
 func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration, published ...func() <-chan struct{}) {
 	s.wake, s.wakeGap, s.published = wake, gap, published
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -161,11 +162,7 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, viaDRA bool
 	}
 	var template *string
 	if viaDRA {
-		tmpl := dra.ClaimTemplate(ns, "cg", booked)
-		if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		template = &tmpl.Name
+		template = createTemplate(b, c, dra.ClaimTemplate(ns, "cg", booked))
 	}
 	for i := range n {
 		pod := bookingCG(ns, fmt.Sprintf("cg-%03d", i), booked, held, template)
@@ -174,6 +171,15 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, viaDRA bool
 		}
 	}
 	return booked, held
+}
+
+// createTemplate creates a ResourceClaimTemplate and returns its name.
+func createTemplate(tb testing.TB, c kubernetes.Interface, tmpl *resourceapi.ResourceClaimTemplate) *string {
+	tb.Helper()
+	if _, err := c.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
+		tb.Fatal(err)
+	}
+	return &tmpl.Name
 }
 
 // bookingCG is a CG whose health-handler holds held and books booked: in its requests

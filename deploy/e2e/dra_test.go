@@ -30,10 +30,7 @@ const draNS = "nr1-dra"
 // health-handler runs nr1-load with args and uses the claim.
 func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts, args ...string) *corev1.Pod {
 	t.Helper()
-	tmpl := dra.ClaimTemplate(draNS, name, booked)
-	if _, err := c.ResourceV1().ResourceClaimTemplates(draNS).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	template := createTemplate(t, c, dra.ClaimTemplate(draNS, name, booked))
 	hh := loadContainer("health-handler", args...)
 	hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
 	grace := int64(1)
@@ -43,7 +40,7 @@ func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken,
 			Containers:     []corev1.Container{hh},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: &tmpl.Name}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}},
 		},
 	}
 	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), pod, metav1.CreateOptions{})
@@ -54,9 +51,9 @@ func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts
 	return created
 }
 
-// draExample reads a DRA example of deploy/examples: its ResourceClaimTemplate and pod,
-// put in the DRA tests' namespace.
-func draExample(t *testing.T, name string) (*resourceapi.ResourceClaimTemplate, *corev1.Pod) {
+// createExample creates a DRA example of deploy/examples, its ResourceClaimTemplate and
+// pod, in the DRA tests' namespace, and returns the pod.
+func createExample(t *testing.T, c kubernetes.Interface, name string) *corev1.Pod {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repo, "deploy", "examples", name))
 	if err != nil {
@@ -75,7 +72,13 @@ func draExample(t *testing.T, name string) (*resourceapi.ResourceClaimTemplate, 
 		t.Fatalf("%s: %v", name, err)
 	}
 	tmpl.Namespace, pod.Namespace = draNS, draNS
-	return &tmpl, &pod
+	createTemplate(t, c, &tmpl)
+	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), &pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	diagnose(t, c, created)
+	return created
 }
 
 // runningPod waits for pod to run every container.
@@ -165,16 +168,7 @@ func TestDRA(t *testing.T) {
 	// The ResNet-50 CG of deploy/examples: 3 / 0 / 2392 / 7 claimed once, used by both
 	// of its containers (1 MB and the queues, and 2 MB more).
 	resnet := nr1.Amounts{3, 0, 2392, 7}
-	tmpl, example := draExample(t, "resnet50-cg-dra.yaml")
-	if _, err := c.ResourceV1().ResourceClaimTemplates(draNS).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), example, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	diagnose(t, c, created)
-	rn := runningPod(t, c, created)
+	rn := runningPod(t, c, createExample(t, c, "resnet50-cg-dra.yaml"))
 	eventually(t, 20*time.Second, "resnet50 known and measured", func() error {
 		cg, err := cgView(agent, rn)
 		if err != nil {
@@ -242,14 +236,7 @@ func TestDRA(t *testing.T) {
 	t.Logf("six CGs share %s: consumed %v in %d shares", dra.DeviceName, consumed, len(shares))
 
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
-	otmpl, opod := draExample(t, "oversized-cg-dra.yaml")
-	if _, err := c.ResourceV1().ResourceClaimTemplates(draNS).Create(context.Background(), otmpl, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	big, err := c.CoreV1().Pods(draNS).Create(context.Background(), opod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	big := createExample(t, c, "oversized-cg-dra.yaml")
 	eventually(t, 30*time.Second, "the oversized CG unschedulable", func() error {
 		p, err := c.CoreV1().Pods(draNS).Get(context.Background(), big.Name, metav1.GetOptions{})
 		if err != nil {

@@ -62,11 +62,7 @@ func schedulingRound(b *testing.B, c kubernetes.Interface, viaDRA bool, round, n
 	defer deleteNamespace(b, c, ns)
 	var template *string
 	if viaDRA {
-		tmpl := dra.ClaimTemplate(ns, "cg", booked)
-		if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-		template = &tmpl.Name
+		template = createTemplate(b, c, dra.ClaimTemplate(ns, "cg", booked))
 	}
 	watchPods := func() watch.Interface {
 		w, err := c.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{})
