@@ -93,6 +93,7 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 		c = &cgState{Throttled: c != nil && c.Throttled, PodCgroup: podCgroupOf(c)}
 		st.cgs[cg.UID] = c
 	}
+	c.Namespace, c.Pod = cg.Namespace, cg.Name
 	anyOver := false
 	for _, r := range nr1.All {
 		ratio, known := judged(now, snap, cg, r, p)

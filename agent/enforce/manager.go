@@ -88,6 +88,16 @@ func (m *Manager) Breaches() nr1.PerResource[int] {
 	return m.state.Breaches
 }
 
+// Ladders returns where each CG's enforcement stands.
+func (m *Manager) Ladders() []Ladder {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state.Ladders(m.policy)
+}
+
+// Mode is whether actions are carried out.
+func (m *Manager) Mode() Mode { return m.policy.Mode }
+
 // Healthy fails when an action has been under way well past its deadline: the loop is
 // wedged, and only a restart of the agent (by the kubelet's liveness probe) frees it.
 func (m *Manager) Healthy() error {

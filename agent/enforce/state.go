@@ -21,10 +21,13 @@ type State struct {
 // cgState is one CG's enforcement. A step is counted in Done when it is proposed and
 // undone when its action fails, so the ladder advances on outcomes.
 type cgState struct {
-	Over  nr1.PerResource[time.Time] `json:"over"`  // when the CG went over; zero when it is not
-	Under nr1.PerResource[time.Time] `json:"under"` // when it went back under, for hysteresis
-	Done  nr1.PerResource[int]       `json:"done"`  // ladder steps taken
-	Hard  nr1.PerResource[bool]      `json:"hard"`
+	// Namespace and Pod name the CG for the people reading its ladder.
+	Namespace string                     `json:"namespace,omitempty"`
+	Pod       string                     `json:"pod,omitempty"`
+	Over      nr1.PerResource[time.Time] `json:"over"`  // when the CG went over; zero when it is not
+	Under     nr1.PerResource[time.Time] `json:"under"` // when it went back under, for hysteresis
+	Done      nr1.PerResource[int]       `json:"done"`  // ladder steps taken
+	Hard      nr1.PerResource[bool]      `json:"hard"`
 	// Throttled is true while the CG's throttle is attached; PodCgroup is where, so
 	// that it can be lifted (and thawed) after the CG is gone.
 	Throttled bool   `json:"throttled,omitempty"`
