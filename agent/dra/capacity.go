@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 // DriverName is the DRA driver's name, which the DeviceClass selects.
@@ -19,20 +20,6 @@ const DriverName = nr1.DRADriver
 
 // DeviceName names the NR1 in the node's pool.
 const DeviceName = "nr1-0"
-
-// capacityNames are the device's capacities, one per NR1 resource.
-var capacityNames = nr1.PerResource[resourceapi.QualifiedName]{"computeDMA", "cpuDMA", "dockerPartition", "hvQueues"}
-
-// CapacityName is the device capacity that stands for r.
-func CapacityName(r nr1.Resource) resourceapi.QualifiedName { return capacityNames[r] }
-
-// quantity is n units of r as a capacity: MB resources in bytes (Mi), queues counted.
-func quantity(r nr1.Resource, n nr1.Units) resource.Quantity {
-	if r.UnitBytes() > 1 {
-		return *resource.NewQuantity(int64(n)*r.UnitBytes(), resource.BinarySI)
-	}
-	return *resource.NewQuantity(int64(n), resource.DecimalSI)
-}
 
 // Device is the NR1 as the ResourceSlice publishes it: shareable by any number of
 // claims, each consuming what it requests of each capacity and nothing of one it does
@@ -46,9 +33,9 @@ func Device(capacity nr1.Amounts, attributes map[resourceapi.QualifiedName]resou
 		Capacity:                 make(map[resourceapi.QualifiedName]resourceapi.DeviceCapacity, nr1.NumResources),
 	}
 	for _, r := range nr1.All {
-		zero, step := quantity(r, 0), quantity(r, 1)
-		d.Capacity[capacityNames[r]] = resourceapi.DeviceCapacity{
-			Value: quantity(r, capacity[r]),
+		zero, step := manifest.Quantity(r, 0), manifest.Quantity(r, 1)
+		d.Capacity[manifest.CapacityName(r)] = resourceapi.DeviceCapacity{
+			Value: manifest.Quantity(r, capacity[r]),
 			RequestPolicy: &resourceapi.CapacityRequestPolicy{
 				Default:    &zero,
 				ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: &zero, Step: &step},
@@ -100,7 +87,7 @@ func Amounts(consumed map[resourceapi.QualifiedName]resource.Quantity) (nr1.Amou
 // qualified with it.
 func resourceOf(name resourceapi.QualifiedName) (nr1.Resource, bool) {
 	for _, r := range nr1.All {
-		if name == capacityNames[r] || string(name) == DriverName+"/"+string(capacityNames[r]) {
+		if name == manifest.CapacityName(r) || string(name) == DriverName+"/"+string(manifest.CapacityName(r)) {
 			return r, true
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 var typical = nr1.Amounts{116244, 512, 13417, 65536}
@@ -267,9 +268,9 @@ func TestClaimTemplateFromResourcesYAML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := ClaimTemplate("ml", "resnet50", a)
+	tmpl := manifest.ClaimTemplate("ml", "resnet50", a)
 	reqs := tmpl.Spec.Spec.Devices.Requests
-	if len(reqs) != 1 || reqs[0].Name != RequestName || reqs[0].Exactly == nil || reqs[0].Exactly.DeviceClassName != DeviceClassName {
+	if len(reqs) != 1 || reqs[0].Name != manifest.RequestName || reqs[0].Exactly == nil || reqs[0].Exactly.DeviceClassName != manifest.DeviceClassName {
 		t.Fatalf("requests %+v", reqs)
 	}
 	caps := reqs[0].Exactly.Capacity.Requests

@@ -22,8 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 // The cost benchmark's namespaces: its CGs booking through the device plugin, and
@@ -162,7 +162,7 @@ func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, viaDRA bool
 	}
 	var template *string
 	if viaDRA {
-		template = createTemplate(b, c, dra.ClaimTemplate(ns, "cg", booked))
+		template = createTemplate(b, c, manifest.ClaimTemplate(ns, "cg", booked))
 	}
 	for i := range n {
 		pod := bookingCG(ns, fmt.Sprintf("cg-%03d", i), booked, held, template)
@@ -193,8 +193,8 @@ func bookingCG(ns, name string, booked, held nr1.Amounts, template *string) *cor
 		Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken},
 	}
 	if template != nil {
-		hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
-		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}}
+		hh.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
+		pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimTemplateName: template}}
 	} else {
 		hh.Resources = nr1Requests(booked)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 const draNS = "nr1-dra"
@@ -30,9 +31,9 @@ const draNS = "nr1-dra"
 // health-handler runs nr1-load with args and uses the claim.
 func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts, args ...string) *corev1.Pod {
 	t.Helper()
-	template := createTemplate(t, c, dra.ClaimTemplate(draNS, name, booked))
+	template := createTemplate(t, c, manifest.ClaimTemplate(draNS, name, booked))
 	hh := loadContainer("health-handler", args...)
-	hh.Resources.Claims = []corev1.ResourceClaim{{Name: dra.RequestName}}
+	hh.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
 	grace := int64(1)
 	noToken := false
 	pod := &corev1.Pod{
@@ -40,7 +41,7 @@ func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken,
 			Containers:     []corev1.Container{hh},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: dra.RequestName, ResourceClaimTemplateName: template}},
+			ResourceClaims: []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimTemplateName: template}},
 		},
 	}
 	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), pod, metav1.CreateOptions{})
@@ -157,10 +158,10 @@ func TestDRA(t *testing.T) {
 	}
 	dev := slice.Spec.Devices[0]
 	for _, r := range nr1.All {
-		got := dev.Capacity[dra.CapacityName(r)].Value
+		got := dev.Capacity[manifest.CapacityName(r)].Value
 		want := resource.NewQuantity(simCapacity[corev1.ResourceName(r.Name())]*r.UnitBytes(), resource.BinarySI)
 		if got.Cmp(*want) != 0 {
-			t.Errorf("capacity %s = %s, want %s", dra.CapacityName(r), got.String(), want.String())
+			t.Errorf("capacity %s = %s, want %s", manifest.CapacityName(r), got.String(), want.String())
 		}
 	}
 	t.Logf("ResourceSlice %s: device %s, shareable %v, attributes %v", slice.Name, dev.Name, *dev.AllowMultipleAllocations, dev.Attributes)

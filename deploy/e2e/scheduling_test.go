@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 const schedNS = "nr1-sched"
@@ -62,7 +62,7 @@ func schedulingRound(b *testing.B, c kubernetes.Interface, viaDRA bool, round, n
 	defer deleteNamespace(b, c, ns)
 	var template *string
 	if viaDRA {
-		template = createTemplate(b, c, dra.ClaimTemplate(ns, "cg", booked))
+		template = createTemplate(b, c, manifest.ClaimTemplate(ns, "cg", booked))
 	}
 	watchPods := func() watch.Interface {
 		w, err := c.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{})

@@ -1,4 +1,4 @@
-package dra
+package manifest
 
 import (
 	resourceapi "k8s.io/api/resource/v1"
@@ -7,6 +7,20 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
+
+// capacityNames are the NR1 device's capacities, one per NR1 resource.
+var capacityNames = nr1.PerResource[resourceapi.QualifiedName]{"computeDMA", "cpuDMA", "dockerPartition", "hvQueues"}
+
+// CapacityName is the device capacity that stands for r.
+func CapacityName(r nr1.Resource) resourceapi.QualifiedName { return capacityNames[r] }
+
+// Quantity is n units of r as a capacity: MB resources in bytes (Mi), queues counted.
+func Quantity(r nr1.Resource, n nr1.Units) resource.Quantity {
+	if r.UnitBytes() > 1 {
+		return *resource.NewQuantity(int64(n)*r.UnitBytes(), resource.BinarySI)
+	}
+	return *resource.NewQuantity(int64(n), resource.DecimalSI)
+}
 
 // DeviceClassName is the NR1's DeviceClass (deploy/kustomize/components/dra).
 const DeviceClassName = "nr1.neureality.ai"
@@ -23,7 +37,7 @@ func ClaimTemplate(namespace, name string, a nr1.Amounts) *resourceapi.ResourceC
 	requests := map[resourceapi.QualifiedName]resource.Quantity{}
 	for _, r := range nr1.All {
 		if a[r] > 0 {
-			requests[capacityNames[r]] = quantity(r, a[r])
+			requests[capacityNames[r]] = Quantity(r, a[r])
 		}
 	}
 	return &resourceapi.ResourceClaimTemplate{
