@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/neureality-sdk/nr1-agent/agent/dra"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -56,7 +56,7 @@ func runClaim(args []string, stdout, stderr io.Writer) int {
 			*name = strings.ToLower(dir)
 		}
 	}
-	out, err := yaml.Marshal(dra.ClaimTemplate(*namespace, *name, a))
+	out, err := yaml.Marshal(manifest.ClaimTemplate(*namespace, *name, a))
 	if err != nil {
 		fmt.Fprintf(stderr, "nr1-agent claim: %v\n", err)
 		return 1
