@@ -10,8 +10,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 // runClaim is `nr1-agent claim [--name N] [--namespace NS] resources.yaml`: the
