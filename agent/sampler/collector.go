@@ -23,7 +23,7 @@ type Collector struct {
 	samples                                        Samples
 	source, bpfRefused                             string
 	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
-	uncertain                                      *prometheus.Desc
+	uncertain, cgUsage                             *prometheus.Desc
 	sourceDesc, refusedDesc                        *prometheus.Desc
 }
 
@@ -39,6 +39,7 @@ func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 		refusedDesc:  prometheus.NewDesc("nr1_footprint_bpf_refused", "1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).", []string{"reason"}, nil),
 		allocated:    prometheus.NewDesc("nr1_allocated", "NR1 units allocated to a container by the kubelet (MB or queues).", ctr, nil),
 		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
+		cgUsage:      prometheus.NewDesc("nr1_cg_usage", "NR1 units a CG holds (MB or queues), what its ratio is of: a buffer or queue several of its containers hold counts once.", []string{"namespace", "pod", "resource"}, nil),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
 		unattributed: prometheus.NewDesc("nr1_unattributed_usage", "NR1 units held by processes outside every known container (MB or queues).", []string{"resource"}, nil),
 		uncertain:    prometheus.NewDesc("nr1_usage_uncertain", "1 for a CG whose processes the last scan could not all read in its time (a flood of fds or mappings): its usage is a lower bound, acted on only when even that is over.", []string{"namespace", "pod"}, nil),
@@ -53,6 +54,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.allocated
 	ch <- c.usage
 	ch <- c.ratio
+	ch <- c.cgUsage
 	ch <- c.unattributed
 	ch <- c.unknown
 	ch <- c.uncertain
@@ -101,6 +103,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		for _, r := range nr1.All {
+			ch <- prometheus.MustNewConstMetric(c.cgUsage, prometheus.GaugeValue, r.InUnits(cg.Usage[r]), cg.Namespace, cg.Name, r.Short())
 			ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, float64(cg.Ratio[r]), cg.Namespace, cg.Name, r.Short())
 		}
 	}
