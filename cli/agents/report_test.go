@@ -52,8 +52,8 @@ func TestParse(t *testing.T) {
 		*r.Usage[nr1.ComputeDMAMemory] != 3 || r.Ratio[nr1.HypervisorQueue] != 1 || len(r.Containers) != 2 {
 		t.Fatalf("resnet50 %+v", r)
 	}
-	if g := r.Containers[1]; g.Name != "graph" || g.Allocation[nr1.ComputeDMAMemory] != nil || *g.Usage[nr1.ComputeDMAMemory] != 2 {
-		t.Errorf("graph %+v: a container given nothing has no allocation, and holds 2 MB", g)
+	if g := r.Containers[1]; g.Name != "graph" || *g.Allocation[nr1.ComputeDMAMemory] != 0 || *g.Usage[nr1.ComputeDMAMemory] != 2 {
+		t.Errorf("graph %+v: a container given nothing was given zero (it has no allocation series), and holds 2 MB", g)
 	}
 	hog := pod(n, "ml", "hog")
 	e := hog.EnforcementOf("u-hog")
