@@ -10,7 +10,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
 )
@@ -187,5 +190,46 @@ func TestExplainUnknown(t *testing.T) {
 				t.Errorf("no %q in\n%s", tc.want, out.String())
 			}
 		})
+	}
+}
+
+// The DRA example is what inject writes from the device-plugin example and the CG's
+// resources.yaml: the same template, and the pod claiming it from both containers.
+func TestInjectWritesTheDRAExample(t *testing.T) {
+	var out, errOut bytes.Buffer
+	cmd := newRoot(nil, &out, &errOut)
+	cmd.SetArgs([]string{"inject", "-f", "../../nr1/testdata/resnet50-resources.yaml", "--mode", "dra", "-c", "health-handler,graph", "../../deploy/examples/resnet50-cg.yaml"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("%v: %s", err, errOut.String())
+	}
+	b, err := os.ReadFile("../../deploy/examples/resnet50-cg-dra.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := strings.Split(out.String(), "---\n"), strings.Split(string(b), "\n---\n")
+	var injected, example resourceapi.ResourceClaimTemplate
+	if err := sigsyaml.UnmarshalStrict([]byte(got[0]), &injected); err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.UnmarshalStrict([]byte(want[0]), &example); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(injected, example) {
+		t.Errorf("the example's template differs from inject's:\n%s", got[0])
+	}
+	var pod, examplePod corev1.Pod
+	if err := sigsyaml.UnmarshalStrict([]byte(got[1]), &pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := sigsyaml.UnmarshalStrict([]byte(want[1]), &examplePod); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(pod.Spec.ResourceClaims, examplePod.Spec.ResourceClaims) {
+		t.Errorf("pod claims %+v, the example's %+v", pod.Spec.ResourceClaims, examplePod.Spec.ResourceClaims)
+	}
+	for i, c := range pod.Spec.Containers {
+		if !equality.Semantic.DeepEqual(c.Resources, examplePod.Spec.Containers[i].Resources) {
+			t.Errorf("container %s resources %+v, the example's %+v", c.Name, c.Resources, examplePod.Spec.Containers[i].Resources)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 // Command nr1-agent is the NR1 node agent: it advertises the NR1 resources to the
 // kubelet and enforces what each compute graph was allocated. `nr1-agent cleanup`
-// undoes on a node what the agent did there; `nr1-agent claim resources.yaml` writes a
-// CG's ResourceClaimTemplate for a node in DRA mode.
+// undoes on a node what the agent did there.
 package main
 
 import (
@@ -29,9 +28,6 @@ func main() {
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "cleanup" {
 		return runCleanup(args[1:], getenv, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "claim" {
-		return runClaim(args[1:], stdout, stderr)
 	}
 	cfg, err := config.Load(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
