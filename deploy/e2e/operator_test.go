@@ -61,7 +61,9 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "prometheus.yaml")
 	writeFile(t, path, rendered)
 	run(t, "kubectl", "apply", "--server-side", "--field-manager=nr1-e2e", "--validate=strict", "-n", "nr1-system", "-f", path)
-	t.Cleanup(func() { _ = exec.Command("kubectl", "delete", "--ignore-not-found", "-n", "nr1-system", "-f", path).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("kubectl", "delete", "--ignore-not-found", "-n", "nr1-system", "-f", path).Run()
+	})
 
 	// What the API server stored is what the chart meant: the endpoint on the metrics
 	// port, every rule of the canonical file.
@@ -89,7 +91,9 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var file struct{ Groups []struct{ Rules []json.RawMessage } }
+	var file struct {
+		Groups []struct{ Rules []json.RawMessage }
+	}
 	if err := sigsyaml.Unmarshal(b, &file); err != nil {
 		t.Fatal(err)
 	}
