@@ -50,6 +50,9 @@ type Footprint struct {
 // LoadFootprint loads the task_file and task_vma iterators. It fails when the kernel
 // lacks BPF iterators or BTF.
 func LoadFootprint() (*Footprint, error) {
+	if err := haveSyscall(); err != nil {
+		return nil, fmt.Errorf("loading footprint programs: %w", err)
+	}
 	var f Footprint
 	if err := loadFootprintObjects(&f.objs, nil); err != nil {
 		return nil, fmt.Errorf("loading footprint programs: %w", err)

@@ -29,6 +29,9 @@ type Throttle struct {
 
 // LoadThrottle loads the program denying devices, with its pins under pinDir (in bpffs).
 func LoadThrottle(pinDir string, devices []Device) (*Throttle, error) {
+	if err := haveSyscall(); err != nil {
+		return nil, fmt.Errorf("loading throttle program: %w", err)
+	}
 	// The nearest existing directory tells which file system the pins would land in.
 	d := pinDir
 	var st unix.Statfs_t

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -13,7 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/bpf"
 )
 
 // apiServer answers as the API server does about the agent's pod and its DaemonSet,
@@ -70,6 +74,20 @@ func TestStoppedAgentUndoesItsWorkOnlyWhenUninstalled(t *testing.T) {
 				t.Fatalf("mounting bpffs: %v", err)
 			}
 			t.Cleanup(func() { _ = unix.Unmount(bpffs, unix.MNT_DETACH) })
+			// The agent makes its pin directory as it loads the throttle, which a kernel
+			// without cgroup device programs refuses: it would then have nothing to undo.
+			probe := filepath.Join(bpffs, "probe")
+			thr, err := bpf.LoadThrottle(probe, nil)
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				t.Skipf("kernel lacks cgroup device programs: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = thr.Close()
+			if err := os.Remove(probe); err != nil {
+				t.Fatal(err)
+			}
 			api := &apiServer{uninstall: make(chan struct{}), watching: make(chan struct{})}
 			srv := httptest.NewServer(api)
 			t.Cleanup(srv.Close)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -157,26 +158,40 @@ func TestParseStepErrors(t *testing.T) {
 	}
 }
 
-// mappedOffsets lists the file offsets (MB) of this process's mappings of path.
-func mappedOffsets(t *testing.T, path string) []int64 {
+// mappedRanges lists the file ranges (MB, [from to)) of this process's mappings of
+// path, merged where they touch: the kernel merges mappings adjacent both in memory and
+// in the file, which depends on where mmap places them (top down natively, bottom up
+// under qemu-user).
+func mappedRanges(t *testing.T, path string) [][2]int64 {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []int64
+	var ranges [][2]int64
 	for _, line := range strings.Split(string(b), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) < 6 || fields[5] != path {
 			continue
 		}
-		var off int64
+		var lo, hi, off int64
+		if _, err := fmt.Sscanf(fields[0], "%x-%x", &lo, &hi); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := fmt.Sscanf(fields[2], "%x", &off); err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, off/mb)
+		ranges = append(ranges, [2]int64{off / mb, (off + hi - lo) / mb})
 	}
-	slices.Sort(out) // maps lists by address, not by offset
+	slices.SortFunc(ranges, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) }) // maps lists by address
+	var out [][2]int64
+	for _, r := range ranges {
+		if n := len(out); n > 0 && r[0] <= out[n-1][1] {
+			out[n-1][1] = max(out[n-1][1], r[1])
+			continue
+		}
+		out = append(out, r)
+	}
 	return out
 }
 
@@ -191,8 +206,8 @@ func TestDMAOffsetPlacesTheBuffers(t *testing.T) {
 	if err := l.apply(Holding{ComputeDMAMB: 4}); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(mappedOffsets(t, l.compute.path)); got != "[1 3]" {
-		t.Errorf("mappings at %s MB, want [1 3]: the first at the offset, the growth after it", got)
+	if got := fmt.Sprint(mappedRanges(t, l.compute.path)); got != "[[1 5]]" || mappedMB(t, l.compute.path) != 4 {
+		t.Errorf("4 MB mapped at %s MB, want [[1 5]]: the first at the offset, the growth after it", got)
 	}
 	if err := l.apply(Holding{}); err != nil {
 		t.Fatal(err)

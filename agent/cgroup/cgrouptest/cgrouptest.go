@@ -199,6 +199,16 @@ func (r *Rig) Cmd(cg, mode string) *exec.Cmd {
 	return c
 }
 
+// skipWithoutClone3 skips the test when a helper could not start for want of clone3,
+// the only way to place a process in a cgroup as it starts: kernels before 5.7 and
+// qemu-user lack it.
+func (r *Rig) skipWithoutClone3(err error) {
+	r.T.Helper()
+	if errors.Is(err, syscall.ENOSYS) {
+		r.T.Skipf("no clone3(CLONE_INTO_CGROUP) to start a helper inside a cgroup: %v", err)
+	}
+}
+
 // Open tries a new open of the queue device from inside cg and returns the errno.
 func (r *Rig) Open(cg string) syscall.Errno {
 	r.T.Helper()
@@ -207,6 +217,7 @@ func (r *Rig) Open(cg string) syscall.Errno {
 	if errors.As(err, &exit) {
 		return syscall.Errno(exit.ExitCode())
 	}
+	r.skipWithoutClone3(err)
 	if err != nil {
 		r.T.Fatal(err)
 	}
@@ -218,6 +229,7 @@ func (r *Rig) Hold(cg string) *exec.Cmd {
 	r.T.Helper()
 	c := r.Cmd(cg, "hold")
 	if err := c.Start(); err != nil {
+		r.skipWithoutClone3(err)
 		r.T.Fatal(err)
 	}
 	r.T.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
