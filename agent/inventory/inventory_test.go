@@ -227,11 +227,13 @@ func (w *world) putContainers(t *testing.T, ctrs ...fakecri.Container) {
 	})
 }
 
+// seenAll: the pod holds each container as given, so that a container replaced under
+// the same ID is waited for too.
 func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
 	for _, want := range ctrs {
 		found := false
 		for _, c := range p.Containers {
-			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) {
+			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && (want.Info != "" || c.CgroupsPath == want.CgroupsPath) {
 				found = true
 			}
 		}

@@ -31,8 +31,9 @@ type rig struct {
 
 // start serves a fake runtime with a ResNet-50-like pod and runs a watcher on it, timed
 // by a fake clock: a resync, a poll or a reconnection happens when the test steps it.
-// Unset options are a 50 ms poll and a 50 ms backoff bound.
-func start(t *testing.T, noEvents bool, opts Options) *rig {
+// Unset options are a 50 ms poll and a 50 ms backoff bound. Extra containers are there
+// before the watcher starts: those its first list must find.
+func start(t *testing.T, noEvents bool, opts Options, extra ...fakecri.Container) *rig {
 	t.Helper()
 	socket := filepath.Join(t.TempDir(), "cri.sock")
 	cri := fakecri.New(socket)
@@ -42,6 +43,9 @@ func start(t *testing.T, noEvents bool, opts Options) *rig {
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh", Annotations: map[string]string{"nr1.neureality.ai/compute_dma_memory": "3"}}, true)
 	cri.PutContainer(fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", Image: "nr1-load", PID: 102,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-g"}, true)
+	for _, c := range extra {
+		cri.PutContainer(c, true)
+	}
 	if err := cri.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -385,10 +389,10 @@ func TestUnchangedRelistWakesNoOne(t *testing.T) {
 // A container whose verbose info cannot be read is kept without PID or cgroup: the list
 // goes on, the runtime stays connected, and the other containers keep theirs.
 func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {
-	r := start(t, false, Options{Resync: time.Hour})
-	r.cri.PutContainer(fakecri.Container{ID: "c-bad", SandboxID: "sb1", Name: "bad", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-bad",
-		Info: `{"pid":103,"runtimeSpec":{"linux":{"cgroupsPath":`}, true)
-	r.cri.PutContainer(fakecri.Container{ID: "c-neg", SandboxID: "sb1", Name: "negative", Info: `{"pid":-1}`}, true)
+	r := start(t, false, Options{Resync: time.Hour},
+		fakecri.Container{ID: "c-bad", SandboxID: "sb1", Name: "bad", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-bad",
+			Info: `{"pid":103,"runtimeSpec":{"linux":{"cgroupsPath":`},
+		fakecri.Container{ID: "c-neg", SandboxID: "sb1", Name: "negative", Info: `{"pid":-1}`})
 	s := r.until(t, 2*time.Second, "initial list", hasContainers("uid-1", "bad", "graph", "health-handler", "negative"))
 	if !s.Connected {
 		t.Error("runtime reported unreachable over one container's info")
