@@ -351,12 +351,15 @@ func containerGroup(groups *[]group, cgGroup int, name string) int {
 }
 
 // Ratios divides usage (base units) by allocation (resource units) per resource. Usage
-// with no allocation is over a zero allocation: +Inf.
+// with no allocation is over a zero allocation: +Inf. Except the docker partition of a
+// pod given no NR1 resource at all: every pod's image sits in the partition, and only
+// CGs are held to a partition budget; any other pod's is 0, not over.
 func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
 	var r Ratio
 	for _, res := range nr1.All {
 		alloc := float64(res.InBase(allocation[res]))
 		switch {
+		case res == nr1.DockerPartition && allocation == nr1.Amounts{}:
 		case alloc > 0:
 			r[res] = Fraction(float64(usage[res]) / alloc)
 		case usage[res] > 0:

@@ -346,3 +346,20 @@ func TestNoRestOnceChangesStop(t *testing.T) {
 		t.Errorf("changes stopped: next sample in %v, want the interval", d)
 	}
 }
+
+// Every pod's image sits in the docker partition: a pod given no NR1 resource is not
+// over a partition budget it was never given (its ratio would fire the over-allocation
+// alert for the agent itself), while one holding a queue is over its zero allocation,
+// and a CG given other resources but no partition is over on the partition too.
+func TestRatiosOfPodsGivenNothing(t *testing.T) {
+	image := nr1.Usage{0, 0, 18 << 20, 0}
+	if r := Ratios(image, nr1.Amounts{}); r[nr1.DockerPartition] != 0 {
+		t.Errorf("a pod given nothing, holding its image: partition ratio %v, want 0", r[nr1.DockerPartition])
+	}
+	if r := Ratios(nr1.Usage{0, 0, 18 << 20, 1}, nr1.Amounts{}); !math.IsInf(float64(r[nr1.HypervisorQueue]), 1) || r[nr1.DockerPartition] != 0 {
+		t.Errorf("a pod given nothing, holding a queue: ratios %v, want +Inf on queues only", r)
+	}
+	if r := Ratios(image, nr1.Amounts{3, 0, 0, 7}); !math.IsInf(float64(r[nr1.DockerPartition]), 1) {
+		t.Errorf("a CG given no partition, holding its image: partition ratio %v, want +Inf", r[nr1.DockerPartition])
+	}
+}

@@ -111,6 +111,24 @@ func (r Ratio) MarshalJSON() ([]byte, error) {
 	}
 }
 
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *Ratio) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "null":
+		*r = Ratio(math.NaN())
+		return nil
+	case `"+Inf"`:
+		*r = Ratio(math.Inf(1))
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("ratio %s: %w", b, err)
+	}
+	*r = Ratio(f)
+	return nil
+}
+
 // Max is the CG's largest known ratio and its resource; NaN when none is known.
 func (c *CG) Max() (Ratio, nr1.Resource) {
 	best, at := Ratio(math.NaN()), nr1.Resource(0)

@@ -2,6 +2,7 @@ package agents
 
 import (
 	"bufio"
+	"encoding/json"
 	"math"
 	"os"
 	"regexp"
@@ -159,5 +160,23 @@ func TestFixtureMatchesTheAgentsMetrics(t *testing.T) {
 		if !slices.Equal(labels, want) && name != "nr1_build_info" {
 			t.Errorf("%s{%v}: the agent's labels are %v", name, labels, want)
 		}
+	}
+}
+
+func TestRatioJSONRoundTrip(t *testing.T) {
+	in := nr1.PerResource[Ratio]{1.5, Ratio(math.Inf(1)), Ratio(math.NaN()), 0}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"compute_dma_memory":1.5,"cpu_dma_memory":"+Inf","docker_partition":null,"ai_hypervisor_queue":0}` {
+		t.Fatalf("marshalled %s", b)
+	}
+	var out nr1.PerResource[Ratio]
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 1.5 || !math.IsInf(float64(out[1]), 1) || !math.IsNaN(float64(out[2])) || out[3] != 0 {
+		t.Errorf("read back %v", out)
 	}
 }

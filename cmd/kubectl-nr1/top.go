@@ -137,12 +137,14 @@ func writeTop(w io.Writer, nodes []*agents.Node, ns, output string) error {
 }
 
 // relevant: a CG given or holding some NR1 resource, or one the agent cannot judge.
+// Every pod's image sits in the docker partition: a pod given nothing that holds only
+// its image is no CG.
 func relevant(c *agents.CG) bool {
 	if c.AllocationUnknown || c.UsageUncertain || len(c.Enforcement) > 0 {
 		return true
 	}
 	for _, r := range nr1.All {
-		if c.Allocation[r] != nil && *c.Allocation[r] != 0 || c.Usage[r] != nil && *c.Usage[r] != 0 {
+		if c.Allocation[r] != nil && *c.Allocation[r] != 0 || r != nr1.DockerPartition && c.Usage[r] != nil && *c.Usage[r] != 0 {
 			return true
 		}
 	}
