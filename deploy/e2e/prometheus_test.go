@@ -156,6 +156,23 @@ scrape_configs:
 		}
 		return nil
 	})
+	// Only the CG over its allocation: not the pods given nothing, whose images sit in
+	// the docker partition too (the agent's own among them).
+	var r struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := getJSON("http://"+prom+"/api/v1/alerts", &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range r.Data.Alerts {
+		if a.Labels["alertname"] == "NR1CGOverAllocation" && a.Labels["pod"] != "alert-exempt" {
+			t.Errorf("NR1CGOverAllocation for %s/%s (%s)", a.Labels["namespace"], a.Labels["pod"], a.Labels["resource"])
+		}
+	}
 
 	// A queue hog is killed: the kill alert reaches Alertmanager.
 	running(t, c, createPod(t, c, loadPod("alert-hog", "--queues=2", "--step=3s:queues=20")))
