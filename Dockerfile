@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 --target nr1-agent .
-# Offline, `make image` builds the same images (same files, entrypoint and user) from
-# this file's final stages with deploy/local/ociimage.
+# Offline, `make image` builds the same images (same files, entrypoint and user, both
+# platforms) from this file's final stages with deploy/local/ociimage.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 ARG TARGETOS=linux
 ARG TARGETARCH

@@ -12,29 +12,38 @@ BENCH_COUNT ?= 6
 # fail a target with "context deadline exceeded" as the time runs out under load
 # (go.dev/issue/75804). A duration (FUZZTIME=1m) still works.
 FUZZTIME ?= 300000x
-GOARCH ?= $(shell $(GO) env GOARCH)
+# The architectures the images hold; arm64 is the NR1 node's.
+ARCHES := amd64 arm64
 IMAGES := _output/images
+# The agent image's budget per platform, compressed as containerd counts it.
+AGENT_IMAGE_MAX := 20MiB
 IMAGE_TAG ?= dev
 STACK := deploy/local/stack.sh
 export NR1_CACHE := $(CACHE)
 export NR1_BIN := $(CURDIR)/bin
 export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
-DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager
+# qemu-user: make test-arm64.
+DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager qemu-user
 
-.PHONY: help build test fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build $(ARCHES:%=build-%) test test-arm64 fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build the binaries into bin/
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/... ./deploy/local/pause ./deploy/local/ociimage
+BINARIES := ./cmd/... ./deploy/local/pause ./deploy/local/ociimage
 
-image: build ## build the nr1-agent and nr1-load images offline (OCI archives in _output/images)
+build: ## build the binaries for this machine into bin/
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ $(BINARIES)
+
+build-amd64 build-arm64: build-%: ## cross-build the binaries for linux/amd64 or linux/arm64 into bin/linux_<arch>/
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/linux_$*/ $(BINARIES)
+
+image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load and pause images offline, each one OCI archive for amd64 and arm64 (_output/images)
 	@mkdir -p $(IMAGES)
-	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) --arch $(GOARCH) --file bin/nr1-agent:/nr1-agent --out $(IMAGES)/nr1-agent.tar
-	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) --arch $(GOARCH) --file bin/nr1-load:/nr1-load --out $(IMAGES)/nr1-load.tar
-	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 --arch $(GOARCH) --file bin/pause:/pause --out $(IMAGES)/pause.tar
+	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-agent:/nr1-agent) --max-compressed $(AGENT_IMAGE_MAX) --out $(IMAGES)/nr1-agent.tar
+	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load) --out $(IMAGES)/nr1-load.tar
+	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/pause:/pause) --out $(IMAGES)/pause.tar
 
 up: image ## bring up the local node stack with the simulated NR1 (root)
 	$(STACK) up
@@ -50,6 +59,9 @@ e2e: image ## end-to-end tests on the local cluster (brought up and torn down)
 
 test: ## run the tests (privileged tests need root)
 	$(GO) test -race -count=1 ./...
+
+test-arm64: ## run the tests built for arm64 under qemu-user (root: registers a binfmt_misc handler for the run)
+	GO=$(GO) deploy/ci/test-arm64.sh
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 300000 inputs); crashers land in the package's testdata/fuzz
 	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/ci/fuzz.sh

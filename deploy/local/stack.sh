@@ -143,6 +143,8 @@ import_images() {
   [ -n "$dir" ] && [ -d "$dir" ] || return 0
   for tar in "$dir"/*.tar; do
     [ -f "$tar" ] || continue
+    # Each archive is one image index for amd64 and arm64: the image stays the index,
+    # this machine's platform is kept and unpacked, the others' blobs are dropped.
     ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --local "$tar" >/dev/null
     log "imported $(basename "$tar")"
   done

@@ -4,7 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/rand"
+	"debug/elf"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -43,68 +47,154 @@ func blob(t *testing.T, files map[string][]byte, digest string) []byte {
 	return b
 }
 
-// TestImageReproducesDockerfileStage builds the agent image from the project's own
-// Dockerfile stage and reads back what containerd will import.
-func TestImageReproducesDockerfileStage(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "nr1-agent")
-	if err := os.WriteFile(bin, []byte("#!binary"), 0o755); err != nil {
+// elfFile writes an ELF header for machine m and some bytes after it: what the image
+// tool reads of a binary.
+func elfFile(t *testing.T, path string, m elf.Machine) {
+	t.Helper()
+	hdr := elf.Header64{Type: uint16(elf.ET_EXEC), Machine: uint16(m), Version: uint32(elf.EV_CURRENT), Ehsize: 64}
+	copy(hdr.Ident[:], elf.ELFMAG)
+	hdr.Ident[elf.EI_CLASS] = byte(elf.ELFCLASS64)
+	hdr.Ident[elf.EI_DATA] = byte(elf.ELFDATA2LSB)
+	hdr.Ident[elf.EI_VERSION] = byte(elf.EV_CURRENT)
+	var b bytes.Buffer
+	if err := binary.Write(&b, binary.LittleEndian, hdr); err != nil {
 		t.Fatal(err)
 	}
+	b.WriteString(strings.Repeat(m.String(), 100))
+	if err := os.WriteFile(path, b.Bytes(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type desc struct {
+	MediaType   string
+	Digest      string
+	Size        int
+	Platform    map[string]string
+	Annotations map[string]string
+}
+
+type index struct {
+	MediaType string
+	Manifests []desc
+}
+
+// agentImage builds the agent image from the project's own Dockerfile stage, for amd64
+// and arm64, each with an ELF header of its machine, and returns the archive's path and
+// what the tool reported.
+func agentImage(t *testing.T, dir string, extra ...string) (string, string, error) {
+	t.Helper()
+	args := []string{"--dockerfile", "../../../Dockerfile", "--target", "nr1-agent", "--name", "nr1.local/nr1-agent:dev"}
+	for arch, m := range map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64} {
+		bin := filepath.Join(dir, arch, "nr1-agent")
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		elfFile(t, bin, m)
+		args = append(args, "--file", arch+"="+bin+":/nr1-agent")
+	}
 	out := filepath.Join(dir, "img.tar")
-	err := run([]string{"--dockerfile", "../../../Dockerfile", "--target", "nr1-agent", "--name", "nr1.local/nr1-agent:dev",
-		"--arch", "arm64", "--file", bin + ":/nr1-agent", "--out", out})
+	var report bytes.Buffer
+	err := run(append(append(args, extra...), "--out", out), &report)
+	return out, report.String(), err
+}
+
+// TestImageHoldsEachPlatform builds the agent image from the project's own Dockerfile
+// stage and reads back what containerd will import: one image index under the image's
+// name, listing a manifest per platform, each with its architecture in the index entry
+// and the config, and a layer holding that architecture's binary.
+func TestImageHoldsEachPlatform(t *testing.T) {
+	dir := t.TempDir()
+	out, report, err := agentImage(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := readArchive(t, out)
-	var index struct {
-		Manifests []struct {
-			Digest      string
-			Platform    map[string]string
-			Annotations map[string]string
+	var layout index
+	if err := json.Unmarshal(files["index.json"], &layout); err != nil || len(layout.Manifests) != 1 {
+		t.Fatalf("index.json %s: %v", files["index.json"], err)
+	}
+	top := layout.Manifests[0]
+	if top.MediaType != mediaIndex || top.Annotations["io.containerd.image.name"] != "nr1.local/nr1-agent:dev" || top.Annotations["org.opencontainers.image.ref.name"] != "dev" {
+		t.Errorf("index.json names %+v, want the image index under the image's name", top)
+	}
+	indexBlob := blob(t, files, top.Digest)
+	var idx index
+	if err := json.Unmarshal(indexBlob, &idx); err != nil || idx.MediaType != mediaIndex {
+		t.Fatalf("image index %s: %v", indexBlob, err)
+	}
+	var platforms []string
+	for _, m := range idx.Manifests {
+		arch := m.Platform["architecture"]
+		platforms = append(platforms, m.Platform["os"]+"/"+arch)
+		manifestBlob := blob(t, files, m.Digest)
+		var manifest struct {
+			Config desc
+			Layers []desc
+		}
+		if err := json.Unmarshal(manifestBlob, &manifest); err != nil || m.MediaType != mediaManifest || len(manifest.Layers) != 1 {
+			t.Fatalf("%s manifest %s: %v", arch, manifestBlob, err)
+		}
+		configBlob := blob(t, files, manifest.Config.Digest)
+		var cfg struct {
+			Architecture, OS string
+			Config           struct {
+				Entrypoint []string
+				User       string
+			}
+			RootFS struct {
+				DiffIDs []string `json:"diff_ids"`
+			}
+		}
+		if err := json.Unmarshal(configBlob, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Architecture != arch || cfg.OS != "linux" || strings.Join(cfg.Config.Entrypoint, " ") != "/nr1-agent" || cfg.Config.User != "0:0" {
+			t.Errorf("%s config %+v", arch, cfg)
+		}
+		layerBlob := blob(t, files, manifest.Layers[0].Digest)
+		zr, err := gzip.NewReader(bytes.NewReader(layerBlob))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != digest(raw) {
+			t.Errorf("%s diff IDs %v, want the uncompressed layer's %s", arch, cfg.RootFS.DiffIDs, digest(raw))
+		}
+		tr := tar.NewReader(bytes.NewReader(raw))
+		h, err := tr.Next()
+		if err != nil || h.Name != "nr1-agent" || h.Mode != 0o755 {
+			t.Fatalf("%s layer entry %+v %v", arch, h, err)
+		}
+		bin, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := elf.NewFile(bytes.NewReader(bin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Machine != machines[arch] {
+			t.Errorf("the %s layer holds a binary for %v", arch, f.Machine)
+		}
+		// containerd's image size for the platform: what the walk from the image's
+		// target (the index) down the platform's manifest meets.
+		size := len(indexBlob) + len(manifestBlob) + len(configBlob) + len(layerBlob)
+		line := fmt.Sprintf("nr1.local/nr1-agent:dev linux/%s: %s compressed (containerd's image size), %s unpacked", arch, mib(int64(size)), mib(int64(len(bin))))
+		if !strings.Contains(report, line+"\n") {
+			t.Errorf("report %q lacks %q", report, line)
 		}
 	}
-	if err := json.Unmarshal(files["index.json"], &index); err != nil || len(index.Manifests) != 1 {
-		t.Fatalf("index %s: %v", files["index.json"], err)
+	if got := strings.Join(platforms, " "); got != "linux/amd64 linux/arm64" {
+		t.Errorf("platforms %s, want linux/amd64 linux/arm64", got)
 	}
-	m := index.Manifests[0]
-	if m.Platform["architecture"] != "arm64" || m.Platform["os"] != "linux" || m.Annotations["io.containerd.image.name"] != "nr1.local/nr1-agent:dev" {
-		t.Errorf("index entry %+v", m)
-	}
-	var manifest struct {
-		Config struct{ Digest string }
-		Layers []struct{ Digest string }
-	}
-	if err := json.Unmarshal(blob(t, files, m.Digest), &manifest); err != nil || len(manifest.Layers) != 1 {
-		t.Fatalf("manifest: %v", err)
-	}
-	var cfg struct {
-		Architecture string
-		Config       struct {
-			Entrypoint []string
-			User       string
-		}
-	}
-	if err := json.Unmarshal(blob(t, files, manifest.Config.Digest), &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Architecture != "arm64" || strings.Join(cfg.Config.Entrypoint, " ") != "/nr1-agent" || cfg.Config.User != "0:0" {
-		t.Errorf("config %+v", cfg)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(blob(t, files, manifest.Layers[0].Digest)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(zr)
-	h, err := tr.Next()
-	if err != nil || h.Name != "nr1-agent" || h.Mode != 0o755 {
-		t.Fatalf("layer entry %+v %v", h, err)
-	}
+
 	// Reproducible: the same inputs give the same archive.
-	again := filepath.Join(dir, "again.tar")
-	if err := run([]string{"--dockerfile", "../../../Dockerfile", "--target", "nr1-agent", "--name", "nr1.local/nr1-agent:dev",
-		"--arch", "arm64", "--file", bin + ":/nr1-agent", "--out", again}); err != nil {
+	again, _, err := agentImage(t, filepath.Join(dir, "again"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out)
@@ -114,14 +204,77 @@ func TestImageReproducesDockerfileStage(t *testing.T) {
 	}
 }
 
+// A binary built for another architecture than the one it is given for is refused:
+// containerd would run it on a node of that architecture, where it cannot run.
+func TestForeignBinaryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pause")
+	elfFile(t, bin, elf.EM_X86_64)
+	out := filepath.Join(dir, "img.tar")
+	err := run([]string{"--entrypoint", "/pause", "--name", "p:1", "--file", "amd64=" + bin + ":/pause", "--file", "arm64=" + bin + ":/pause", "--out", out}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "linux/arm64") || !strings.Contains(err.Error(), "EM_X86_64") {
+		t.Errorf("an amd64 binary given for arm64: %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("an archive was written: %v", err)
+	}
+}
+
+// Over --max-compressed, the image is refused, naming the platform and its size, and
+// no archive is written.
+func TestCompressedSizeLimit(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 64<<10)
+	if _, err := rand.Read(data); err != nil { // incompressible
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "data")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "img.tar")
+	args := []string{"--entrypoint", "/data", "--name", "d:1", "--file", "arm64=" + file + ":/data", "--out", out}
+	err := run(append(args, "--max-compressed", "32KiB"), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "linux/arm64 is 0.06 MiB compressed, over 0.03 MiB") {
+		t.Errorf("64 KiB of random bytes under a 32 KiB limit: %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("an archive was written: %v", err)
+	}
+	if err := run(append(args, "--max-compressed", "1MiB"), io.Discard); err != nil {
+		t.Errorf("under the limit: %v", err)
+	}
+}
+
+func TestSizeFlag(t *testing.T) {
+	for v, want := range map[string]size{"0": 0, "512": 512, "20MiB": 20 << 20, "3KiB": 3 << 10, "1GiB": 1 << 30} {
+		var s size
+		if err := s.Set(v); err != nil || s != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", v, s, err, want)
+		}
+	}
+	for _, bad := range []string{"", "20MB", "-1", "1.5MiB", "MiB", "9999999999999GiB"} {
+		var s size
+		if err := s.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted: %d", bad, s)
+		}
+	}
+}
+
 func TestStageMismatchIsRefused(t *testing.T) {
 	df := "FROM golang AS build\nRUN make\nFROM scratch AS app\nCOPY --from=build /out/app /app\nUSER 65532\nENTRYPOINT [\"/app\"]\n"
 	st, err := parseStage(strings.NewReader(df), "app")
 	if err != nil || st.user != "65532" || st.entrypoint[0] != "/app" || st.copies[0] != "/app" {
 		t.Fatalf("%+v %v", st, err)
 	}
-	if err := (fileList{"/bin/app": "x"}).match(st.copies); err == nil {
-		t.Error("a file at another path accepted")
+	for _, files := range []fileList{
+		{"amd64": {"/bin/app": "x"}},                                    // another path
+		{"amd64": {"/app": "x"}, "arm64": {}},                           // a platform without it
+		{"amd64": {"/app": "x"}, "arm64": {"/app": "x", "/etc/x": "y"}}, // a platform with more
+	} {
+		if err := files.match(st.copies); err == nil {
+			t.Errorf("%v accepted for COPY to /app", files)
+		}
 	}
 	for _, bad := range []string{
 		"FROM alpine AS app\nENTRYPOINT [\"/app\"]\n",
@@ -131,6 +284,18 @@ func TestStageMismatchIsRefused(t *testing.T) {
 	} {
 		if _, err := parseStage(strings.NewReader(bad), "app"); err == nil {
 			t.Errorf("accepted %q", bad)
+		}
+	}
+}
+
+func TestFileFlag(t *testing.T) {
+	f := fileList{}
+	if err := f.Set("arm64=bin/linux_arm64/nr1-agent:/nr1-agent"); err != nil || f["arm64"]["/nr1-agent"] != "bin/linux_arm64/nr1-agent" {
+		t.Errorf("Set: %v %v", f, err)
+	}
+	for _, bad := range []string{"bin/x:/x", "arm64=bin/x", "arm64=bin/x:x", "arm64=:/x", "mips=bin/x:/x", "arm64=bin/y:/nr1-agent"} {
+		if err := f.Set(bad); err == nil {
+			t.Errorf("Set(%q) accepted", bad)
 		}
 	}
 }
