@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -79,7 +80,10 @@ func (s Source) Read(ctx context.Context, pod *corev1.Pod) *Node {
 		return failed("agent pod is %s", pod.Status.Phase)
 	}
 	raw, err := s.Pods.Pods(pod.Namespace).ProxyGet("http", pod.Name, strconv.Itoa(port(pod)), "metrics", nil).DoRaw(ctx)
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		return failed("forbidden to read its metrics through the API server (get pods/proxy in namespace %s: the nr1-agent-reader Role grants it)", pod.Namespace)
+	case err != nil:
 		return failed("reading its metrics through the API server: %v", err)
 	}
 	n, err := Parse(pod.Spec.NodeName, name, bytes.NewReader(raw))

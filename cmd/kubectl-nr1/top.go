@@ -46,7 +46,21 @@ know is shown as <unknown>, never as zero.`,
 			if err != nil {
 				return err
 			}
-			return writeTop(o.out, nodes, ns, output)
+			if err := writeTop(o.out, nodes, ns, output); err != nil {
+				return err
+			}
+			// What could not be read is shown as unknown; the exit status says so too,
+			// for scripts.
+			unread := 0
+			for _, n := range nodes {
+				if n.Error != "" {
+					unread++
+				}
+			}
+			if unread > 0 {
+				return fmt.Errorf("%d of %d agents could not be read; their nodes are unknown", unread, len(nodes))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only this node")

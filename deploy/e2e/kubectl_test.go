@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -109,6 +112,46 @@ func TestKubectlNR1(t *testing.T) {
 		// -n scopes the CGs to a namespace; another namespace has none of them.
 		if out, err := kubectlNR1(t, nil, "top", "-n", "kube-system"); err != nil || strings.Contains(out, "resnet50") {
 			t.Errorf("top -n kube-system shows resnet50 (%v):\n%s", err, out)
+		}
+	})
+	t.Run("an operator with view and nr1-agent-reader", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		const operator, viewer = "nr1-e2e-operator", "nr1-e2e-viewer"
+		for _, user := range []string{operator, viewer} {
+			crb := &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: user + "-view"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "view"},
+				Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: user}},
+			}
+			if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(ctx, crb.Name, metav1.DeleteOptions{}) })
+		}
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: operator, Namespace: "nr1-system"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "nr1-agent-reader"},
+			Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: operator}},
+		}
+		if _, err := c.RbacV1().RoleBindings("nr1-system").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.RbacV1().RoleBindings("nr1-system").Delete(ctx, rb.Name, metav1.DeleteOptions{}) })
+		eventually(t, 10*time.Second, "kubectl nr1 top as an operator bound to view and nr1-agent-reader", func() error {
+			out, err := kubectlNR1(t, nil, "top", "-A", "--as", operator)
+			if err != nil {
+				return err
+			}
+			if !regexp.MustCompile(`(?m)^\S+\s+ai_hypervisor_queue\s+65536\s`).MatchString(out) {
+				return fmt.Errorf("no node capacity in\n%s", out)
+			}
+			return nil
+		})
+		// view alone cannot proxy to the agents: the node is unknown, and the exit says so.
+		out, err := kubectlNR1(t, nil, "top", "-A", "--as", viewer)
+		if err == nil || !strings.Contains(err.Error(), "1 of 1 agents could not be read") || !strings.Contains(out, "<unknown>") || !strings.Contains(out, "pods/proxy") {
+			t.Errorf("view alone: %v\n%s", err, out)
 		}
 	})
 	t.Run("inject", func(t *testing.T) {
