@@ -77,9 +77,9 @@ bench-agent: image ## the whole agent on the local stack: CPU and memory with 10
 		$(GO) test -tags e2e -run '^$$' -bench 'BenchmarkAgentCost|BenchmarkDetectionLatency|BenchmarkSchedulingLatency' -benchtime 5x -timeout 90m -v ./deploy/e2e/ | tee _output/bench/agent.out
 	for p in _output/bench/agent-cpu-*.pprof; do echo "== $$p"; $(GO) tool pprof -top -nodecount 30 $$p 2>/dev/null | head -40; done
 
-lint: $(TOOLS)/golangci-lint ## gofmt, go vet and golangci-lint
+lint: $(TOOLS)/golangci-lint ## gofmt, go vet (for each of ARCHES) and golangci-lint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
-	$(GO) vet ./...
+	$(foreach a,$(ARCHES),GOARCH=$(a) $(GO) vet ./... &&) true
 	$(TOOLS)/golangci-lint run ./...
 
 generate: ## regenerate generated code (bpf2go with clang)
