@@ -104,9 +104,11 @@ main() {
   go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
   build_kube
   go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+  GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" \
+    go_install prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
   # One directory on PATH for the scripts: links into the versioned directories.
   mkdir -p "$cache/path"
-  for d in "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION" "helm-$HELM_VERSION"; do
+  for d in "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION" "helm-$HELM_VERSION" "prometheus-$PROMETHEUS_VERSION"; do
     for f in "$bin/$d"/*; do ln -sfn "$f" "$cache/path/$(basename "$f")"; done
   done
   log "binaries ready in $cache/path"
