@@ -26,7 +26,7 @@ export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 # qemu-user: make test-arm64.
 DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager qemu-user
 
-.PHONY: help build $(ARCHES:%=build-%) test test-arm64 fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build $(ARCHES:%=build-%) dist test test-arm64 fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -44,6 +44,13 @@ image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load and pause imag
 	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-agent:/nr1-agent) --max-compressed $(AGENT_IMAGE_MAX) --out $(IMAGES)/nr1-agent.tar
 	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load) --out $(IMAGES)/nr1-load.tar
 	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/pause:/pause) --out $(IMAGES)/pause.tar
+
+dist: $(ARCHES:%=build-%) ## the kubectl plugin's release archives, one per architecture, with their checksums (_output/dist)
+	@mkdir -p _output/dist
+	for a in $(ARCHES); do \
+		tar -C bin/linux_$$a -czf _output/dist/kubectl-nr1_$(VERSION)_linux_$$a.tar.gz --owner 0 --group 0 --mtime @0 kubectl-nr1; \
+	done
+	cd _output/dist && sha256sum kubectl-nr1_$(VERSION)_linux_*.tar.gz > kubectl-nr1_$(VERSION)_SHA256SUMS && cat kubectl-nr1_$(VERSION)_SHA256SUMS
 
 up: image ## bring up the local node stack with the simulated NR1 (root)
 	$(STACK) up

@@ -37,11 +37,11 @@ happens next if nothing changes.`,
 				return err
 			}
 			ctx := cmd.Context()
-			pod, err := c.CoreV1().Pods(ns).Get(ctx, args[0], metav1.GetOptions{})
+			pod, err := c.Pods(ns).Get(ctx, args[0], metav1.GetOptions{})
 			if err != nil {
 				return fmt.Errorf("pod %s/%s: %w", ns, args[0], err)
 			}
-			events, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
+			events, err := c.Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 				"involvedObject.kind": "Pod", "involvedObject.name": pod.Name, "involvedObject.uid": string(pod.UID),
 			}.String()})
 			if err != nil {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
@@ -52,13 +52,15 @@ type options struct {
 	now            func() time.Time
 }
 
-func (o *options) client() (kubernetes.Interface, error) {
+// client is the core API group's client: all the plugin reads (pods, their proxy,
+// Events); the full clientset would add every other group to the binary.
+func (o *options) client() (corev1client.CoreV1Interface, error) {
 	cfg, err := o.config.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "kubectl-nr1/" + version
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := corev1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -74,8 +76,8 @@ func (o *options) namespace() (string, error) {
 	return ns, nil
 }
 
-func (o *options) source(c kubernetes.Interface) agents.Source {
-	return agents.Source{Pods: c.CoreV1(), Namespace: o.agentNamespace, Selector: o.agentSelector}
+func (o *options) source(c corev1client.CoreV1Interface) agents.Source {
+	return agents.Source{Pods: c, Namespace: o.agentNamespace, Selector: o.agentSelector}
 }
 
 func newRoot(in io.Reader, out, errOut io.Writer) *cobra.Command {
