@@ -78,5 +78,5 @@ func open(path string, stdin io.Reader) (io.Reader, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("pod spec: %w", err)
 	}
-	return f, func() { f.Close() }, nil
+	return f, func() { _ = f.Close() }, nil
 }

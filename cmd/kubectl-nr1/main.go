@@ -24,6 +24,12 @@ import (
 var version = "dev"
 
 func main() {
+	os.Exit(run())
+}
+
+// run returns the exit status: 2 for a command line that cannot be run, 1 for any
+// other failure.
+func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmd := newRoot(os.Stdin, os.Stdout, os.Stderr)
@@ -31,10 +37,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		var usage usageError
 		if errors.As(err, &usage) {
-			os.Exit(2)
+			return 2
 		}
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // usageError is a command line that cannot be run as written.
