@@ -236,6 +236,10 @@ func TestDRA(t *testing.T) {
 	}
 	t.Logf("six CGs share %s: consumed %v in %d shares", dra.DeviceName, consumed, len(shares))
 
+	// kubectl nr1 inject --mode dra: a CG's pod spec and its resources.yaml become a
+	// template and a pod claiming it, which the cluster runs and the agent knows.
+	injectDRA(t, c)
+
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
 	big := createExample(t, c, "oversized-cg-dra.yaml")
 	eventually(t, 30*time.Second, "the oversized CG unschedulable", func() error {
@@ -408,4 +412,48 @@ func TestDRASlicesOnlyOwnNode(t *testing.T) {
 	if _, err := as(node).ResourceV1().ResourceSlices().Create(context.Background(), slice, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("the agent of %s writing its own slice (dry run): %v", node, err)
 	}
+}
+
+// injectDRA runs a CG written by kubectl nr1 inject --mode dra from the toolchain's
+// resources.yaml, and removes it.
+func injectDRA(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	spec := `apiVersion: v1
+kind: Pod
+metadata: {name: injected, namespace: ` + draNS + `}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: health-handler
+      image: nr1.local/nr1-load:dev
+      imagePullPolicy: Never
+      args: [--compute-dma-mb=1, --queues=7]
+`
+	out, err := kubectlNR1(t, []byte(spec), "inject", "--mode", "dra", "-f", filepath.Join(repo, "nr1", "testdata", "resnet50-resources.yaml"), "-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl nr1 inject --mode dra -f resnet50-resources.yaml -:\n%s", out)
+	path := filepath.Join(t.TempDir(), "injected.yaml")
+	writeFile(t, path, []byte(out))
+	run(t, "kubectl", "apply", "-f", path)
+	pod, err := c.CoreV1().Pods(draNS).Get(context.Background(), "injected", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runningPod(t, c, pod)
+	eventually(t, 30*time.Second, "the injected DRA CG known to the agent at 3 / 0 / 2392 / 7", func() error {
+		cg, err := topJSON(t, "injected", "-n", draNS)
+		if err != nil {
+			return err
+		}
+		for r, want := range (nr1.Amounts{3, 0, 2392, 7}) {
+			if got := known(cg.Allocation[r]); got != float64(want) {
+				return fmt.Errorf("%s allocated %v", nr1.Resource(r).Short(), got)
+			}
+		}
+		return nil
+	})
+	run(t, "kubectl", "delete", "--wait=true", "--timeout=60s", "-f", path)
 }
