@@ -125,11 +125,14 @@ func (s story) write(w io.Writer) error {
 
 func (s story) writeResources(w io.Writer, cg *agents.CG, e *agents.Enforcement) {
 	switch {
-	case cg == nil && s.node != nil && s.node.Error == "":
-		fmt.Fprintln(w, "Resources: <unknown>: the agent's latest sample has no such pod (not running yet, ended, or just started)")
+	case cg == nil && s.ended():
+		fmt.Fprintf(w, "Resources: the pod has ended (%s): the agent measures running CGs only.%s\n", s.pod.Status.Phase, s.booked())
+		return
+	case cg == nil && s.agentRead():
+		fmt.Fprintf(w, "Resources: <unknown>: the agent's latest sample has no such pod yet (just started, or not running).%s\n", s.booked())
 		return
 	case cg == nil:
-		fmt.Fprintln(w, "Resources: <unknown>: the pod's agent could not be read")
+		fmt.Fprintf(w, "Resources: <unknown>: the pod's agent could not be read.%s\n", s.booked())
 		return
 	case cg.AllocationUnknown:
 		fmt.Fprintln(w, "Resources: <unknown>: the agent does not know this pod's allocation (not in the kubelet's answer yet, an answer too old, or Allocate annotations that disagree); it is not measured against one, nor acted on")
@@ -222,8 +225,12 @@ func (s story) writeEvents(w io.Writer) {
 // next says what happens if nothing changes.
 func (s story) next(cg *agents.CG, e *agents.Enforcement) string {
 	switch {
+	case cg == nil && s.ended():
+		return "nothing: the pod has ended."
+	case cg == nil && s.agentRead():
+		return "nothing until the agent samples the pod: it is neither measured nor acted on before."
 	case cg == nil:
-		return "<unknown>: the agent's view of the pod could not be read."
+		return "<unknown>: the pod's agent could not be read."
 	case cg.AllocationUnknown:
 		return "nothing: the agent does not act on a CG whose allocation it does not know."
 	case e != nil && !e.Ended.IsZero():
@@ -257,6 +264,33 @@ func (s story) next(cg *agents.CG, e *agents.Enforcement) string {
 	default:
 		return "nothing: the CG is within its allocation."
 	}
+}
+
+func (s story) ended() bool {
+	return s.pod.Status.Phase == corev1.PodSucceeded || s.pod.Status.Phase == corev1.PodFailed
+}
+
+func (s story) agentRead() bool { return s.node != nil && s.node.Error == "" }
+
+// booked is what the pod's spec books of each NR1 resource (the device plugin's
+// requests, summed over its containers), said when the agent's figures are missing.
+func (s story) booked() string {
+	var parts []string
+	for _, r := range nr1.All {
+		var n int64
+		for _, c := range s.pod.Spec.Containers {
+			if q, ok := c.Resources.Requests[corev1.ResourceName(r.Name())]; ok {
+				n += q.Value()
+			}
+		}
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", r.Short(), withUnit2(fmt.Sprint(n), r)))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " Its spec books " + strings.Join(parts, ", ") + "."
 }
 
 func (s story) when(t time.Time) string {

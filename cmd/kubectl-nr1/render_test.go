@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -176,12 +177,15 @@ func TestExplainUnknown(t *testing.T) {
 		want          string
 	}{
 		{"allocation unknown", "ml", "starting", nodes(t)[0], "Next: nothing: the agent does not act on a CG whose allocation it does not know."},
-		{"agent unread", "ml", "hog", nodes(t)[1], "Next: <unknown>: the agent's view of the pod could not be read."},
-		{"pod not sampled", "ml", "new", nodes(t)[0], "Resources: <unknown>: the agent's latest sample has no such pod"},
+		{"agent unread", "ml", "hog", nodes(t)[1], "Next: <unknown>: the pod's agent could not be read."},
+		{"pod not sampled", "ml", "new", nodes(t)[0], "Resources: <unknown>: the agent's latest sample has no such pod yet (just started, or not running). Its spec books compute_dma_memory 3 MB, ai_hypervisor_queue 7."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := hogPod()
 			p.Namespace, p.Name = tc.ns, tc.pod
+			p.Spec.Containers = []corev1.Container{{Name: "health-handler", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				"neureality.ai/compute_dma_memory_in_mb": resource.MustParse("3"), "neureality.ai/ai_hypervisor_queue": resource.MustParse("7"),
+			}}}}
 			var out bytes.Buffer
 			if err := (story{pod: p, node: tc.node, now: t0}).write(&out); err != nil {
 				t.Fatal(err)
@@ -230,6 +234,21 @@ func TestInjectWritesTheDRAExample(t *testing.T) {
 	for i, c := range pod.Spec.Containers {
 		if !equality.Semantic.DeepEqual(c.Resources, examplePod.Spec.Containers[i].Resources) {
 			t.Errorf("container %s resources %+v, the example's %+v", c.Name, c.Resources, examplePod.Spec.Containers[i].Resources)
+		}
+	}
+}
+
+// A CG killed and not restarted has ended: the agent has nothing of it, nothing is next.
+func TestExplainEnded(t *testing.T) {
+	p := hogPod()
+	p.Name, p.Status.Phase = "ramp", corev1.PodFailed
+	var out bytes.Buffer
+	if err := (story{pod: p, node: nodes(t)[0], now: t0}).write(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Resources: the pod has ended (Failed)", "Next: nothing: the pod has ended."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
 		}
 	}
 }
