@@ -46,7 +46,7 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 		}
 		return deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, clk, log), nil, nil
 	}
-	kc, err := kube.NewDRAClientset(cfg.Kubeconfig)
+	api, err := kube.NewResources(cfg.Kubeconfig)
 	if err != nil {
 		return nil, nil, fmt.Errorf("mode dra needs the API server: %w", err)
 	}
@@ -61,7 +61,7 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 	}
 	driver := dra.New(node, capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: files}, store, monitor, log)
 	log.Info("DRA mode", "driver", dra.DriverName, "node", node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
-	return &draOffer{driver: driver, run: func(ctx context.Context) error { return driver.Run(ctx, kc, cfg.Paths.Kubelet) }}, store, nil
+	return &draOffer{driver: driver, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
 }
 
 // draOffer is the DRA driver as an offer: registered for every resource at once.

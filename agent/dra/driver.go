@@ -5,16 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
-	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -35,7 +31,10 @@ type Driver struct {
 	health     HealthSource
 	log        *slog.Logger
 
-	helper atomic.Pointer[kubeletplugin.Helper]
+	// mu serializes preparing and unpreparing: the checkpoint and the CDI specs are
+	// written one claim at a time.
+	mu         sync.Mutex
+	registered atomic.Bool
 }
 
 // New returns the driver of node's NR1, of capacity, described by attributes.
@@ -43,49 +42,8 @@ func New(node string, capacity nr1.Amounts, attributes map[resourceapi.Qualified
 	return &Driver{node: node, capacity: capacity, attributes: attributes, cdi: cdi, store: store, health: health, log: log}
 }
 
-// Run registers the plugin with the kubelet under kubeletDir and publishes the node's
-// ResourceSlice, again whenever the NR1's health changes (an unhealthy NR1 is tainted),
-// until ctx ends.
-func (d *Driver) Run(ctx context.Context, kube kubernetes.Interface, kubeletDir string) error {
-	dataDir := filepath.Join(kubeletDir, "plugins", DriverName)
-	if err := os.MkdirAll(dataDir, 0o750); err != nil {
-		return fmt.Errorf("DRA kubelet plugin %s: %w", DriverName, err)
-	}
-	helper, err := kubeletplugin.Start(ctx, d,
-		kubeletplugin.DriverName(DriverName), kubeletplugin.KubeClient(kube), kubeletplugin.NodeName(d.node),
-		kubeletplugin.RegistrarDirectoryPath(filepath.Join(kubeletDir, "plugins_registry")),
-		kubeletplugin.PluginDataDirectoryPath(dataDir))
-	if err != nil {
-		return fmt.Errorf("DRA kubelet plugin %s: %w", DriverName, err)
-	}
-	d.helper.Store(helper)
-	defer helper.Stop()
-	for {
-		h, changed := d.health.Load()
-		if err := helper.PublishResources(ctx, d.Resources(h)); err != nil {
-			d.log.Error("publishing the NR1's ResourceSlice", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		}
-	}
-}
-
 // Registered says whether the kubelet has registered the plugin.
-func (d *Driver) Registered() bool {
-	h := d.helper.Load()
-	return h != nil && h.RegistrationStatus() != nil && h.RegistrationStatus().PluginRegistered
-}
-
-// Resources is the node's pool: one slice, the NR1.
-func (d *Driver) Resources(h device.Health) resourceslice.DriverResources {
-	healthy, reason := overall(h)
-	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.node: {Slices: []resourceslice.Slice{{Devices: []resourceapi.Device{Device(d.capacity, d.attributes, healthy, reason)}}}},
-	}}
-}
+func (d *Driver) Registered() bool { return d.registered.Load() }
 
 // overall is the NR1's health: healthy when every resource is.
 func overall(h device.Health) (bool, string) {
@@ -97,31 +55,65 @@ func overall(h device.Health) (bool, string) {
 	return true, ""
 }
 
+// PrepareResult is a claim's answer to the kubelet: a CDI device per share, or why the
+// claim was not prepared.
+type PrepareResult struct {
+	Devices []PreparedDevice
+	Err     error
+}
+
+// PreparedDevice is one share of the NR1 prepared for a claim's request.
+type PreparedDevice struct {
+	Requests             []string
+	PoolName, DeviceName string
+	CDIDeviceIDs         []string
+	ShareID              *types.UID
+}
+
+// ClaimRef names a claim the kubelet unprepares.
+type ClaimRef struct {
+	UID             types.UID
+	Namespace, Name string
+}
+
+// Prepared answers a claim prepared already (before a kubelet or agent restart) from
+// the checkpoint, without asking the API server; ok is false for any other.
+func (d *Driver) Prepared(uid types.UID) (PrepareResult, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.store.Get(uid)
+	if !ok {
+		return PrepareResult{}, false
+	}
+	// The checkpoint outlives a reboot, the CDI directory (a tmpfs) may not: the runtime
+	// needs the spec to start the container.
+	if err := d.cdi.Ensure(c); err != nil {
+		return PrepareResult{Err: err}, true
+	}
+	return result(c, d.node), true
+}
+
 // PrepareResourceClaims prepares each claim's shares of the NR1: idempotent, a claim
-// prepared already (before a kubelet or agent restart) is answered as it was.
-func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+// prepared already is answered as it was.
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]PrepareResult {
+	out := make(map[types.UID]PrepareResult, len(claims))
 	for _, rc := range claims {
-		c, ok := d.store.Get(rc.UID)
-		if ok {
-			// The checkpoint outlives a reboot, the CDI directory (a tmpfs) may not: the
-			// runtime needs the spec to start the container.
-			if err := d.cdi.Ensure(c); err != nil {
-				out[rc.UID] = kubeletplugin.PrepareResult{Err: err}
-				continue
-			}
-		} else {
-			var err error
-			if c, err = d.prepare(rc); err != nil {
-				d.log.Warn("DRA claim not prepared", "namespace", rc.Namespace, "claim", rc.Name, "err", err)
-				out[rc.UID] = kubeletplugin.PrepareResult{Err: err}
-				continue
-			}
-			d.log.Info("DRA claim prepared", "namespace", rc.Namespace, "claim", rc.Name, "uid", rc.UID, "amounts", c.Amounts().String())
+		if res, ok := d.Prepared(rc.UID); ok {
+			out[rc.UID] = res
+			continue
 		}
+		d.mu.Lock()
+		c, err := d.prepare(rc)
+		d.mu.Unlock()
+		if err != nil {
+			d.log.Warn("DRA claim not prepared", "namespace", rc.Namespace, "claim", rc.Name, "err", err)
+			out[rc.UID] = PrepareResult{Err: err}
+			continue
+		}
+		d.log.Info("DRA claim prepared", "namespace", rc.Namespace, "claim", rc.Name, "uid", rc.UID, "amounts", c.Amounts().String())
 		out[rc.UID] = result(c, d.node)
 	}
-	return out, nil
+	return out
 }
 
 // prepare reads the claim's allocation of this node's NR1, writes its CDI spec and
@@ -162,10 +154,10 @@ func (d *Driver) prepare(rc *resourceapi.ResourceClaim) (Claim, error) {
 }
 
 // result is the claim's answer to the kubelet: per share, its CDI device.
-func result(c Claim, pool string) kubeletplugin.PrepareResult {
-	res := kubeletplugin.PrepareResult{Devices: make([]kubeletplugin.Device, 0, len(c.Shares))}
+func result(c Claim, pool string) PrepareResult {
+	res := PrepareResult{Devices: make([]PreparedDevice, 0, len(c.Shares))}
 	for _, s := range c.Shares {
-		dev := kubeletplugin.Device{Requests: []string{s.Request}, PoolName: pool, DeviceName: DeviceName, CDIDeviceIDs: []string{s.CDIDevice}}
+		dev := PreparedDevice{Requests: []string{s.Request}, PoolName: pool, DeviceName: DeviceName, CDIDeviceIDs: []string{s.CDIDevice}}
 		if s.ShareID != "" {
 			id := types.UID(s.ShareID)
 			dev.ShareID = &id
@@ -177,7 +169,9 @@ func result(c Claim, pool string) kubeletplugin.PrepareResult {
 
 // UnprepareResourceClaims removes each claim's CDI spec and forgets it; a claim not
 // prepared (again, or never) is no error.
-func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []ClaimRef) map[types.UID]error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	out := make(map[types.UID]error, len(claims))
 	for _, o := range claims {
 		c, ok := d.store.Get(o.UID)
@@ -192,37 +186,32 @@ func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		out[o.UID] = d.store.Remove(o.UID)
 		d.log.Info("DRA claim unprepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID)
 	}
-	return out, nil
-}
-
-// HandleError logs what the plugin's background work met (publishing the slice).
-func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
-	d.log.Error("DRA plugin: "+msg, "err", err, "recoverable", errors.Is(err, kubeletplugin.ErrRecoverable))
+	return out
 }
 
 // healthResend is how often the NR1's health is reported when it does not change: the
 // kubelet takes a report older than 30 s as unknown.
 const healthResend = 20 * time.Second
 
+// HealthReport is the NR1's health as the kubelet hears it.
+type HealthReport struct {
+	Healthy     bool
+	Message     string
+	LastUpdated time.Time
+}
+
 // WatchHealthStatus reports the NR1's health to the kubelet, which shows it in the
 // status of the pods using it: at once, on every change, and every healthResend.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- HealthReport) error {
 	tick := time.NewTicker(healthResend)
 	defer tick.Stop()
 	for {
 		h, changed := d.health.Load()
 		healthy, reason := overall(h)
-		status := kubeletplugin.HealthStatusHealthy
-		if !healthy {
-			status = kubeletplugin.HealthStatusUnhealthy
-		}
-		report := kubeletplugin.DeviceHealthReport{Devices: []kubeletplugin.DeviceHealth{{
-			PoolName: d.node, DeviceName: DeviceName, Health: status, Message: reason, LastUpdated: time.Now(),
-		}}}
 		select {
 		case <-ctx.Done():
 			return nil
-		case reports <- report:
+		case reports <- HealthReport{Healthy: healthy, Message: reason, LastUpdated: time.Now()}:
 		}
 		select {
 		case <-ctx.Done():

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
@@ -128,9 +127,9 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 	dir := t.TempDir()
 	d := testDriver(t, dir)
 	resnet := claim("c1", "resnet50-nr1", map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "cpuDMA": "0", "dockerPartition": "2392Mi", "hvQueues": "7"})
-	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
-	if err != nil || got["c1"].Err != nil {
-		t.Fatalf("prepare: %v %v", err, got["c1"].Err)
+	got := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
+	if got["c1"].Err != nil {
+		t.Fatalf("prepare: %v", got["c1"].Err)
 	}
 	devs := got["c1"].Devices
 	if len(devs) != 1 || devs[0].PoolName != "node-a" || devs[0].DeviceName != DeviceName || devs[0].ShareID == nil || *devs[0].ShareID != "0b0dc1" ||
@@ -165,9 +164,9 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 
 	// The kubelet asks again (it restarted), and so does a restarted agent: the same
 	// answer, from the checkpoint.
-	again, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
-	if err != nil || !slices.Equal(again["c1"].Devices[0].CDIDeviceIDs, devs[0].CDIDeviceIDs) {
-		t.Errorf("second prepare %+v %v", again, err)
+	again := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
+	if again["c1"].Err != nil || !slices.Equal(again["c1"].Devices[0].CDIDeviceIDs, devs[0].CDIDeviceIDs) {
+		t.Errorf("second prepare %+v", again)
 	}
 	// After a reboot the CDI directory (a tmpfs) is empty and the checkpoint is not: the
 	// spec is written again.
@@ -176,8 +175,8 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := testDriver(t, dir)
-	if res, err := restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet}); err != nil || res["c1"].Err != nil {
-		t.Fatalf("prepare after a reboot: %v %v", err, res["c1"].Err)
+	if res := restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet}); res["c1"].Err != nil {
+		t.Fatalf("prepare after a reboot: %v", res["c1"].Err)
 	}
 	if again, err := os.ReadFile(specFile); err != nil || string(again) != string(raw) {
 		t.Errorf("the spec after a reboot: %v\n%s\nwant\n%s", err, again, raw)
@@ -187,12 +186,12 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 		t.Fatalf("after a restart the checkpoint holds %+v (%v)", c, ok)
 	}
 
-	res, err := restarted.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{
-		{UID: "c1", NamespacedName: types.NamespacedName{Namespace: "ml", Name: "resnet50-nr1"}},
-		{UID: "never", NamespacedName: types.NamespacedName{Namespace: "ml", Name: "never-prepared"}},
+	res := restarted.UnprepareResourceClaims(context.Background(), []ClaimRef{
+		{UID: "c1", Namespace: "ml", Name: "resnet50-nr1"},
+		{UID: "never", Namespace: "ml", Name: "never-prepared"},
 	})
-	if err != nil || res["c1"] != nil || res["never"] != nil {
-		t.Fatalf("unprepare %v %v", res, err)
+	if res["c1"] != nil || res["never"] != nil {
+		t.Fatalf("unprepare %v", res)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cdi", "nr1.neureality.ai_c1.json")); !os.IsNotExist(err) {
 		t.Errorf("CDI spec still there: %v", err)
@@ -212,10 +211,7 @@ func TestPrepareRefusesWhatItCannotBudget(t *testing.T) {
 	whole := claim("c3", "whole", nil)
 	whole.Status.Allocation.Devices.Results[0].ConsumedCapacity = nil
 	odd := claim("c4", "odd", map[resourceapi.QualifiedName]string{"computeDMA": "1500k"})
-	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{elsewhere, whole, odd})
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{elsewhere, whole, odd})
 	for uid, want := range map[types.UID]string{"c2": "not this node's NR1", "c3": "no consumed capacity", "c4": "whole number"} {
 		if got[uid].Err == nil || !strings.Contains(got[uid].Err.Error(), want) {
 			t.Errorf("claim %s: %v, want an error saying %q", uid, got[uid].Err, want)
@@ -236,18 +232,18 @@ func TestHealthIsReported(t *testing.T) {
 	d.health = mon
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	reports := make(chan kubeletplugin.DeviceHealthReport)
+	reports := make(chan HealthReport)
 	done := make(chan error, 1)
 	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
 	first := <-reports
-	if len(first.Devices) != 1 || first.Devices[0].Health != kubeletplugin.HealthStatusHealthy || first.Devices[0].DeviceName != DeviceName || first.Devices[0].PoolName != "node-a" {
+	if !first.Healthy {
 		t.Fatalf("first report %+v", first)
 	}
 	h := healthy()
 	h[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
-	mon.Publish(first.Devices[0].LastUpdated, h)
+	mon.Publish(first.LastUpdated, h)
 	next := <-reports
-	if next.Devices[0].Health != kubeletplugin.HealthStatusUnhealthy || !strings.Contains(next.Devices[0].Message, "queue device gone") {
+	if next.Healthy || !strings.Contains(next.Message, "queue device gone") {
 		t.Errorf("after the fault %+v", next)
 	}
 	cancel()
@@ -300,8 +296,8 @@ func BenchmarkPrepare(b *testing.B) {
 	consumed := map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}
 	// 50 CGs prepared already: the checkpoint written at each new claim holds them.
 	for i := range 50 {
-		if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("base-"+strconv.Itoa(i), "cg", consumed)}); err != nil {
-			b.Fatal(err)
+		if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("base-"+strconv.Itoa(i), "cg", consumed)}); res[types.UID("base-"+strconv.Itoa(i))].Err != nil {
+			b.Fatal(res)
 		}
 	}
 	b.Run("claim=new", func(b *testing.B) {
@@ -309,12 +305,12 @@ func BenchmarkPrepare(b *testing.B) {
 		for b.Loop() {
 			i++
 			uid := "new-" + strconv.Itoa(i)
-			res, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim(uid, "cg", consumed)})
-			if err != nil || res[types.UID(uid)].Err != nil {
-				b.Fatal(err, res[types.UID(uid)].Err)
+			res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim(uid, "cg", consumed)})
+			if res[types.UID(uid)].Err != nil {
+				b.Fatal(res[types.UID(uid)].Err)
 			}
 			b.StopTimer()
-			if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: types.UID(uid)}}); err != nil {
+			if err := d.UnprepareResourceClaims(context.Background(), []ClaimRef{{UID: types.UID(uid)}})[types.UID(uid)]; err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
@@ -323,8 +319,8 @@ func BenchmarkPrepare(b *testing.B) {
 	b.Run("claim=prepared", func(b *testing.B) {
 		rc := claim("base-0", "cg", consumed)
 		for b.Loop() {
-			if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{rc}); err != nil {
-				b.Fatal(err)
+			if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{rc}); res[rc.UID].Err != nil {
+				b.Fatal(res[rc.UID].Err)
 			}
 		}
 	})
@@ -337,19 +333,19 @@ func TestClaimAmountsByName(t *testing.T) {
 	d := testDriver(t, t.TempDir())
 	old := claim("u1", "cg-nr1", map[resourceapi.QualifiedName]string{"hvQueues": "2"})
 	renewed := claim("u2", "cg-nr1", map[resourceapi.QualifiedName]string{"hvQueues": "9"})
-	if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{old}); err != nil {
-		t.Fatal(err)
+	if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{old}); res["u1"].Err != nil {
+		t.Fatal(res["u1"].Err)
 	}
 	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); !ok || a != (nr1.Amounts{0, 0, 0, 2}) {
 		t.Fatalf("one claim: %v %v", a, ok)
 	}
-	if _, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{renewed}); err != nil {
-		t.Fatal(err)
+	if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{renewed}); res["u2"].Err != nil {
+		t.Fatal(res["u2"].Err)
 	}
 	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); ok {
 		t.Errorf("two claims of one name read as %v", a)
 	}
-	if _, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "u1"}}); err != nil {
+	if err := d.UnprepareResourceClaims(context.Background(), []ClaimRef{{UID: "u1"}})["u1"]; err != nil {
 		t.Fatal(err)
 	}
 	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); !ok || a != (nr1.Amounts{0, 0, 0, 9}) {

@@ -1,49 +1,78 @@
 package kube
 
 import (
+	"context"
 	"fmt"
 
-	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	resourcev1 "k8s.io/client-go/kubernetes/typed/resource/v1"
-	resourcev1beta1 "k8s.io/client-go/kubernetes/typed/resource/v1beta1"
-	resourcev1beta2 "k8s.io/client-go/kubernetes/typed/resource/v1beta2"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 )
 
-// draClientset is the clientset the DRA kubelet plugin library asks for, with only the
-// groups it uses: the core group (the node, owner of the ResourceSlices) and the
-// resource group (ResourceClaims, ResourceSlices; the beta versions are its fallback
-// for older API servers). The full clientset would more than double the binary; any
-// other group is nil and its use a panic, which the e2e tests in DRA mode would meet.
-type draClientset struct {
-	kubernetes.Interface
-	core    *typedcorev1.CoreV1Client
-	v1      *resourcev1.ResourceV1Client
-	v1beta1 *resourcev1beta1.ResourceV1beta1Client
-	v1beta2 *resourcev1beta2.ResourceV1beta2Client
+// Resources is what the DRA driver asks of the API server: ResourceClaims, the node's
+// ResourceSlices, and the node that owns them.
+type Resources struct {
+	core, resource rest.Interface
 }
 
-func (c *draClientset) CoreV1() typedcorev1.CoreV1Interface                       { return c.core }
-func (c *draClientset) ResourceV1() resourcev1.ResourceV1Interface                { return c.v1 }
-func (c *draClientset) ResourceV1beta1() resourcev1beta1.ResourceV1beta1Interface { return c.v1beta1 }
-func (c *draClientset) ResourceV1beta2() resourcev1beta2.ResourceV1beta2Interface { return c.v1beta2 }
-
-// NewDRAClientset returns the clientset for the DRA kubelet plugin, reached with
-// kubeconfig or in-cluster when it is empty.
-func NewDRAClientset(kubeconfig string) (kubernetes.Interface, error) {
+// NewResources reaches the API server with kubeconfig, or in-cluster when it is empty.
+func NewResources(kubeconfig string) (*Resources, error) {
 	core, cfg, err := coreClient(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	c := &draClientset{core: core}
-	if c.v1, err = resourcev1.NewForConfig(cfg); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+	res, err := restClient(cfg, resourceapi.SchemeGroupVersion)
+	if err != nil {
+		return nil, err
 	}
-	if c.v1beta1, err = resourcev1beta1.NewForConfig(cfg); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	if c.v1beta2, err = resourcev1beta2.NewForConfig(cfg); err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+	return &Resources{core: core, resource: res}, nil
+}
+
+// Claim reads a ResourceClaim.
+func (r *Resources) Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+	c := &resourceapi.ResourceClaim{}
+	if err := r.resource.Get().Namespace(namespace).Resource("resourceclaims").Name(name).Do(ctx).Into(c); err != nil {
+		return nil, fmt.Errorf("ResourceClaim %s/%s: %w", namespace, name, err)
 	}
 	return c, nil
+}
+
+// NodeUID is the UID of the node name.
+func (r *Resources) NodeUID(ctx context.Context, name string) (types.UID, error) {
+	n := &corev1.Node{}
+	if err := r.core.Get().Resource("nodes").Name(name).Do(ctx).Into(n); err != nil {
+		return "", fmt.Errorf("node %s: %w", name, err)
+	}
+	return n.UID, nil
+}
+
+// Slices lists the ResourceSlices of driver on node.
+func (r *Resources) Slices(ctx context.Context, node, driver string) ([]resourceapi.ResourceSlice, error) {
+	opts := metav1.ListOptions{FieldSelector: fields.Set{"spec.nodeName": node, "spec.driver": driver}.String()}
+	l := &resourceapi.ResourceSliceList{}
+	if err := r.resource.Get().Resource("resourceslices").VersionedParams(&opts, parameterCodec).Do(ctx).Into(l); err != nil {
+		return nil, fmt.Errorf("ResourceSlices of %s on %s: %w", driver, node, err)
+	}
+	return l.Items, nil
+}
+
+// CreateSlice creates a ResourceSlice.
+func (r *Resources) CreateSlice(ctx context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+	out := &resourceapi.ResourceSlice{}
+	if err := r.resource.Post().Resource("resourceslices").Body(s).Do(ctx).Into(out); err != nil {
+		return nil, fmt.Errorf("creating ResourceSlice %s: %w", s.GenerateName, err)
+	}
+	return out, nil
+}
+
+// UpdateSlice replaces a ResourceSlice.
+func (r *Resources) UpdateSlice(ctx context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+	out := &resourceapi.ResourceSlice{}
+	if err := r.resource.Put().Resource("resourceslices").Name(s.Name).Body(s).Do(ctx).Into(out); err != nil {
+		return nil, fmt.Errorf("updating ResourceSlice %s: %w", s.Name, err)
+	}
+	return out, nil
 }

@@ -16,11 +16,8 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
@@ -47,7 +44,7 @@ type timeouts struct{ call, lookup time.Duration }
 
 // Client talks to the API server.
 type Client struct {
-	policy      policyv1client.PolicyV1Interface
+	evictions   evictions
 	pods        *podCache
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -57,22 +54,15 @@ type Client struct {
 
 // New connects with kubeconfig, or in-cluster when it is empty.
 func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
-	// Only the two API groups the agent uses: the full clientset and scheme would more
-	// than double the binary.
 	core, cfg, err := coreClient(kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	policy, err := policyv1client.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	// core stays a concrete type: as an interface, every one of its typed clients would
-	// be linked in.
-	c, err := newClient(core.Events(""), restPods(core.RESTClient()), policy, node, log, timeouts{call: callTimeout, lookup: lookupTimeout})
+	policy, err := restClient(cfg, policyv1.SchemeGroupVersion)
 	if err != nil {
 		return nil, err
 	}
+	c := newClient(restEvents{core}, restPods(core), restEvictions{policy}, node, log, timeouts{call: callTimeout, lookup: lookupTimeout})
 	log.Info("kubernetes API client ready", "host", cfg.Host)
 	return c, nil
 }
@@ -94,36 +84,31 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// coreClient is the core API group's client, reached with kubeconfig or in-cluster when
-// it is empty, and the configuration it was made from.
-func coreClient(kubeconfig string) (*typedcorev1.CoreV1Client, *rest.Config, error) {
-	cfg, err := restConfig(kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	core, err := typedcorev1.NewForConfig(cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return core, cfg, nil
+// eventAPI writes Events: the REST client in the agent, client-go's typed (fake) client
+// in tests.
+type eventAPI interface {
+	CreateWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event) (*corev1.Event, error)
+	UpdateWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event) (*corev1.Event, error)
+	PatchWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event, data []byte) (*corev1.Event, error)
 }
 
-// newClient builds the client on typed clients, which tests fake.
-func newClient(events typedcorev1.EventInterface, pods podGetter, policy policyv1client.PolicyV1Interface, node string, log *slog.Logger, t timeouts) (*Client, error) {
-	scheme := runtime.NewScheme()
-	if err := corev1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("kubernetes scheme: %w", err)
-	}
+// evictions posts an Eviction of a pod of namespace.
+type evictions interface {
+	Evict(ctx context.Context, namespace string, e *policyv1.Eviction) error
+}
+
+// newClient builds the client on its API calls, which tests fake.
+func newClient(events eventAPI, pods podGetter, ev evictions, node string, log *slog.Logger, t timeouts) *Client {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&eventSink{events: events, timeout: t.call})
 	return &Client{
-		policy:      policy,
+		evictions:   ev,
 		pods:        newPodCache(pods),
 		broadcaster: b,
 		recorder:    b.NewRecorder(scheme, corev1.EventSource{Component: "nr1-agent", Host: node}),
 		log:         log,
 		timeouts:    t,
-	}, nil
+	}
 }
 
 // Close flushes and stops the event broadcaster.
@@ -153,7 +138,7 @@ func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
 		return fmt.Errorf("evicting %s/%s: %w", namespace, pod, ErrStaticPod)
 	}
 	u := types.UID(uid)
-	err := c.policy.Evictions(namespace).Evict(ctx, &policyv1.Eviction{
+	err := c.evictions.Evict(ctx, namespace, &policyv1.Eviction{
 		ObjectMeta:    metav1.ObjectMeta{Name: pod, Namespace: namespace},
 		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &u}},
 	})
@@ -175,7 +160,7 @@ func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
 // such answers are passed on as transient. A real refusal is then retried for about two
 // minutes before it is dropped: a log line's cost.
 type eventSink struct {
-	events  typedcorev1.EventInterface
+	events  eventAPI
 	timeout time.Duration
 }
 
@@ -225,4 +210,32 @@ func nextEvent(ctx context.Context, w watch.Interface) (ev watch.Event, open boo
 		return ev, false, fmt.Errorf("watch error event: %w", apierrors.FromObject(ev.Object))
 	}
 	return ev, open, nil
+}
+
+// restEvents writes core/v1 Events with the REST client, in the Event's namespace.
+type restEvents struct{ rest rest.Interface }
+
+func (r restEvents) CreateWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := r.rest.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(ctx).Into(out)
+	return out, err //nolint:wrapcheck // the recorder reads client-go's error types
+}
+
+func (r restEvents) UpdateWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := r.rest.Put().Namespace(e.Namespace).Resource("events").Name(e.Name).Body(e).Do(ctx).Into(out)
+	return out, err //nolint:wrapcheck // the recorder reads client-go's error types
+}
+
+func (r restEvents) PatchWithEventNamespaceWithContext(ctx context.Context, e *corev1.Event, data []byte) (*corev1.Event, error) {
+	out := &corev1.Event{}
+	err := r.rest.Patch(types.StrategicMergePatchType).Namespace(e.Namespace).Resource("events").Name(e.Name).Body(data).Do(ctx).Into(out)
+	return out, err //nolint:wrapcheck // the recorder reads client-go's error types
+}
+
+// restEvictions posts policy/v1 Evictions, a subresource of core/v1 pods.
+type restEvictions struct{ rest rest.Interface }
+
+func (r restEvictions) Evict(ctx context.Context, namespace string, e *policyv1.Eviction) error {
+	return r.rest.Post().AbsPath("/api/v1").Namespace(namespace).Resource("pods").Name(e.Name).SubResource("eviction").Body(e).Do(ctx).Error() //nolint:wrapcheck // wrapped by the caller, which reads its type
 }

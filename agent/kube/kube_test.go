@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
 	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
@@ -62,10 +61,7 @@ func newCluster(t *testing.T) (*cluster, *Client) {
 		c.evictions = append(c.evictions, a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction))
 		return true, nil, nil
 	})
-	k, err := newClient(c.CoreV1().Events(""), typedPods(c.Clientset), c.PolicyV1(), "node1", quiet(), timeouts{call: time.Second, lookup: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newClient(c.CoreV1().Events(""), typedPods(c.Clientset), typedEvictions{c.PolicyV1()}, "node1", quiet(), timeouts{call: time.Second, lookup: time.Second})
 	t.Cleanup(k.Close)
 	return c, k
 }
@@ -185,18 +181,15 @@ func TestCallsHaveDeadlines(t *testing.T) {
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
 	cfg := &rest.Config{Host: srv.URL}
-	core, err := typedcorev1.NewForConfig(cfg)
+	core, err := restClient(cfg, corev1.SchemeGroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	policy, err := policyv1client.NewForConfig(cfg)
+	policy, err := restClient(cfg, policyv1.SchemeGroupVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := newClient(core.Events(""), restPods(core.RESTClient()), policy, "node1", quiet(), timeouts{call: 300 * time.Millisecond, lookup: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := newClient(restEvents{core}, restPods(core), restEvictions{policy}, "node1", quiet(), timeouts{call: 300 * time.Millisecond, lookup: 100 * time.Millisecond})
 	t.Cleanup(k.Close)
 
 	start := time.Now()
@@ -213,7 +206,7 @@ func TestCallsHaveDeadlines(t *testing.T) {
 		t.Errorf("Evict held its caller %s", d)
 	}
 	// The Event's write is bounded too.
-	sink := &eventSink{events: core.Events(""), timeout: 100 * time.Millisecond}
+	sink := &eventSink{events: restEvents{core}, timeout: 100 * time.Millisecond}
 	start = time.Now()
 	if _, err := sink.Create(&corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e"}}); err == nil {
 		t.Error("Event write to a hung API server succeeded")
@@ -244,4 +237,13 @@ func TestEventsRefusedByAStartingAPIServerAreRetried(t *testing.T) {
 	if !errors.As(err, &status) || reflect.TypeOf(err) != reflect.TypeOf(status) {
 		t.Errorf("400: %T %v, want the *StatusError the recorder gives up on", err, err)
 	}
+}
+
+// typedEvictions posts Evictions with client-go's typed (fake) client.
+type typedEvictions struct {
+	policy policyv1client.PolicyV1Interface
+}
+
+func (e typedEvictions) Evict(ctx context.Context, namespace string, ev *policyv1.Eviction) error {
+	return e.policy.Evictions(namespace).Evict(ctx, ev)
 }

@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -68,7 +67,7 @@ func NewNamespaces(kubeconfig string, maxAge time.Duration, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	return newNamespaces(&restNamespaces{rest: core.RESTClient()}, maxAge, clock.RealClock{}, log), nil
+	return newNamespaces(&restNamespaces{rest: core}, maxAge, clock.RealClock{}, log), nil
 }
 
 func newNamespaces(c namespaceClient, maxAge time.Duration, clk clock.Clock, log *slog.Logger) *Namespaces {
@@ -81,7 +80,7 @@ type restNamespaces struct{ rest rest.Interface }
 
 func (r *restNamespaces) List(ctx context.Context, opts metav1.ListOptions) (*corev1.NamespaceList, error) {
 	l := &corev1.NamespaceList{}
-	if err := r.rest.Get().Resource("namespaces").VersionedParams(&opts, scheme.ParameterCodec).Do(ctx).Into(l); err != nil {
+	if err := r.rest.Get().Resource("namespaces").VersionedParams(&opts, parameterCodec).Do(ctx).Into(l); err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 	return l, nil
@@ -89,7 +88,7 @@ func (r *restNamespaces) List(ctx context.Context, opts metav1.ListOptions) (*co
 
 func (r *restNamespaces) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
-	w, err := r.rest.Get().Resource("namespaces").VersionedParams(&opts, scheme.ParameterCodec).Watch(ctx)
+	w, err := r.rest.Get().Resource("namespaces").VersionedParams(&opts, parameterCodec).Watch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("watching namespaces: %w", err)
 	}

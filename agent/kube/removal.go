@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
@@ -57,7 +56,7 @@ func NewRemoval(kubeconfig, namespace, pod string, log *slog.Logger) (*Removal, 
 	if err != nil {
 		return nil, err
 	}
-	return newRemoval(restPods(core.RESTClient()), ds, namespace, pod, log), nil
+	return newRemoval(restPods(core), ds, namespace, pod, log), nil
 }
 
 func newRemoval(getPod podGetter, ds daemonSetClient, namespace, pod string, log *slog.Logger) *Removal {
@@ -78,13 +77,9 @@ type restDaemonSets struct {
 }
 
 func newDaemonSets(cfg *rest.Config, namespace string) (*restDaemonSets, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath = "/apis"
-	c.GroupVersion = &appsv1.SchemeGroupVersion
-	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	rc, err := rest.RESTClientFor(c)
+	rc, err := restClient(cfg, appsv1.SchemeGroupVersion)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, err
 	}
 	return &restDaemonSets{rest: rc, namespace: namespace}, nil
 }
@@ -92,7 +87,7 @@ func newDaemonSets(cfg *rest.Config, namespace string) (*restDaemonSets, error) 
 func (d *restDaemonSets) Get(ctx context.Context, name string, opts metav1.GetOptions) (*appsv1.DaemonSet, error) {
 	ds := &appsv1.DaemonSet{}
 	err := d.rest.Get().Namespace(d.namespace).Resource("daemonsets").Name(name).
-		VersionedParams(&opts, scheme.ParameterCodec).Do(ctx).Into(ds)
+		VersionedParams(&opts, parameterCodec).Do(ctx).Into(ds)
 	if err != nil {
 		return nil, fmt.Errorf("daemonset %s/%s: %w", d.namespace, name, err)
 	}
@@ -102,7 +97,7 @@ func (d *restDaemonSets) Get(ctx context.Context, name string, opts metav1.GetOp
 func (d *restDaemonSets) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
 	w, err := d.rest.Get().Namespace(d.namespace).Resource("daemonsets").
-		VersionedParams(&opts, scheme.ParameterCodec).Watch(ctx)
+		VersionedParams(&opts, parameterCodec).Watch(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("watching daemonsets in %s: %w", d.namespace, err)
 	}

@@ -1,0 +1,247 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// API is what the driver asks of the API server: the claims the kubelet prepares, and
+// the node's ResourceSlice.
+type API interface {
+	Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
+	NodeUID(ctx context.Context, name string) (types.UID, error)
+	Slices(ctx context.Context, node, driver string) ([]resourceapi.ResourceSlice, error)
+	CreateSlice(ctx context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error)
+	UpdateSlice(ctx context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error)
+}
+
+// Sockets of the plugin: the registration socket the kubelet's plugin watcher finds in
+// plugins_registry, and the DRA socket in the plugin's data directory it then dials.
+const (
+	registrationSocket = DriverName + "-reg.sock"
+	draSocket          = "dra.sock"
+)
+
+// Run serves the kubelet (registration, the DRA and health services) on sockets under
+// kubeletDir and publishes the node's ResourceSlice, again whenever the NR1's health
+// changes (an unhealthy NR1 is tainted) and every sliceResync, until ctx ends. It is
+// the kubelet plugin API of k8s.io/kubelet served directly: the DRA helper library
+// would bring a full clientset and its informers, a third of the agent's binary, for a
+// driver with one device in one slice.
+func (d *Driver) Run(ctx context.Context, api API, kubeletDir string) error {
+	dataDir := filepath.Join(kubeletDir, "plugins", DriverName)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("DRA kubelet plugin %s: %w", DriverName, err)
+	}
+	endpoint := filepath.Join(dataDir, draSocket)
+	dra, err := serve(endpoint, func(s *grpc.Server) {
+		svc := &draService{d: d, api: api}
+		drapbv1.RegisterDRAPluginServer(s, svc)
+		drapbv1beta1.RegisterDRAPluginServer(s, drapbv1beta1.V1ServerWrapper{DRAPluginServer: svc})
+		health := &healthService{d: d}
+		drahealthv1.RegisterDRAResourceHealthServer(s, health)
+		drahealthv1alpha1.RegisterDRAResourceHealthServer(s, drahealthv1.V1ServerWrapper{Server: health})
+	})
+	if err != nil {
+		return err
+	}
+	defer dra.stop()
+	// The registration socket last: the kubelet dials the DRA socket once it finds it.
+	reg, err := serve(filepath.Join(kubeletDir, "plugins_registry", registrationSocket), func(s *grpc.Server) {
+		registerapi.RegisterRegistrationServer(s, &registration{d: d, endpoint: endpoint})
+	})
+	if err != nil {
+		return err
+	}
+	// Removing the socket tells the kubelet the plugin is gone; the next agent's is
+	// registered anew.
+	defer reg.stop()
+	d.publish(ctx, api)
+	return nil
+}
+
+// server is a gRPC server on a unix socket it removes when stopped.
+type server struct {
+	grpc *grpc.Server
+	path string
+}
+
+func serve(path string, register func(*grpc.Server)) (*server, error) {
+	// A socket left by an earlier run (killed, or the node rebooted) is stale.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("DRA plugin socket %s: %w", path, err)
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("DRA plugin socket %s: %w", path, err)
+	}
+	s := &server{grpc: grpc.NewServer(), path: path}
+	register(s.grpc)
+	go func() { _ = s.grpc.Serve(l) }()
+	return s, nil
+}
+
+func (s *server) stop() {
+	s.grpc.Stop()
+	_ = os.Remove(s.path)
+}
+
+// registration answers the kubelet's plugin watcher.
+type registration struct {
+	registerapi.UnsafeRegistrationServer
+	d        *Driver
+	endpoint string
+}
+
+// services are the gRPC services the plugin offers, newest first; the kubelet picks
+// the newest it knows.
+var services = []string{drapbv1.DRAPluginService, drapbv1beta1.DRAPluginService, drahealthv1.DRAResourceHealthService, drahealthv1alpha1.DRAResourceHealthService}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.DRAPlugin, Name: DriverName, Endpoint: r.endpoint, SupportedVersions: services}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	r.d.registered.Store(st.PluginRegistered)
+	if !st.PluginRegistered {
+		r.d.log.Error("the kubelet refused the DRA plugin's registration", "err", st.Error)
+		return nil, fmt.Errorf("registration refused: %s", st.Error)
+	}
+	r.d.log.Info("DRA plugin registered with the kubelet", "driver", DriverName)
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
+
+// draService is the DRA gRPC service the kubelet calls to prepare and unprepare claims.
+type draService struct {
+	drapbv1.UnsafeDRAPluginServer
+	d   *Driver
+	api API
+}
+
+// claimTimeout bounds reading a claim from the API server.
+const claimTimeout = 10 * time.Second
+
+// NodePrepareResources prepares each claim; a claim that fails has its error in the
+// answer, the others are prepared. A claim prepared already is answered from the
+// checkpoint: a kubelet restarting while the API server is away still starts its pods.
+func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
+	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(req.GetClaims()))}
+	for _, c := range req.GetClaims() {
+		uid := types.UID(c.GetUid())
+		res, ok := s.d.Prepared(uid)
+		if !ok {
+			rc, err := s.claim(ctx, c)
+			if err != nil {
+				res = PrepareResult{Err: err}
+			} else {
+				res = s.d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{rc})[uid]
+			}
+		}
+		resp.Claims[c.GetUid()] = answer(res)
+	}
+	return resp, nil
+}
+
+// claim reads the claim the kubelet names, and checks it is that one and allocated.
+func (s *draService) claim(ctx context.Context, c *drapbv1.Claim) (*resourceapi.ResourceClaim, error) {
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	rc, err := s.api.Claim(ctx, c.GetNamespace(), c.GetName())
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("claim %s/%s: %w", c.GetNamespace(), c.GetName(), err)
+	case rc.UID != types.UID(c.GetUid()):
+		return nil, fmt.Errorf("claim %s/%s is %s, not %s: replaced", c.GetNamespace(), c.GetName(), rc.UID, c.GetUid())
+	case rc.Status.Allocation == nil:
+		return nil, fmt.Errorf("claim %s/%s not allocated", c.GetNamespace(), c.GetName())
+	}
+	return rc, nil
+}
+
+func answer(res PrepareResult) *drapbv1.NodePrepareResourceResponse {
+	if res.Err != nil {
+		return &drapbv1.NodePrepareResourceResponse{Error: res.Err.Error()}
+	}
+	out := &drapbv1.NodePrepareResourceResponse{Devices: make([]*drapbv1.Device, 0, len(res.Devices))}
+	for _, dev := range res.Devices {
+		names := make([]string, len(dev.Requests))
+		for i, r := range dev.Requests {
+			// A subrequest ("nr1/small") is reported under its request.
+			names[i], _, _ = strings.Cut(r, "/")
+		}
+		out.Devices = append(out.Devices, &drapbv1.Device{RequestNames: names, PoolName: dev.PoolName, DeviceName: dev.DeviceName,
+			CdiDeviceIds: dev.CDIDeviceIDs, ShareId: (*string)(dev.ShareID)})
+	}
+	return out
+}
+
+// NodeUnprepareResources unprepares each claim; one never prepared is no error.
+func (s *draService) NodeUnprepareResources(ctx context.Context, req *drapbv1.NodeUnprepareResourcesRequest) (*drapbv1.NodeUnprepareResourcesResponse, error) {
+	refs := make([]ClaimRef, 0, len(req.GetClaims()))
+	for _, c := range req.GetClaims() {
+		refs = append(refs, ClaimRef{UID: types.UID(c.GetUid()), Namespace: c.GetNamespace(), Name: c.GetName()})
+	}
+	errs := s.d.UnprepareResourceClaims(ctx, refs)
+	resp := &drapbv1.NodeUnprepareResourcesResponse{Claims: make(map[string]*drapbv1.NodeUnprepareResourceResponse, len(refs))}
+	for _, r := range refs {
+		a := &drapbv1.NodeUnprepareResourceResponse{}
+		if err := errs[r.UID]; err != nil {
+			a.Error = err.Error()
+		}
+		resp.Claims[string(r.UID)] = a
+	}
+	return resp, nil
+}
+
+// healthService streams the NR1's health to the kubelet.
+type healthService struct {
+	drahealthv1.UnsafeDRAResourceHealthServer
+	d *Driver
+}
+
+// healthTimeout is how long the kubelet may keep a report before it takes the device's
+// health as unknown: past the resend, with room for a late one.
+const healthTimeout = 3 * healthResend
+
+func (h *healthService) NodeWatchResources(_ *drahealthv1.NodeWatchResourcesRequest, stream grpc.ServerStreamingServer[drahealthv1.NodeWatchResourcesResponse]) error {
+	ctx := stream.Context()
+	reports := make(chan HealthReport)
+	done := make(chan error, 1)
+	go func() { done <- h.d.WatchHealthStatus(ctx, reports) }()
+	for {
+		select {
+		case <-ctx.Done():
+			return <-done
+		case r := <-reports:
+			status := drahealthv1.HealthStatus_HEALTHY
+			if !r.Healthy {
+				status = drahealthv1.HealthStatus_UNHEALTHY
+			}
+			err := stream.Send(&drahealthv1.NodeWatchResourcesResponse{Devices: []*drahealthv1.DeviceHealth{{
+				Device:                    &drahealthv1.DeviceIdentifier{PoolName: h.d.node, DeviceName: DeviceName},
+				Health:                    status,
+				LastUpdatedTime:           r.LastUpdated.Unix(),
+				HealthCheckTimeoutSeconds: int64(healthTimeout / time.Second),
+				Message:                   r.Message,
+			}}})
+			if err != nil {
+				return fmt.Errorf("NR1 health to the kubelet: %w", err)
+			}
+		}
+	}
+}

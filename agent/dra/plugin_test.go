@@ -1,0 +1,294 @@
+package dra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/device"
+)
+
+// fakeAPI is the API server as the driver sees it.
+type fakeAPI struct {
+	mu      sync.Mutex
+	claims  map[string]*resourceapi.ResourceClaim // by namespace/name
+	slices  []resourceapi.ResourceSlice
+	reads   int // claims read
+	writes  []string
+	created int
+}
+
+func (f *fakeAPI) Claim(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	c, ok := f.claims[namespace+"/"+name]
+	if !ok {
+		return nil, errors.New("not found")
+	}
+	return c.DeepCopy(), nil
+}
+
+func (f *fakeAPI) NodeUID(context.Context, string) (types.UID, error) { return "node-a-uid", nil }
+
+func (f *fakeAPI) Slices(context.Context, string, string) ([]resourceapi.ResourceSlice, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]resourceapi.ResourceSlice, len(f.slices))
+	for i := range f.slices {
+		f.slices[i].DeepCopyInto(&out[i])
+	}
+	return out, nil
+}
+
+func (f *fakeAPI) CreateSlice(_ context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created++
+	c := s.DeepCopy()
+	c.Name = fmt.Sprintf("%s%d", s.GenerateName, f.created)
+	f.slices = append(f.slices, *c)
+	f.writes = append(f.writes, "create "+c.Name)
+	return c, nil
+}
+
+func (f *fakeAPI) UpdateSlice(_ context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.slices {
+		if f.slices[i].Name == s.Name {
+			f.slices[i] = *s.DeepCopy()
+			f.writes = append(f.writes, fmt.Sprintf("update %s generation %d", s.Name, s.Spec.Pool.Generation))
+			return s, nil
+		}
+	}
+	return nil, errors.New("not found")
+}
+
+func dial(t *testing.T, path string) *grpc.ClientConn {
+	t.Helper()
+	var conn *grpc.ClientConn
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket %s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// The kubelet's side of the plugin, over its sockets: the plugin watcher registers it,
+// claims are prepared (read from the API server the first time only, a replaced or
+// unknown claim refused alone), unprepared, and the NR1's health streamed, in each API
+// version the plugin offers.
+func TestKubeletSeesThePlugin(t *testing.T) {
+	dir := t.TempDir()
+	kubelet := filepath.Join(dir, "kubelet")
+	if err := os.MkdirAll(filepath.Join(kubelet, "plugins_registry"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	d := testDriver(t, dir)
+	api := &fakeAPI{claims: map[string]*resourceapi.ResourceClaim{
+		"ml/resnet50-nr1": claim("c1", "resnet50-nr1", map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}),
+		"ml/renewed":      claim("c9", "renewed", map[resourceapi.QualifiedName]string{"hvQueues": "1"}),
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, api, kubelet) }()
+
+	reg := registerapi.NewRegistrationClient(dial(t, filepath.Join(kubelet, "plugins_registry", "nr1.neureality.ai-reg.sock")))
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint := filepath.Join(kubelet, "plugins", DriverName, "dra.sock")
+	if info.Type != registerapi.DRAPlugin || info.Name != DriverName || info.Endpoint != endpoint ||
+		fmt.Sprint(info.SupportedVersions) != "[v1.DRAPlugin v1beta1.DRAPlugin v1.DRAResourceHealth v1alpha1.DRAResourceHealth]" {
+		t.Fatalf("plugin info %+v", info)
+	}
+	if d.Registered() {
+		t.Fatal("registered before the kubelet said so")
+	}
+	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil || !d.Registered() {
+		t.Fatalf("registration: %v, registered %v", err, d.Registered())
+	}
+
+	conn := dial(t, endpoint)
+	plugin := drapbv1.NewDRAPluginClient(conn)
+	prepare := &drapbv1.NodePrepareResourcesRequest{Claims: []*drapbv1.Claim{
+		{Namespace: "ml", Name: "resnet50-nr1", Uid: "c1"},
+		{Namespace: "ml", Name: "renewed", Uid: "c8"}, // the kubelet's is an older one
+		{Namespace: "ml", Name: "gone", Uid: "c7"},
+	}}
+	resp, err := plugin.NodePrepareResources(ctx, prepare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1 := resp.Claims["c1"]
+	if c1.GetError() != "" || len(c1.GetDevices()) != 1 || c1.Devices[0].GetPoolName() != "node-a" || c1.Devices[0].GetDeviceName() != DeviceName ||
+		c1.Devices[0].GetShareId() != "0b0dc1" || fmt.Sprint(c1.Devices[0].GetCdiDeviceIds()) != "[neureality.ai/nr1=c1-0b0dc1]" ||
+		fmt.Sprint(c1.Devices[0].GetRequestNames()) != "[nr1]" {
+		t.Fatalf("c1: %+v", c1)
+	}
+	if e := resp.Claims["c8"].GetError(); e == "" || !strings.Contains(e, "replaced") {
+		t.Errorf("a replaced claim: %q", e)
+	}
+	if e := resp.Claims["c7"].GetError(); e == "" || !strings.Contains(e, "not found") {
+		t.Errorf("an unknown claim: %q", e)
+	}
+	// The kubelet asks again after its restart, through the older API too: answered from
+	// the checkpoint, without reading the claim.
+	reads := api.reads
+	old, err := drapbv1beta1.NewDRAPluginClient(conn).NodePrepareResources(ctx, &drapbv1beta1.NodePrepareResourcesRequest{Claims: []*drapbv1beta1.Claim{{Namespace: "ml", Name: "resnet50-nr1", Uid: "c1"}}})
+	if err != nil || old.Claims["c1"].GetError() != "" || len(old.Claims["c1"].GetDevices()) != 1 || api.reads != reads {
+		t.Fatalf("v1beta1 prepare again: %+v %v (claims read %d times, then %d)", old, err, reads, api.reads)
+	}
+	un, err := plugin.NodeUnprepareResources(ctx, &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Namespace: "ml", Name: "resnet50-nr1", Uid: "c1"}, {Uid: "never"}}})
+	if err != nil || un.Claims["c1"].GetError() != "" || un.Claims["never"].GetError() != "" {
+		t.Fatalf("unprepare %+v %v", un, err)
+	}
+	if _, ok := d.store.Get("c1"); ok {
+		t.Error("unprepared claim still prepared")
+	}
+
+	for _, watch := range []func() (bool, string, error){
+		func() (bool, string, error) {
+			s, err := drahealthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+			if err != nil {
+				return false, "", err
+			}
+			r, err := s.Recv()
+			if err != nil {
+				return false, "", err
+			}
+			dev := r.GetDevices()[0]
+			return dev.GetHealth() == drahealthv1.HealthStatus_HEALTHY, dev.GetDevice().GetPoolName() + "/" + dev.GetDevice().GetDeviceName(), nil
+		},
+		func() (bool, string, error) {
+			s, err := drahealthv1alpha1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1alpha1.NodeWatchResourcesRequest{})
+			if err != nil {
+				return false, "", err
+			}
+			r, err := s.Recv()
+			if err != nil {
+				return false, "", err
+			}
+			dev := r.GetDevices()[0]
+			return dev.GetHealth() == drahealthv1alpha1.HealthStatus_HEALTHY, dev.GetDevice().GetPoolName() + "/" + dev.GetDevice().GetDeviceName(), nil
+		},
+	} {
+		healthy, id, err := watch()
+		if err != nil || !healthy || id != "node-a/"+DeviceName {
+			t.Errorf("health: %v %q %v", healthy, id, err)
+		}
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Gone with the plugin: the kubelet sees it deregistered.
+	if _, err := os.Stat(filepath.Join(kubelet, "plugins_registry", "nr1.neureality.ai-reg.sock")); !os.IsNotExist(err) {
+		t.Errorf("registration socket left: %v", err)
+	}
+}
+
+// The node's slice is created once, owned by the node; left alone while the NR1 is
+// what it says; updated, tainted, when the NR1 fails; and a slice left beside it by an
+// interrupted run is outdated by a newer pool generation.
+func TestSliceFollowsTheNR1(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	api := &fakeAPI{}
+	ctx := context.Background()
+	ok := healthy()
+	for range 2 {
+		if err := d.ensureSlice(ctx, api, ok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(api.writes) != "[create node-a-nr1.neureality.ai-1]" {
+		t.Fatalf("writes %v", api.writes)
+	}
+	s := api.slices[0]
+	if s.Spec.NodeName == nil || *s.Spec.NodeName != "node-a" || s.Spec.Pool.Name != "node-a" || s.Spec.Pool.ResourceSliceCount != 1 ||
+		len(s.OwnerReferences) != 1 || s.OwnerReferences[0].UID != "node-a-uid" || s.OwnerReferences[0].Kind != "Node" || len(s.Spec.Devices[0].Taints) != 0 {
+		t.Fatalf("slice %+v", s)
+	}
+	sick := healthy()
+	sick[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.slices[0].Spec.Devices[0].Taints) != 1 || fmt.Sprint(api.writes[1:]) != "[update node-a-nr1.neureality.ai-1 generation 1]" {
+		t.Fatalf("after the fault: writes %v, taints %+v", api.writes, api.slices[0].Spec.Devices[0].Taints)
+	}
+	stale := api.slices[0].DeepCopy()
+	stale.Name, stale.Spec.Pool.Generation = "left-behind", 4
+	api.slices = append(api.slices, *stale)
+	if err := d.ensureSlice(ctx, api, ok); err != nil {
+		t.Fatal(err)
+	}
+	if got := api.writes[len(api.writes)-1]; got != "update left-behind generation 4" && got != "update node-a-nr1.neureality.ai-1 generation 5" {
+		t.Fatalf("with a slice left behind: %v", api.writes)
+	}
+	writes := len(api.writes)
+	if err := d.ensureSlice(ctx, api, ok); err != nil || len(api.writes) != writes {
+		t.Errorf("a pool made whole again was written again: %v %v", api.writes, err)
+	}
+}
+
+// publish retries a failing API server and keeps the slice current on health changes.
+func TestPublishFollowsHealth(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	mon := latest.New(healthy())
+	d.health = mon
+	api := &fakeAPI{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.publish(ctx, api); close(done) }()
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return len(api.writes) == 1 })
+	sick := healthy()
+	sick[nr1.CPUDMAMemory] = device.Status{Reason: "cpu dma gone"}
+	mon.Publish(time.Now(), sick)
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return len(api.writes) == 2 })
+	cancel()
+	<-done
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("not within 5 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
