@@ -2,8 +2,6 @@ package sampler
 
 import (
 	"bytes"
-	"flag"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,10 +13,10 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/internal/golden"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 type fixedSamples struct{ s *Snapshot }
 
@@ -77,16 +75,7 @@ func scrape(t *testing.T, reg *prometheus.Registry) []byte {
 func TestGoldenMetrics(t *testing.T) {
 	reg := registry(&fixedSamples{scrapeFixture()})
 	got := scrape(t, reg)
-	const golden = "testdata/collector.golden"
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := golden.Read(t, "testdata/collector.golden", got)
 	if err := testutil.GatherAndCompare(reg, bytes.NewReader(want)); err != nil {
 		t.Fatal(err)
 	}

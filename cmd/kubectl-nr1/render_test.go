@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,28 +16,15 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
+	goldenfile "github.com/neureality-sdk/nr1-agent/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // t0 is when the fixture's hog went over its queues.
 var t0 = time.Unix(1764590400, 0)
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -run %s -update rewrites it):\n%s", path, t.Name(), got)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }
 
 func nodes(t *testing.T) []*agents.Node {

@@ -430,30 +430,5 @@ spec:
       imagePullPolicy: Never
       args: [--compute-dma-mb=1, --queues=7]
 `
-	out, err := kubectlNR1(t, []byte(spec), "inject", "--mode", "dra", "-f", filepath.Join(repo, "nr1", "testdata", "resnet50-resources.yaml"), "-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kubectl nr1 inject --mode dra -f resnet50-resources.yaml -:\n%s", out)
-	path := filepath.Join(t.TempDir(), "injected.yaml")
-	writeFile(t, path, []byte(out))
-	run(t, "kubectl", "apply", "-f", path)
-	pod, err := c.CoreV1().Pods(draNS).Get(context.Background(), "injected", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runningPod(t, c, pod)
-	eventually(t, 30*time.Second, "the injected DRA CG known to the agent at 3 / 0 / 2392 / 7", func() error {
-		cg, err := topJSON(t, "injected", "-n", draNS)
-		if err != nil {
-			return err
-		}
-		for r, want := range (nr1.Amounts{3, 0, 2392, 7}) {
-			if got := known(cg.Allocation[r]); got != float64(want) {
-				return fmt.Errorf("%s allocated %v", nr1.Resource(r).Short(), got)
-			}
-		}
-		return nil
-	})
-	run(t, "kubectl", "delete", "--wait=true", "--timeout=60s", "-f", path)
+	t.Run("kubectl nr1 inject --mode dra", func(t *testing.T) { injectCG(t, c, spec, draNS, "injected", "--mode", "dra") })
 }

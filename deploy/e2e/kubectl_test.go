@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -60,6 +60,47 @@ func topJSON(t *testing.T, args ...string) (*agents.CG, error) {
 		}
 	}
 	return nil, fmt.Errorf("no CG %s in\n%s", args[0], out)
+}
+
+// injectCG writes the CG of spec (a pod named name in namespace) with kubectl nr1
+// inject and the seed's ResNet-50 resources.yaml (args: more of inject's flags),
+// applies it, waits for it to run and for the agent to know it at 3 / 0 / 2392 / 7, and
+// deletes it when the test ends.
+func injectCG(t *testing.T, c kubernetes.Interface, spec, namespace, name string, args ...string) {
+	t.Helper()
+	args = append(append([]string{"inject"}, args...), "-f", filepath.Join(repo, "nr1", "testdata", "resnet50-resources.yaml"), "-")
+	out, err := kubectlNR1(t, []byte(spec), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl nr1 %s:\n%s", strings.Join(args, " "), out)
+	path := filepath.Join(t.TempDir(), name+".yaml")
+	writeFile(t, path, []byte(out))
+	run(t, "kubectl", "apply", "-f", path)
+	t.Cleanup(func() { _ = exec.Command("kubectl", "delete", "--wait=true", "--timeout=60s", "-f", path).Run() })
+	pod, err := c.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 90*time.Second, name+" runs", func() error {
+		p, err := c.CoreV1().Pods(namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return allRunning(p)
+	})
+	eventually(t, 30*time.Second, name+" known to the agent at 3 / 0 / 2392 / 7", func() error {
+		cg, err := topJSON(t, name, "-n", namespace)
+		if err != nil {
+			return err
+		}
+		for r, want := range (nr1.Amounts{3, 0, 2392, 7}) {
+			if got := known(cg.Allocation[r]); got != float64(want) {
+				return fmt.Errorf("%s allocated %v", nr1.Resource(r).Short(), got)
+			}
+		}
+		return nil
+	})
 }
 
 func known(q agents.Quantity) float64 {
@@ -169,30 +210,7 @@ spec:
       imagePullPolicy: Never
       args: [--compute-dma-mb=1, --queues=7]
 `
-		out, err := kubectlNR1(t, []byte(spec), "inject", "-f", filepath.Join(repo, "nr1", "testdata", "resnet50-resources.yaml"), "-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("kubectl nr1 inject -f resnet50-resources.yaml -:\n%s", out)
-		path := filepath.Join(t.TempDir(), "injected.yaml")
-		writeFile(t, path, []byte(out))
-		run(t, "kubectl", "apply", "-f", path)
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name = "default", "injected"
-		t.Cleanup(func() { _ = exec.Command("kubectl", "delete", "--wait=false", "-f", path).Run() })
-		running(t, c, pod)
-		eventually(t, 30*time.Second, "the injected pod known to the agent at 3 / 0 / 2392 / 7", func() error {
-			cg, err := topJSON(t, "injected", "-n", "default")
-			if err != nil {
-				return err
-			}
-			for r, want := range (nr1.Amounts{3, 0, 2392, 7}) {
-				if got := known(cg.Allocation[r]); got != float64(want) {
-					return fmt.Errorf("%s allocated %v", nr1.Resource(r).Short(), got)
-				}
-			}
-			return nil
-		})
+		injectCG(t, c, spec, "default", "injected")
 		// A resources.yaml the toolchain would not write is refused with its line.
 		bad := filepath.Join(t.TempDir(), "resources.yaml")
 		writeFile(t, bad, []byte("neureality.ai/compute_dma_memory_in_mb: 3\nneureality.ai/cpu_dma_memory_in_mb: -1\n"))

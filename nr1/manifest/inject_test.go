@@ -2,7 +2,6 @@ package manifest
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,10 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	goldenfile "github.com/neureality-sdk/nr1-agent/internal/golden"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 var resnet50 = nr1.Amounts{3, 0, 2392, 7}
 
@@ -36,19 +34,7 @@ func inject(t *testing.T, file string, o Options) []byte {
 
 func golden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs (go test -run %s -update rewrites it):\n%s", path, t.Name(), got)
-	}
+	goldenfile.Check(t, filepath.Join("testdata", name), got)
 }
 
 // decodeAll reads the stream back into the API's types, as the API server would.
