@@ -17,7 +17,6 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-
 type fixedSamples struct{ s *Snapshot }
 
 func (f *fixedSamples) Load() (*Snapshot, <-chan struct{}) { return f.s, nil }
