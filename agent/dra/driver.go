@@ -14,6 +14,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 // HealthSource is the NR1's health as the device monitor publishes it.
@@ -133,7 +134,7 @@ func (d *Driver) prepare(rc *resourceapi.ResourceClaim) (Claim, error) {
 		if r.ConsumedCapacity == nil {
 			return Claim{}, fmt.Errorf("request %s: the allocation names no consumed capacity (the scheduler's DRAConsumableCapacity is off?): the whole NR1 is no CG's to take", r.Request)
 		}
-		a, err := Amounts(r.ConsumedCapacity)
+		a, err := manifest.Amounts(r.ConsumedCapacity)
 		if err != nil {
 			return Claim{}, fmt.Errorf("request %s: %w", r.Request, err)
 		}

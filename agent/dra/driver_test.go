@@ -71,26 +71,6 @@ func TestDeviceCapacities(t *testing.T) {
 	}
 }
 
-func TestAmounts(t *testing.T) {
-	got, err := Amounts(map[resourceapi.QualifiedName]resource.Quantity{
-		"computeDMA": resource.MustParse("3Mi"), "cpuDMA": resource.MustParse("0"),
-		"nr1.neureality.ai/dockerPartition": resource.MustParse("2392Mi"), "hvQueues": resource.MustParse("7"),
-	})
-	if err != nil || got != (nr1.Amounts{3, 0, 2392, 7}) {
-		t.Errorf("ResNet-50's consumption read as %v, %v", got, err)
-	}
-	for _, bad := range []map[resourceapi.QualifiedName]resource.Quantity{
-		{"gpuMemory": resource.MustParse("1Gi")},
-		{"computeDMA": resource.MustParse("1.5Mi")},
-		{"computeDMA": resource.MustParse("-1Mi")},
-		{"hvQueues": resource.MustParse("500m")},
-	} {
-		if a, err := Amounts(bad); err == nil {
-			t.Errorf("%v read as %v", bad, a)
-		}
-	}
-}
-
 // testDriver is a driver over a simulated NR1's files, its CDI directory and
 // checkpoint in dir.
 func testDriver(t *testing.T, dir string) *Driver {
@@ -279,7 +259,7 @@ func TestClaimTemplateFromResourcesYAML(t *testing.T) {
 			t.Errorf("%s = %v, want %s", k, caps[k], v)
 		}
 	}
-	if back, err := Amounts(caps); err != nil || back != a {
+	if back, err := manifest.Amounts(caps); err != nil || back != a {
 		t.Errorf("the requests read back as %v (%v), want %v", back, err, a)
 	}
 }

@@ -11,11 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 func newExplain(o *options) *cobra.Command {
@@ -48,6 +50,25 @@ happens next if nothing changes.`,
 				return fmt.Errorf("events of pod %s/%s: %w", ns, pod.Name, err)
 			}
 			s := story{pod: pod, events: events.Items, now: o.now()}
+			if len(pod.Status.ResourceClaimStatuses) > 0 {
+				rc, err := o.claims()
+				if err != nil {
+					return err
+				}
+				for _, st := range pod.Status.ResourceClaimStatuses {
+					if st.ResourceClaimName == nil {
+						continue
+					}
+					// What the claims booked is shown only when the agent has no figures:
+					// a claim that cannot be read is said, not fatal.
+					cl, err := rc.ResourceClaims(ns).Get(ctx, *st.ResourceClaimName, metav1.GetOptions{})
+					if err != nil {
+						fmt.Fprintf(o.errOut, "warning: claim %s/%s of pod %s: %v\n", ns, *st.ResourceClaimName, pod.Name, err)
+						continue
+					}
+					s.claims = append(s.claims, *cl)
+				}
+			}
 			if pod.Spec.NodeName != "" {
 				agentsOn, err := o.source(c).Agents(ctx, pod.Spec.NodeName)
 				switch {
@@ -67,6 +88,7 @@ happens next if nothing changes.`,
 // story is what explain tells about one pod.
 type story struct {
 	pod      *corev1.Pod
+	claims   []resourceapi.ResourceClaim // the pod's, in DRA mode
 	events   []corev1.Event
 	node     *agents.Node // the agent's report of the pod's node; nil when unread
 	agentErr string
@@ -272,18 +294,34 @@ func (s story) ended() bool {
 
 func (s story) agentRead() bool { return s.node != nil && s.node.Error == "" }
 
-// booked is what the pod's spec books of each NR1 resource (the device plugin's
-// requests, summed over its containers), said when the agent's figures are missing.
+// booked is what the pod books of each NR1 resource, said when the agent's figures
+// are missing: the device plugin's requests summed over its containers, and what its
+// claims of the NR1's DRA driver consumed.
 func (s story) booked() string {
-	var parts []string
+	var total nr1.Amounts
 	for _, r := range nr1.All {
-		var n int64
 		for _, c := range s.pod.Spec.Containers {
 			if q, ok := c.Resources.Requests[corev1.ResourceName(r.Name())]; ok {
-				n += q.Value()
+				total[r] += nr1.Units(q.Value())
 			}
 		}
-		if n > 0 {
+	}
+	for _, cl := range s.claims {
+		if cl.Status.Allocation == nil {
+			continue
+		}
+		for _, res := range cl.Status.Allocation.Devices.Results {
+			if res.Driver != nr1.DRADriver {
+				continue
+			}
+			if a, err := manifest.Amounts(res.ConsumedCapacity); err == nil {
+				total = nr1.Add(total, a)
+			}
+		}
+	}
+	var parts []string
+	for _, r := range nr1.All {
+		if n := total[r]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %s", r.Short(), withUnit2(fmt.Sprint(n), r)))
 		}
 	}

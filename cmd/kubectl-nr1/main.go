@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	resourcev1client "k8s.io/client-go/kubernetes/typed/resource/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/neureality-sdk/nr1-agent/cli/agents"
@@ -59,8 +60,8 @@ type options struct {
 	now            func() time.Time
 }
 
-// client is the core API group's client: all the plugin reads (pods, their proxy,
-// Events); the full clientset would add every other group to the binary.
+// client is the core API group's client (pods, their proxy, Events); the full
+// clientset would add every other group's client to the binary.
 func (o *options) client() (corev1client.CoreV1Interface, error) {
 	cfg, err := o.config.ClientConfig()
 	if err != nil {
@@ -68,6 +69,20 @@ func (o *options) client() (corev1client.CoreV1Interface, error) {
 	}
 	cfg.UserAgent = "kubectl-nr1/" + version
 	c, err := corev1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return c, nil
+}
+
+// claims is the resource API group's client, for a DRA CG's claims.
+func (o *options) claims() (resourcev1client.ResourceV1Interface, error) {
+	cfg, err := o.config.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "kubectl-nr1/" + version
+	c, err := resourcev1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

@@ -238,3 +238,26 @@ func TestExplainEnded(t *testing.T) {
 		}
 	}
 }
+
+// A DRA CG the agent has not sampled yet books what its claims of the NR1 consumed.
+func TestExplainBookedByClaims(t *testing.T) {
+	p := hogPod()
+	p.Name = "dra-cg"
+	consumed := map[resourceapi.QualifiedName]resource.Quantity{"computeDMA": resource.MustParse("3Mi"), "hvQueues": resource.MustParse("7")}
+	claims := []resourceapi.ResourceClaim{
+		{Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{
+			Results: []resourceapi.DeviceRequestAllocationResult{
+				{Driver: "nr1.neureality.ai", Pool: "node-a", Device: "nr1-0", ConsumedCapacity: consumed},
+				{Driver: "gpu.example.com", Pool: "node-a", Device: "gpu-0", ConsumedCapacity: consumed},
+			},
+		}}}},
+		{}, // not allocated yet
+	}
+	var out bytes.Buffer
+	if err := (story{pod: p, claims: claims, node: nodes(t)[0], now: t0}).write(&out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Its spec books compute_dma_memory 3 MB, ai_hypervisor_queue 7."; !strings.Contains(out.String(), want) {
+		t.Errorf("no %q in\n%s", want, out.String())
+	}
+}

@@ -219,7 +219,7 @@ func TestDRA(t *testing.T) {
 			continue
 		}
 		for _, r := range cl.Status.Allocation.Devices.Results {
-			a, err := dra.Amounts(r.ConsumedCapacity)
+			a, err := manifest.Amounts(r.ConsumedCapacity)
 			if err != nil {
 				t.Errorf("claim %s: %v", cl.Name, err)
 			}

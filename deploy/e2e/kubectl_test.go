@@ -101,6 +101,15 @@ func injectCG(t *testing.T, c kubernetes.Interface, spec, namespace, name string
 		}
 		return nil
 	})
+	out, err = kubectlNR1(t, nil, "explain", "-n", namespace, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`(?m)^compute_dma_memory\s+3 MB\s`, `(?m)^ai_hypervisor_queue\s+7\s+7\s+1\.00\s+-$`, `Next: nothing: the CG is within its allocation\.`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("kubectl nr1 explain %s: no %q in\n%s", name, want, out)
+		}
+	}
 }
 
 func known(q agents.Quantity) float64 {

@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"fmt"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,4 +52,35 @@ func ClaimTemplate(namespace, name string, a nr1.Amounts) *resourceapi.ResourceC
 			}}},
 		}}},
 	}
+}
+
+// Amounts converts what an allocation consumed of the NR1 to units, the inverse of a
+// claim template's requests. A capacity it does not name was consumed at zero; one the
+// NR1 does not have, a negative or fractional amount is refused: what the CG may use
+// would not be known.
+func Amounts(consumed map[resourceapi.QualifiedName]resource.Quantity) (nr1.Amounts, error) {
+	var a nr1.Amounts
+	for name, q := range consumed {
+		r, ok := resourceOf(name)
+		if !ok {
+			return nr1.Amounts{}, fmt.Errorf("consumed capacity %q is none of the NR1's", name)
+		}
+		v, exact := q.AsInt64()
+		if !exact || v < 0 || v%r.UnitBytes() != 0 {
+			return nr1.Amounts{}, fmt.Errorf("consumed capacity %s=%s is not a whole number of %s", name, q.String(), r.Unit())
+		}
+		a[r] = nr1.Units(v / r.UnitBytes())
+	}
+	return a, nil
+}
+
+// resourceOf reads a capacity's name, unqualified (the driver's own domain) or
+// qualified with it.
+func resourceOf(name resourceapi.QualifiedName) (nr1.Resource, bool) {
+	for _, r := range nr1.All {
+		if name == capacityNames[r] || string(name) == nr1.DRADriver+"/"+string(capacityNames[r]) {
+			return r, true
+		}
+	}
+	return 0, false
 }
