@@ -1,16 +1,17 @@
 package dra
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -56,65 +57,43 @@ func overall(h device.Health) (bool, string) {
 	return true, ""
 }
 
-// PrepareResult is a claim's answer to the kubelet: a CDI device per share, or why the
-// claim was not prepared.
-type PrepareResult struct {
-	Devices []PreparedDevice
-	Err     error
-}
-
-// PreparedDevice is one share of the NR1 prepared for a claim's request.
-type PreparedDevice struct {
-	Requests             []string
-	PoolName, DeviceName string
-	CDIDeviceIDs         []string
-	ShareID              *types.UID
-}
-
-// ClaimRef names a claim the kubelet unprepares.
-type ClaimRef struct {
-	UID             types.UID
-	Namespace, Name string
+// Prepare prepares the claim's shares of the NR1 and answers the kubelet with a CDI
+// device per share, or why it was not prepared. It is idempotent: a claim prepared
+// already is answered as it was.
+func (d *Driver) Prepare(rc *resourceapi.ResourceClaim) *drapbv1.NodePrepareResourceResponse {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if res, ok := d.prepared(rc.UID); ok {
+		return res
+	}
+	c, err := d.prepare(rc)
+	if err != nil {
+		d.log.Warn("DRA claim not prepared", "namespace", rc.Namespace, "claim", rc.Name, "err", err)
+		return &drapbv1.NodePrepareResourceResponse{Error: err.Error()}
+	}
+	d.log.Info("DRA claim prepared", "namespace", rc.Namespace, "claim", rc.Name, "uid", rc.UID, "amounts", c.Amounts().String())
+	return answer(c, d.node)
 }
 
 // Prepared answers a claim prepared already (before a kubelet or agent restart) from
-// the checkpoint, without asking the API server; ok is false for any other.
-func (d *Driver) Prepared(uid types.UID) (PrepareResult, bool) {
+// the checkpoint, without the claim itself; ok is false for any other.
+func (d *Driver) Prepared(uid types.UID) (res *drapbv1.NodePrepareResourceResponse, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.prepared(uid)
+}
+
+func (d *Driver) prepared(uid types.UID) (*drapbv1.NodePrepareResourceResponse, bool) {
 	c, ok := d.store.Get(uid)
 	if !ok {
-		return PrepareResult{}, false
+		return nil, false
 	}
 	// The checkpoint outlives a reboot, the CDI directory (a tmpfs) may not: the runtime
 	// needs the spec to start the container.
 	if err := d.cdi.Ensure(c); err != nil {
-		return PrepareResult{Err: err}, true
+		return &drapbv1.NodePrepareResourceResponse{Error: err.Error()}, true
 	}
-	return result(c, d.node), true
-}
-
-// PrepareResourceClaims prepares each claim's shares of the NR1: idempotent, a claim
-// prepared already is answered as it was.
-func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) map[types.UID]PrepareResult {
-	out := make(map[types.UID]PrepareResult, len(claims))
-	for _, rc := range claims {
-		if res, ok := d.Prepared(rc.UID); ok {
-			out[rc.UID] = res
-			continue
-		}
-		d.mu.Lock()
-		c, err := d.prepare(rc)
-		d.mu.Unlock()
-		if err != nil {
-			d.log.Warn("DRA claim not prepared", "namespace", rc.Namespace, "claim", rc.Name, "err", err)
-			out[rc.UID] = PrepareResult{Err: err}
-			continue
-		}
-		d.log.Info("DRA claim prepared", "namespace", rc.Namespace, "claim", rc.Name, "uid", rc.UID, "amounts", c.Amounts().String())
-		out[rc.UID] = result(c, d.node)
-	}
-	return out
+	return answer(c, d.node), true
 }
 
 // prepare reads the claim's allocation of this node's NR1, writes its CDI spec and
@@ -154,71 +133,40 @@ func (d *Driver) prepare(rc *resourceapi.ResourceClaim) (Claim, error) {
 	return c, nil
 }
 
-// result is the claim's answer to the kubelet: per share, its CDI device.
-func result(c Claim, pool string) PrepareResult {
-	res := PrepareResult{Devices: make([]PreparedDevice, 0, len(c.Shares))}
+// answer is a prepared claim's answer to the kubelet: per share, its CDI device.
+func answer(c Claim, pool string) *drapbv1.NodePrepareResourceResponse {
+	out := &drapbv1.NodePrepareResourceResponse{Devices: make([]*drapbv1.Device, 0, len(c.Shares))}
 	for _, s := range c.Shares {
-		dev := PreparedDevice{Requests: []string{s.Request}, PoolName: pool, DeviceName: DeviceName, CDIDeviceIDs: []string{s.CDIDevice}}
+		// A subrequest ("nr1/small") is reported under its request.
+		request, _, _ := strings.Cut(s.Request, "/")
+		dev := &drapbv1.Device{RequestNames: []string{request}, PoolName: pool, DeviceName: DeviceName, CdiDeviceIds: []string{s.CDIDevice}}
 		if s.ShareID != "" {
-			id := types.UID(s.ShareID)
-			dev.ShareID = &id
+			dev.ShareId = &s.ShareID
 		}
-		res.Devices = append(res.Devices, dev)
-	}
-	return res
-}
-
-// UnprepareResourceClaims removes each claim's CDI spec and forgets it; a claim not
-// prepared (again, or never) is no error.
-func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []ClaimRef) map[types.UID]error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make(map[types.UID]error, len(claims))
-	for _, o := range claims {
-		c, ok := d.store.Get(o.UID)
-		if !ok {
-			out[o.UID] = nil
-			continue
-		}
-		if err := d.cdi.Remove(c); err != nil {
-			out[o.UID] = err
-			continue
-		}
-		out[o.UID] = d.store.Remove(o.UID)
-		d.log.Info("DRA claim unprepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID)
+		out.Devices = append(out.Devices, dev)
 	}
 	return out
 }
 
-// healthResend is how often the NR1's health is reported when it does not change: the
-// kubelet takes a report older than 30 s as unknown.
-const healthResend = 20 * time.Second
-
-// HealthReport is the NR1's health as the kubelet hears it.
-type HealthReport struct {
-	Healthy     bool
-	Message     string
-	LastUpdated time.Time
-}
-
-// WatchHealthStatus reports the NR1's health to the kubelet, which shows it in the
-// status of the pods using it: at once, on every change, and every healthResend.
-func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- HealthReport) error {
-	tick := time.NewTicker(healthResend)
-	defer tick.Stop()
-	for {
-		h, changed := d.health.Load()
-		healthy, reason := overall(h)
-		select {
-		case <-ctx.Done():
-			return nil
-		case reports <- HealthReport{Healthy: healthy, Message: reason, LastUpdated: time.Now()}:
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		case <-tick.C:
-		}
+// Unprepare removes the claim's CDI spec and forgets it; a claim not prepared (again,
+// or never) is no error.
+func (d *Driver) Unprepare(uid types.UID) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c, ok := d.store.Get(uid)
+	if !ok {
+		return nil
 	}
+	if err := d.cdi.Remove(c); err != nil {
+		return err
+	}
+	if err := d.store.Remove(uid); err != nil {
+		return err
+	}
+	d.log.Info("DRA claim unprepared", "namespace", c.Namespace, "claim", c.Name, "uid", c.UID)
+	return nil
 }
+
+// healthResend is how often the NR1's health is reported when it does not change,
+// well within the timeout each report gives the kubelet.
+const healthResend = 20 * time.Second

@@ -1,7 +1,6 @@
 package dra
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -107,13 +106,13 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 	dir := t.TempDir()
 	d := testDriver(t, dir)
 	resnet := claim("c1", "resnet50-nr1", map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "cpuDMA": "0", "dockerPartition": "2392Mi", "hvQueues": "7"})
-	got := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
-	if got["c1"].Err != nil {
-		t.Fatalf("prepare: %v", got["c1"].Err)
+	got := d.Prepare(resnet)
+	if got.GetError() != "" {
+		t.Fatalf("prepare: %s", got.GetError())
 	}
-	devs := got["c1"].Devices
-	if len(devs) != 1 || devs[0].PoolName != "node-a" || devs[0].DeviceName != DeviceName || devs[0].ShareID == nil || *devs[0].ShareID != "0b0dc1" ||
-		!slices.Equal(devs[0].Requests, []string{"nr1"}) || !slices.Equal(devs[0].CDIDeviceIDs, []string{"neureality.ai/nr1=c1-0b0dc1"}) {
+	devs := got.GetDevices()
+	if len(devs) != 1 || devs[0].GetPoolName() != "node-a" || devs[0].GetDeviceName() != DeviceName || devs[0].GetShareId() != "0b0dc1" ||
+		!slices.Equal(devs[0].GetRequestNames(), []string{"nr1"}) || !slices.Equal(devs[0].GetCdiDeviceIds(), []string{"neureality.ai/nr1=c1-0b0dc1"}) {
 		t.Fatalf("prepared %+v", devs)
 	}
 
@@ -144,8 +143,8 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 
 	// The kubelet asks again (it restarted), and so does a restarted agent: the same
 	// answer, from the checkpoint.
-	again := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet})
-	if again["c1"].Err != nil || !slices.Equal(again["c1"].Devices[0].CDIDeviceIDs, devs[0].CDIDeviceIDs) {
+	again := d.Prepare(resnet)
+	if again.GetError() != "" || !slices.Equal(again.GetDevices()[0].GetCdiDeviceIds(), devs[0].GetCdiDeviceIds()) {
 		t.Errorf("second prepare %+v", again)
 	}
 	// After a reboot the CDI directory (a tmpfs) is empty and the checkpoint is not: the
@@ -155,8 +154,8 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := testDriver(t, dir)
-	if res := restarted.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{resnet}); res["c1"].Err != nil {
-		t.Fatalf("prepare after a reboot: %v", res["c1"].Err)
+	if res := restarted.Prepare(resnet); res.GetError() != "" {
+		t.Fatalf("prepare after a reboot: %s", res.GetError())
 	}
 	if again, err := os.ReadFile(specFile); err != nil || string(again) != string(raw) {
 		t.Errorf("the spec after a reboot: %v\n%s\nwant\n%s", err, again, raw)
@@ -166,12 +165,11 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 		t.Fatalf("after a restart the checkpoint holds %+v (%v)", c, ok)
 	}
 
-	res := restarted.UnprepareResourceClaims(context.Background(), []ClaimRef{
-		{UID: "c1", Namespace: "ml", Name: "resnet50-nr1"},
-		{UID: "never", Namespace: "ml", Name: "never-prepared"},
-	})
-	if res["c1"] != nil || res["never"] != nil {
-		t.Fatalf("unprepare %v", res)
+	if err := restarted.Unprepare("c1"); err != nil {
+		t.Fatalf("unprepare: %v", err)
+	}
+	if err := restarted.Unprepare("never"); err != nil {
+		t.Fatalf("unprepare of a claim never prepared: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cdi", "nr1.neureality.ai_c1.json")); !os.IsNotExist(err) {
 		t.Errorf("CDI spec still there: %v", err)
@@ -191,44 +189,17 @@ func TestPrepareRefusesWhatItCannotBudget(t *testing.T) {
 	whole := claim("c3", "whole", nil)
 	whole.Status.Allocation.Devices.Results[0].ConsumedCapacity = nil
 	odd := claim("c4", "odd", map[resourceapi.QualifiedName]string{"computeDMA": "1500k"})
-	got := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{elsewhere, whole, odd})
-	for uid, want := range map[types.UID]string{"c2": "not this node's NR1", "c3": "no consumed capacity", "c4": "whole number"} {
-		if got[uid].Err == nil || !strings.Contains(got[uid].Err.Error(), want) {
-			t.Errorf("claim %s: %v, want an error saying %q", uid, got[uid].Err, want)
+
+	for rc, want := range map[*resourceapi.ResourceClaim]string{elsewhere: "not this node's NR1", whole: "no consumed capacity", odd: "whole number"} {
+		if got := d.Prepare(rc); !strings.Contains(got.GetError(), want) || len(got.GetDevices()) != 0 {
+			t.Errorf("claim %s: %+v, want an error saying %q", rc.UID, got, want)
 		}
-		if _, ok := d.store.Get(uid); ok {
-			t.Errorf("claim %s recorded as prepared", uid)
+		if _, ok := d.store.Get(rc.UID); ok {
+			t.Errorf("claim %s recorded as prepared", rc.UID)
 		}
 	}
 	if entries, _ := os.ReadDir(d.cdi.Dir); len(entries) != 0 {
 		t.Errorf("CDI specs left for refused claims: %v", entries)
-	}
-}
-
-// The NR1's health reaches the kubelet at once and on every change.
-func TestHealthIsReported(t *testing.T) {
-	d := testDriver(t, t.TempDir())
-	mon := latest.New(healthy())
-	d.health = mon
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	reports := make(chan HealthReport)
-	done := make(chan error, 1)
-	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
-	first := <-reports
-	if !first.Healthy {
-		t.Fatalf("first report %+v", first)
-	}
-	h := healthy()
-	h[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
-	mon.Publish(first.LastUpdated, h)
-	next := <-reports
-	if next.Healthy || !strings.Contains(next.Message, "queue device gone") {
-		t.Errorf("after the fault %+v", next)
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("WatchHealthStatus: %v", err)
 	}
 }
 
@@ -276,8 +247,8 @@ func BenchmarkPrepare(b *testing.B) {
 	consumed := map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}
 	// 50 CGs prepared already: the checkpoint written at each new claim holds them.
 	for i := range 50 {
-		if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("base-"+strconv.Itoa(i), "cg", consumed)}); res[types.UID("base-"+strconv.Itoa(i))].Err != nil {
-			b.Fatal(res)
+		if res := d.Prepare(claim("base-"+strconv.Itoa(i), "cg", consumed)); res.GetError() != "" {
+			b.Fatal(res.GetError())
 		}
 	}
 	b.Run("claim=new", func(b *testing.B) {
@@ -285,12 +256,11 @@ func BenchmarkPrepare(b *testing.B) {
 		for b.Loop() {
 			i++
 			uid := "new-" + strconv.Itoa(i)
-			res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim(uid, "cg", consumed)})
-			if res[types.UID(uid)].Err != nil {
-				b.Fatal(res[types.UID(uid)].Err)
+			if res := d.Prepare(claim(uid, "cg", consumed)); res.GetError() != "" {
+				b.Fatal(res.GetError())
 			}
 			b.StopTimer()
-			if err := d.UnprepareResourceClaims(context.Background(), []ClaimRef{{UID: types.UID(uid)}})[types.UID(uid)]; err != nil {
+			if err := d.Unprepare(types.UID(uid)); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
@@ -299,8 +269,8 @@ func BenchmarkPrepare(b *testing.B) {
 	b.Run("claim=prepared", func(b *testing.B) {
 		rc := claim("base-0", "cg", consumed)
 		for b.Loop() {
-			if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{rc}); res[rc.UID].Err != nil {
-				b.Fatal(res[rc.UID].Err)
+			if res := d.Prepare(rc); res.GetError() != "" {
+				b.Fatal(res.GetError())
 			}
 		}
 	})
@@ -313,19 +283,19 @@ func TestClaimAmountsByName(t *testing.T) {
 	d := testDriver(t, t.TempDir())
 	old := claim("u1", "cg-nr1", map[resourceapi.QualifiedName]string{"hvQueues": "2"})
 	renewed := claim("u2", "cg-nr1", map[resourceapi.QualifiedName]string{"hvQueues": "9"})
-	if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{old}); res["u1"].Err != nil {
-		t.Fatal(res["u1"].Err)
+	if res := d.Prepare(old); res.GetError() != "" {
+		t.Fatal(res.GetError())
 	}
 	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); !ok || a != (nr1.Amounts{0, 0, 0, 2}) {
 		t.Fatalf("one claim: %v %v", a, ok)
 	}
-	if res := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{renewed}); res["u2"].Err != nil {
-		t.Fatal(res["u2"].Err)
+	if res := d.Prepare(renewed); res.GetError() != "" {
+		t.Fatal(res.GetError())
 	}
 	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); ok {
 		t.Errorf("two claims of one name read as %v", a)
 	}
-	if err := d.UnprepareResourceClaims(context.Background(), []ClaimRef{{UID: "u1"}})["u1"]; err != nil {
+	if err := d.Unprepare("u1"); err != nil {
 		t.Fatal(err)
 	}
 	if a, ok := d.store.ClaimAmounts("ml", "cg-nr1"); !ok || a != (nr1.Amounts{0, 0, 0, 9}) {

@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -142,22 +141,21 @@ const claimTimeout = 10 * time.Second
 func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
 	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(req.GetClaims()))}
 	for _, c := range req.GetClaims() {
-		uid := types.UID(c.GetUid())
-		res, ok := s.d.Prepared(uid)
+		res, ok := s.d.Prepared(types.UID(c.GetUid()))
 		if !ok {
-			rc, err := s.claim(ctx, c)
-			if err != nil {
-				res = PrepareResult{Err: err}
+			if rc, err := s.claim(ctx, c); err != nil {
+				res = &drapbv1.NodePrepareResourceResponse{Error: err.Error()}
 			} else {
-				res = s.d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{rc})[uid]
+				res = s.d.Prepare(rc)
 			}
 		}
-		resp.Claims[c.GetUid()] = answer(res)
+		resp.Claims[c.GetUid()] = res
 	}
 	return resp, nil
 }
 
-// claim reads the claim the kubelet names, and checks it is that one and allocated.
+// claim reads the claim the kubelet names, and checks it is that one; prepare checks
+// its allocation.
 func (s *draService) claim(ctx context.Context, c *drapbv1.Claim) (*resourceapi.ResourceClaim, error) {
 	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
 	defer cancel()
@@ -167,43 +165,19 @@ func (s *draService) claim(ctx context.Context, c *drapbv1.Claim) (*resourceapi.
 		return nil, fmt.Errorf("claim %s/%s: %w", c.GetNamespace(), c.GetName(), err)
 	case rc.UID != types.UID(c.GetUid()):
 		return nil, fmt.Errorf("claim %s/%s is %s, not %s: replaced", c.GetNamespace(), c.GetName(), rc.UID, c.GetUid())
-	case rc.Status.Allocation == nil:
-		return nil, fmt.Errorf("claim %s/%s not allocated", c.GetNamespace(), c.GetName())
 	}
 	return rc, nil
 }
 
-func answer(res PrepareResult) *drapbv1.NodePrepareResourceResponse {
-	if res.Err != nil {
-		return &drapbv1.NodePrepareResourceResponse{Error: res.Err.Error()}
-	}
-	out := &drapbv1.NodePrepareResourceResponse{Devices: make([]*drapbv1.Device, 0, len(res.Devices))}
-	for _, dev := range res.Devices {
-		names := make([]string, len(dev.Requests))
-		for i, r := range dev.Requests {
-			// A subrequest ("nr1/small") is reported under its request.
-			names[i], _, _ = strings.Cut(r, "/")
-		}
-		out.Devices = append(out.Devices, &drapbv1.Device{RequestNames: names, PoolName: dev.PoolName, DeviceName: dev.DeviceName,
-			CdiDeviceIds: dev.CDIDeviceIDs, ShareId: (*string)(dev.ShareID)})
-	}
-	return out
-}
-
 // NodeUnprepareResources unprepares each claim; one never prepared is no error.
-func (s *draService) NodeUnprepareResources(ctx context.Context, req *drapbv1.NodeUnprepareResourcesRequest) (*drapbv1.NodeUnprepareResourcesResponse, error) {
-	refs := make([]ClaimRef, 0, len(req.GetClaims()))
+func (s *draService) NodeUnprepareResources(_ context.Context, req *drapbv1.NodeUnprepareResourcesRequest) (*drapbv1.NodeUnprepareResourcesResponse, error) {
+	resp := &drapbv1.NodeUnprepareResourcesResponse{Claims: make(map[string]*drapbv1.NodeUnprepareResourceResponse, len(req.GetClaims()))}
 	for _, c := range req.GetClaims() {
-		refs = append(refs, ClaimRef{UID: types.UID(c.GetUid()), Namespace: c.GetNamespace(), Name: c.GetName()})
-	}
-	errs := s.d.UnprepareResourceClaims(ctx, refs)
-	resp := &drapbv1.NodeUnprepareResourcesResponse{Claims: make(map[string]*drapbv1.NodeUnprepareResourceResponse, len(refs))}
-	for _, r := range refs {
 		a := &drapbv1.NodeUnprepareResourceResponse{}
-		if err := errs[r.UID]; err != nil {
+		if err := s.d.Unprepare(types.UID(c.GetUid())); err != nil {
 			a.Error = err.Error()
 		}
-		resp.Claims[string(r.UID)] = a
+		resp.Claims[c.GetUid()] = a
 	}
 	return resp, nil
 }
@@ -218,30 +192,33 @@ type healthService struct {
 // health as unknown: past the resend, with room for a late one.
 const healthTimeout = 3 * healthResend
 
+// NodeWatchResources reports the NR1's health to the kubelet, which shows it in the
+// status of the pods using it: at once, on every change, and every healthResend.
 func (h *healthService) NodeWatchResources(_ *drahealthv1.NodeWatchResourcesRequest, stream grpc.ServerStreamingServer[drahealthv1.NodeWatchResourcesResponse]) error {
-	ctx := stream.Context()
-	reports := make(chan HealthReport)
-	done := make(chan error, 1)
-	go func() { done <- h.d.WatchHealthStatus(ctx, reports) }()
+	tick := time.NewTicker(healthResend)
+	defer tick.Stop()
 	for {
+		health, changed := h.d.health.Load()
+		healthy, reason := overall(health)
+		status := drahealthv1.HealthStatus_HEALTHY
+		if !healthy {
+			status = drahealthv1.HealthStatus_UNHEALTHY
+		}
+		err := stream.Send(&drahealthv1.NodeWatchResourcesResponse{Devices: []*drahealthv1.DeviceHealth{{
+			Device:                    &drahealthv1.DeviceIdentifier{PoolName: h.d.node, DeviceName: DeviceName},
+			Health:                    status,
+			LastUpdatedTime:           time.Now().Unix(),
+			HealthCheckTimeoutSeconds: int64(healthTimeout / time.Second),
+			Message:                   reason,
+		}}})
+		if err != nil {
+			return fmt.Errorf("NR1 health to the kubelet: %w", err)
+		}
 		select {
-		case <-ctx.Done():
-			return <-done
-		case r := <-reports:
-			status := drahealthv1.HealthStatus_HEALTHY
-			if !r.Healthy {
-				status = drahealthv1.HealthStatus_UNHEALTHY
-			}
-			err := stream.Send(&drahealthv1.NodeWatchResourcesResponse{Devices: []*drahealthv1.DeviceHealth{{
-				Device:                    &drahealthv1.DeviceIdentifier{PoolName: h.d.node, DeviceName: DeviceName},
-				Health:                    status,
-				LastUpdatedTime:           r.LastUpdated.Unix(),
-				HealthCheckTimeoutSeconds: int64(healthTimeout / time.Second),
-				Message:                   r.Message,
-			}}})
-			if err != nil {
-				return fmt.Errorf("NR1 health to the kubelet: %w", err)
-			}
+		case <-stream.Context().Done():
+			return nil
+		case <-changed:
+		case <-tick.C:
 		}
 	}
 }

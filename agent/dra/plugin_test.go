@@ -115,6 +115,8 @@ func TestKubeletSeesThePlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := testDriver(t, dir)
+	mon := latest.New(healthy())
+	d.health = mon
 	api := &fakeAPI{claims: map[string]*resourceapi.ResourceClaim{
 		"ml/resnet50-nr1": claim("c1", "resnet50-nr1", map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}),
 		"ml/renewed":      claim("c9", "renewed", map[resourceapi.QualifiedName]string{"hvQueues": "1"}),
@@ -178,36 +180,36 @@ func TestKubeletSeesThePlugin(t *testing.T) {
 		t.Error("unprepared claim still prepared")
 	}
 
-	for _, watch := range []func() (bool, string, error){
-		func() (bool, string, error) {
-			s, err := drahealthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
-			if err != nil {
-				return false, "", err
-			}
-			r, err := s.Recv()
-			if err != nil {
-				return false, "", err
-			}
-			dev := r.GetDevices()[0]
-			return dev.GetHealth() == drahealthv1.HealthStatus_HEALTHY, dev.GetDevice().GetPoolName() + "/" + dev.GetDevice().GetDeviceName(), nil
-		},
-		func() (bool, string, error) {
-			s, err := drahealthv1alpha1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1alpha1.NodeWatchResourcesRequest{})
-			if err != nil {
-				return false, "", err
-			}
-			r, err := s.Recv()
-			if err != nil {
-				return false, "", err
-			}
-			dev := r.GetDevices()[0]
-			return dev.GetHealth() == drahealthv1alpha1.HealthStatus_HEALTHY, dev.GetDevice().GetPoolName() + "/" + dev.GetDevice().GetDeviceName(), nil
-		},
-	} {
-		healthy, id, err := watch()
-		if err != nil || !healthy || id != "node-a/"+DeviceName {
-			t.Errorf("health: %v %q %v", healthy, id, err)
-		}
+	// Health, through v1 at once and on a fault, and through v1alpha1 (the same reports
+	// converted by the kubelet's API package).
+	v1, err := drahealthv1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := v1.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := first.GetDevices()[0]
+	if dev.GetHealth() != drahealthv1.HealthStatus_HEALTHY || dev.GetDevice().GetPoolName() != "node-a" || dev.GetDevice().GetDeviceName() != DeviceName || dev.GetHealthCheckTimeoutSeconds() <= 20 {
+		t.Errorf("first health report %v", dev)
+	}
+	sick := healthy()
+	sick[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	mon.Publish(time.Now(), sick)
+	next, err := v1.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev := next.GetDevices()[0]; dev.GetHealth() != drahealthv1.HealthStatus_UNHEALTHY || !strings.Contains(dev.GetMessage(), "queue device gone") {
+		t.Errorf("after the fault %v", dev)
+	}
+	alpha, err := drahealthv1alpha1.NewDRAResourceHealthClient(conn).NodeWatchResources(ctx, &drahealthv1alpha1.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := alpha.Recv(); err != nil || r.GetDevices()[0].GetHealth() != drahealthv1alpha1.HealthStatus_UNHEALTHY {
+		t.Errorf("v1alpha1 health report %v %v", r, err)
 	}
 
 	cancel()
