@@ -90,6 +90,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, 1, cg.Namespace, cg.Name)
 			continue
 		}
+		// A docker partition not measured yet, or whose reading failed, is unknown: it
+		// has no usage or ratio series rather than zeros.
+		measured := func(r nr1.Resource) bool { return r != nr1.DockerPartition || cg.PartitionUnknown == "" }
 		for _, ctr := range running(cg) {
 			used := cg.PerContainer[ctr.Name]
 			// A container given nothing (the CG's allocation sits on health-handler) has
@@ -99,12 +102,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				if allocated {
 					ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
 				}
-				ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, r.InUnits(used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+				if measured(r) {
+					ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, r.InUnits(used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+				}
 			}
 		}
 		for _, r := range nr1.All {
-			ch <- prometheus.MustNewConstMetric(c.cgUsage, prometheus.GaugeValue, r.InUnits(cg.Usage[r]), cg.Namespace, cg.Name, r.Short())
-			ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, float64(cg.Ratio[r]), cg.Namespace, cg.Name, r.Short())
+			if measured(r) {
+				ch <- prometheus.MustNewConstMetric(c.cgUsage, prometheus.GaugeValue, r.InUnits(cg.Usage[r]), cg.Namespace, cg.Name, r.Short())
+				ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, float64(cg.Ratio[r]), cg.Namespace, cg.Name, r.Short())
+			}
 		}
 	}
 }

@@ -120,6 +120,29 @@ func TestPromtoolAcceptsTheMetrics(t *testing.T) {
 
 const mib = 1 << 20
 
+// A CG whose docker partition is not measured yet (or whose reading failed) has no
+// partition usage or ratio series: unknown, not 0. Its other resources have theirs.
+func TestUnknownPartitionHasNoSeries(t *testing.T) {
+	snap := scrapeFixture()
+	greedy := snap.CGs[2]
+	greedy.PartitionUnknown = "not measured yet"
+	got := string(scrape(t, registry(&fixedSamples{snap})))
+	for _, line := range strings.Split(got, "\n") {
+		if strings.Contains(line, `pod="greedy"`) && strings.Contains(line, `resource="docker_partition"`) {
+			t.Errorf("an unmeasured partition has a series: %s", line)
+		}
+	}
+	for _, want := range []string{
+		`nr1_usage{container="main",namespace="ml",pod="greedy",resource="ai_hypervisor_queue"} 2`,
+		`nr1_usage_ratio{namespace="ml",pod="greedy",resource="ai_hypervisor_queue"} +Inf`,
+		`nr1_cg_usage{namespace="default",pod="resnet50",resource="docker_partition"} 1200`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %s", want)
+		}
+	}
+}
+
 // A refused BPF source shows with its reason; none shows when BPF is in use.
 func TestBPFRefusedMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()

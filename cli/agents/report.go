@@ -215,34 +215,36 @@ func Parse(node, agent string, in io.Reader) (*Node, error) {
 	})
 	each(fams, "nr1_enforcement_reset_timestamp_seconds", func(m *dto.Metric, r nr1.Resource) { enforcement(m).Rungs[r].ResetAt = timestamp(m) })
 
-	known := nr1.PerResource[bool]{true, true, true, true}
+	// The node's sums are unknown, never smaller, while any part of them is.
+	var allocKnown, usedKnown nr1.PerResource[bool]
 	for _, r := range nr1.All {
 		n.Allocated[r], n.Used[r] = zero(), n.Unattributed[r]
-		known[r] = n.Unattributed[r] != nil
+		allocKnown[r], usedKnown[r] = true, n.Unattributed[r] != nil
 	}
 	for c := range sampled {
 		n.CGs = append(n.CGs, c)
-		if !c.AllocationUnknown && !c.UsageUncertain {
-			// A container given nothing has no allocation series: known, and zero.
-			for _, r := range nr1.All {
-				c.Allocation[r] = add(zero(), c.Allocation[r])
-				for i := range c.Containers {
-					c.Containers[i].Allocation[r] = add(zero(), c.Containers[i].Allocation[r])
-				}
-			}
+		if c.AllocationUnknown || c.UsageUncertain {
+			// The agent exports neither figure for such a CG.
+			allocKnown, usedKnown = nr1.PerResource[bool]{}, nr1.PerResource[bool]{}
+			continue
 		}
 		for _, r := range nr1.All {
-			if c.AllocationUnknown || c.UsageUncertain {
-				known[r] = false
-				continue
+			// A container given nothing has no allocation series: known, and zero.
+			c.Allocation[r] = add(zero(), c.Allocation[r])
+			for i := range c.Containers {
+				c.Containers[i].Allocation[r] = add(zero(), c.Containers[i].Allocation[r])
 			}
+			usedKnown[r] = usedKnown[r] && c.Usage[r] != nil
 			n.Allocated[r] = add(n.Allocated[r], c.Allocation[r])
 			n.Used[r] = add(n.Used[r], c.Usage[r])
 		}
 	}
 	for _, r := range nr1.All {
-		if !known[r] {
-			n.Allocated[r], n.Used[r] = nil, nil
+		if !allocKnown[r] {
+			n.Allocated[r] = nil
+		}
+		if !usedKnown[r] {
+			n.Used[r] = nil
 		}
 	}
 	sort.Slice(n.CGs, func(i, j int) bool {

@@ -180,3 +180,33 @@ func TestRatioJSONRoundTrip(t *testing.T) {
 		t.Errorf("read back %v", out)
 	}
 }
+
+// A CG whose docker partition the agent has not measured (no series) leaves the node's
+// partition use unknown, not smaller; what was allocated is still known.
+func TestParseUnmeasuredPartition(t *testing.T) {
+	b, err := os.ReadFile("testdata/node-a.metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `pod="hog"`) && strings.Contains(line, `resource="docker_partition"`) && !strings.HasPrefix(line, "nr1_allocated") {
+			continue
+		}
+		if strings.HasPrefix(line, "nr1_allocation_unknown{") {
+			continue
+		}
+		kept = append(kept, line)
+	}
+	n, err := Parse("node-a", "a", strings.NewReader(strings.Join(kept, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hog := pod(n, "ml", "hog")
+	if hog.Usage[nr1.DockerPartition] != nil || !math.IsNaN(float64(hog.Ratio[nr1.DockerPartition])) || *hog.Allocation[nr1.DockerPartition] != 100 {
+		t.Errorf("hog's partition: usage %v ratio %v allocation %v", hog.Usage[nr1.DockerPartition], hog.Ratio[nr1.DockerPartition], hog.Allocation[nr1.DockerPartition])
+	}
+	if n.Used[nr1.DockerPartition] != nil || n.Used[nr1.HypervisorQueue] == nil || n.Allocated[nr1.DockerPartition] == nil {
+		t.Errorf("node used %v allocated %v", deref(n.Used), deref(n.Allocated))
+	}
+}
