@@ -11,7 +11,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -108,9 +110,22 @@ type verboseInfo struct {
 // maxPID is PID_MAX_LIMIT, the largest process ID Linux hands out.
 const maxPID = 1 << 22
 
-// errVerboseInfo marks a verbose info that cannot be read: the container is kept with
-// what the list and its status say, without a PID or cgroup.
-var errVerboseInfo = errors.New("unreadable verbose info")
+// errUnreadable marks a container whose status or verbose info cannot be read, while
+// the runtime answers: the container is kept with what the list (and its status, when
+// read) says, without a PID or cgroup. One container's problem stays that container's.
+var errUnreadable = errors.New("unreadable container status")
+
+// runtimeFailure says whether a failed status call is the runtime's, not the
+// container's: the runtime away, hung or the call abandoned. Anything else — an answer
+// too large to receive (a container's environment can make its verbose status exceed
+// any limit), one the runtime cannot build — concerns that container alone.
+func runtimeFailure(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
 
 // parseVerboseInfo reads the init PID and the OCI spec's cgroupsPath from a verbose
 // ContainerStatus's "info". A PID no process can have is refused; the cgroupsPath is
@@ -118,21 +133,24 @@ var errVerboseInfo = errors.New("unreadable verbose info")
 func parseVerboseInfo(raw string) (pid int, cgroupsPath string, err error) {
 	var info verboseInfo
 	if err := json.Unmarshal([]byte(raw), &info); err != nil {
-		return 0, "", fmt.Errorf("%w: %w", errVerboseInfo, err)
+		return 0, "", fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	if info.PID < 0 || info.PID > maxPID {
-		return 0, "", fmt.Errorf("%w: pid %d is no process's", errVerboseInfo, info.PID)
+		return 0, "", fmt.Errorf("%w: pid %d is no process's", errUnreadable, info.PID)
 	}
 	return info.PID, info.RuntimeSpec.Linux.CgroupsPath, nil
 }
 
 // containerDetails reads what the list does not say: PID, cgroupsPath, status
-// annotations, start time. An error wrapping errVerboseInfo leaves c with everything but
-// what the verbose info says.
+// annotations, start time. An error wrapping errUnreadable leaves c with what the list
+// said (and its status, when that was read), never a PID or cgroup.
 func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c *Container) error {
 	resp, err := rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.ID, Verbose: true})
 	if err != nil {
-		return fmt.Errorf("status of container %s: %w", c.ID, err)
+		if status.Code(err) == codes.NotFound || runtimeFailure(err) {
+			return fmt.Errorf("status of container %s: %w", c.ID, err)
+		}
+		return fmt.Errorf("status of container %s: %w: %w", c.ID, errUnreadable, err)
 	}
 	st := resp.GetStatus()
 	c.State = stateOf(st.GetState())

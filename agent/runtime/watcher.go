@@ -216,7 +216,7 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 			switch {
 			case status.Code(err) == codes.NotFound:
 				continue // removed between the list and the status
-			case errors.Is(err, errVerboseInfo):
+			case errors.Is(err, errUnreadable):
 				w.noteUnreadable(c.ID, err) // one container's info, not the whole list
 			default:
 				return err
@@ -312,7 +312,7 @@ func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServi
 	item := resp.GetContainers()[0]
 	c := containerOf(item)
 	if err := containerDetails(ctx, rs, c); err != nil {
-		if !errors.Is(err, errVerboseInfo) {
+		if !errors.Is(err, errUnreadable) {
 			return nil, "", err
 		}
 		w.noteUnreadable(c.ID, err)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -414,14 +415,43 @@ func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {
 	}
 }
 
+// A container whose verbose status is larger than the client receives (its environment
+// from ConfigMaps of characters JSON escapes six-fold is enough) is that container's
+// problem: the runtime stays connected, the others keep their details, and it is kept
+// without PID or cgroup, through the list as through an event.
+func TestHugeStatusBlindsOnlyThatContainer(t *testing.T) {
+	huge := func(id string) fakecri.Container {
+		env := strings.Repeat(`\u003c`, (17<<20)/6)
+		return fakecri.Container{ID: id, SandboxID: "sb1", Name: id, PID: 104, CgroupsPath: "/kubepods/besteffort/poduid-1/" + id,
+			Info: `{"pid":104,"runtimeSpec":{"linux":{"cgroupsPath":"/kubepods/besteffort/poduid-1/` + id + `"},"process":{"env":["X=` + env + `"]}}}`}
+	}
+	r := start(t, false, Options{Resync: time.Hour}, huge("c-huge"))
+	s := r.until(t, 5*time.Second, "initial list", hasContainers("uid-1", "c-huge", "graph", "health-handler"))
+	if !s.Connected {
+		t.Fatal("runtime reported unreachable over one container's status")
+	}
+	if c := containerIn(s, "uid-1", "c-huge"); c.State != Running || c.PID != 0 || c.CgroupsPath != "" {
+		t.Errorf("c-huge: %+v, want running without PID or cgroupsPath", c)
+	}
+	if hh := containerIn(s, "uid-1", "health-handler"); hh.PID != 101 || hh.CgroupsPath == "" {
+		t.Errorf("health-handler lost its details: %+v", hh)
+	}
+	r.subscribed(t)
+	r.cri.PutContainer(huge("c-late"), false)
+	s = r.until(t, 5*time.Second, "event", hasContainers("uid-1", "c-huge", "c-late", "graph", "health-handler"))
+	if c := containerIn(s, "uid-1", "c-late"); c.State != Running || c.PID != 0 || c.CgroupsPath != "" {
+		t.Errorf("c-late: %+v", c)
+	}
+}
+
 func TestParseVerboseInfo(t *testing.T) {
 	pid, cgroupsPath, err := parseVerboseInfo(`{"sandboxID":"sb1","pid":4242,"runtimeSpec":{"ociVersion":"1.2.0","linux":{"cgroupsPath":"kubepods-pod9.slice:cri-containerd:abc","namespaces":[]}}}`)
 	if err != nil || pid != 4242 || cgroupsPath != "kubepods-pod9.slice:cri-containerd:abc" {
 		t.Errorf("parseVerboseInfo = %d, %q, %v", pid, cgroupsPath, err)
 	}
 	for _, bad := range []string{``, `{`, `[]`, `{"pid":-1}`, `{"pid":4194305}`, `{"pid":1.5}`, `{"pid":"1"}`, `{"runtimeSpec":{"linux":{"cgroupsPath":7}}}`} {
-		if pid, p, err := parseVerboseInfo(bad); err == nil || !errors.Is(err, errVerboseInfo) {
-			t.Errorf("parseVerboseInfo(%q) = %d, %q, %v; want an errVerboseInfo", bad, pid, p, err)
+		if pid, p, err := parseVerboseInfo(bad); err == nil || !errors.Is(err, errUnreadable) {
+			t.Errorf("parseVerboseInfo(%q) = %d, %q, %v; want an errUnreadable", bad, pid, p, err)
 		}
 	}
 }
@@ -437,8 +467,8 @@ func FuzzParseVerboseInfo(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		pid, cgroupsPath, err := parseVerboseInfo(raw)
 		if err != nil {
-			if !errors.Is(err, errVerboseInfo) {
-				t.Fatalf("error %v is not an errVerboseInfo", err)
+			if !errors.Is(err, errUnreadable) {
+				t.Fatalf("error %v is not an errUnreadable", err)
 			}
 			return
 		}
