@@ -23,10 +23,18 @@ export NR1_CACHE := $(CACHE)
 export NR1_BIN := $(CURDIR)/bin
 export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
-# qemu-user: make test-arm64.
-DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager qemu-user
+# The Debian packages of the tests (promtool; Alertmanager for make e2e), of make
+# generate (clang, llvm, libbpf-dev) and of make test-arm64 (qemu-user). The local node
+# stack's own are installed by deploy/local/build.sh.
+TEST_DEB_DEPS := prometheus prometheus-alertmanager
+DEB_DEPS := clang llvm libbpf-dev qemu-user $(TEST_DEB_DEPS)
+APT_INSTALL := deploy/local/apt-install.sh
+# make run: the agent's mode (devicePlugin or dra), and whether to follow its log after
+# the example output (FOLLOW=0: print its last lines and return).
+MODE ?= devicePlugin
+FOLLOW ?= 1
 
-.PHONY: help build $(ARCHES:%=build-%) dist test test-arm64 fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -58,13 +66,13 @@ up: image ## bring up the local node stack with the simulated NR1 (root)
 down: ## tear the local node stack down
 	$(STACK) down
 
-run: image ## bring up the local cluster with the simulated NR1, deploy the agent and the example CGs, show them
-	deploy/local/run.sh
+run: image ## bring up the local cluster with the simulated NR1, deploy the agent in MODE (devicePlugin, dra) and that mode's example CGs, show them, follow the agent's log (FOLLOW=0: do not)
+	NR1_MODE=$(MODE) NR1_FOLLOW=$(FOLLOW) deploy/local/run.sh
 
-e2e: image ## end-to-end tests on the local cluster (brought up and torn down)
+e2e: test-deps image ## end-to-end tests on the local cluster (brought up and torn down)
 	deploy/local/e2e.sh
 
-test: ## run the tests (privileged tests need root)
+test: test-deps ## run the tests, installing the Debian packages they need (root; privileged tests need it too)
 	$(GO) test -race -count=1 ./...
 
 test-arm64: ## run the tests built for arm64 under qemu-user (root: registers a binfmt_misc handler for the run)
@@ -95,9 +103,11 @@ generate: ## regenerate generated code (bpf2go with clang)
 generate-check: generate ## fail when committed generated code is stale
 	@git diff --exit-code --stat -- bpf/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-deps: ## install the Debian packages make generate and the tests need (as root)
-	@missing=$$(for p in $(DEB_DEPS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; fi
+deps: ## install the Debian packages make generate, the tests and make test-arm64 need (as root)
+	@$(APT_INSTALL) $(DEB_DEPS)
+
+test-deps: ## install the Debian packages the tests need (as root)
+	@$(APT_INSTALL) $(TEST_DEB_DEPS)
 
 tools: $(TOOLS)/golangci-lint $(TOOLS)/benchstat ## install the pinned tools
 

@@ -188,11 +188,11 @@ func TestExplainUnknown(t *testing.T) {
 func TestInjectWritesTheDRAExample(t *testing.T) {
 	var out, errOut bytes.Buffer
 	cmd := newRoot(nil, &out, &errOut)
-	cmd.SetArgs([]string{"inject", "-f", "../../nr1/testdata/resnet50-resources.yaml", "--mode", "dra", "-c", "health-handler,graph", "../../deploy/examples/resnet50-cg.yaml"})
+	cmd.SetArgs([]string{"inject", "-f", "../../nr1/testdata/resnet50-resources.yaml", "--mode", "dra", "-c", "health-handler,graph", "../../deploy/examples/device-plugin/resnet50-cg.yaml"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("%v: %s", err, errOut.String())
 	}
-	b, err := os.ReadFile("../../deploy/examples/resnet50-cg-dra.yaml")
+	b, err := os.ReadFile("../../deploy/examples/dra/resnet50-cg.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,7 @@ func TestAgentRunsAsDaemonSetPod(t *testing.T) {
 
 func TestResNetCGIsScheduledAdmittedAndGetsItsBudget(t *testing.T) {
 	c := client(t)
-	pod := running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
+	pod := running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
 	scheduled := false
 	for _, ev := range podEvents(t, c, pod) {
 		if ev.Reason == "Scheduled" && (ev.Source.Component == "default-scheduler" || ev.ReportingController == "default-scheduler") {
@@ -98,7 +98,7 @@ func TestResNetCGIsScheduledAdmittedAndGetsItsBudget(t *testing.T) {
 
 func TestOversizedCGStaysPending(t *testing.T) {
 	c := client(t)
-	pod := createPod(t, c, podFromFile(t, "oversized-cg.yaml"))
+	pod := createPod(t, c, podFromFile(t, "device-plugin/oversized-cg.yaml"))
 	eventually(t, 30*time.Second, "scheduler refuses the oversized CG", func() error {
 		for _, ev := range podEvents(t, c, pod) {
 			if ev.Reason == "FailedScheduling" && strings.Contains(ev.Message, "Insufficient neureality.ai/compute_dma_memory_in_mb") {

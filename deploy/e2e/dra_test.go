@@ -169,7 +169,7 @@ func TestDRA(t *testing.T) {
 	// The ResNet-50 CG of deploy/examples: 3 / 0 / 2392 / 7 claimed once, used by both
 	// of its containers (1 MB and the queues, and 2 MB more).
 	resnet := nr1.Amounts{3, 0, 2392, 7}
-	rn := runningPod(t, c, createExample(t, c, "resnet50-cg-dra.yaml"))
+	rn := runningPod(t, c, createExample(t, c, "dra/resnet50-cg.yaml"))
 	eventually(t, 20*time.Second, "resnet50 known and measured", func() error {
 		cg, err := cgView(agent, rn)
 		if err != nil {
@@ -241,7 +241,7 @@ func TestDRA(t *testing.T) {
 	injectDRA(t, c)
 
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
-	big := createExample(t, c, "oversized-cg-dra.yaml")
+	big := createExample(t, c, "dra/oversized-cg.yaml")
 	eventually(t, 30*time.Second, "the oversized CG unschedulable", func() error {
 		p, err := c.CoreV1().Pods(draNS).Get(context.Background(), big.Name, metav1.GetOptions{})
 		if err != nil {

@@ -142,7 +142,7 @@ func TestEnforcement(t *testing.T) {
 	})
 	t.Run("a CG within its budget is left alone", func(t *testing.T) { // exempt ones: TestExemption
 		t.Parallel()
-		within := running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
+		within := running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
 		time.Sleep(25 * time.Second) // past the whole default ladder
 		if evs := nr1Events(t, c, within); len(evs) != 0 {
 			t.Errorf("%s: %s", within.Name, reasons(evs))

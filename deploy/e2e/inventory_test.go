@@ -64,7 +64,7 @@ func agentDebug(t *testing.T, c kubernetes.Interface) (*debugSnapshot, error) {
 
 func TestAgentKnowsTheResNetCG(t *testing.T) {
 	c := client(t)
-	pod := running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
+	pod := running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
 	var cg *debugCG
 	eventually(t, 10*time.Second, "the agent's view of resnet50", func() error {
 		s, err := agentDebug(t, c)

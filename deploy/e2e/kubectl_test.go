@@ -127,7 +127,7 @@ func TestKubectlNR1(t *testing.T) {
 	c := client(t)
 	t.Run("top", func(t *testing.T) {
 		t.Parallel()
-		pod := running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
+		pod := running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
 		var cg *agents.CG
 		eventually(t, 30*time.Second, "resnet50 in kubectl nr1 top, holding its 3 MB and 7 queues", func() error {
 			var err error

@@ -108,7 +108,7 @@ scrape_configs:
 		err := getJSON("http://"+prom+"/api/v1/query?query="+url.QueryEscape(q), &r)
 		return len(r.Data.Result), err
 	}
-	running(t, c, createPod(t, c, podFromFile(t, "resnet50-cg.yaml")))
+	running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
 	eventually(t, 60*time.Second, "Prometheus has nr1_usage and nr1_allocated of the example CG", func() error {
 		for _, q := range []string{`nr1_usage{pod="resnet50",resource="ai_hypervisor_queue"} == 7`, `nr1_allocated{pod="resnet50",container="health-handler",resource="compute_dma_memory"} == 3`} {
 			n, err := query(q)

@@ -13,17 +13,6 @@ export GOFLAGS=-mod=mod
 
 log() { printf '[build] %s\n' "$*" >&2; }
 
-apt_install() {
-  local missing=()
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  log "apt-get install ${missing[*]}"
-  if [ ! -f "$cache/.apt-updated" ] || [ -n "$(find "$cache/.apt-updated" -mmin +720)" ]; then
-    apt-get update -qq && touch "$cache/.apt-updated"
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
 # go_install NAME VERSION PKG... installs PKG@VERSION into $bin/NAME-VERSION/.
 go_install() {
   local name=$1 version=$2; shift 2
@@ -95,7 +84,7 @@ GO
 }
 
 main() {
-  apt_install etcd-server containernetworking-plugins libseccomp-dev iptables iproute2 conntrack openssl curl jq
+  "$here/apt-install.sh" etcd-server containernetworking-plugins libseccomp-dev iptables iproute2 conntrack openssl curl jq
   go_install containerd "$CONTAINERD_VERSION" \
     github.com/containerd/containerd/v2/cmd/containerd \
     github.com/containerd/containerd/v2/cmd/ctr \

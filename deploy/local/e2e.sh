@@ -12,10 +12,7 @@ mkdir -p "$out"
 started=0
 if ! "$stack" status | grep -q '^kubelet: running'; then
   # What the machine was before, for the after-teardown check.
-  {
-    for s in vm.overcommit_memory kernel.panic kernel.panic_on_oops; do echo "$s=$(sysctl -n "$s")"; done
-    mountpoint -q /sys/fs/bpf && echo "bpffs=mounted" || echo "bpffs=unmounted"
-  } >"$out/before.env"
+  "$stack" machine-state >"$out/before.env"
   started=1
 fi
 

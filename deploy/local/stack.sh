@@ -3,8 +3,9 @@
 # kube-controller-manager, kube-scheduler and kubelet, with a simulated NR1.
 #   stack.sh up       bring it up (idempotent); images from $NR1_IMAGES are imported
 #   stack.sh down     tear it down and leave the machine as it was (idempotent)
-#   stack.sh deploy   deploy the agent with the local kustomize overlay and wait until the
-#                     node advertises the NR1 resources
+#   stack.sh deploy [devicePlugin|dra]  deploy the agent with the local kustomize overlay
+#                     in that mode (default devicePlugin) and wait until the node offers the
+#                     NR1: its extended resources, or the NR1 driver's ResourceSlice
 #   stack.sh restart-kubelet  stop and start the kubelet, as an upgrade or crash would
 #   stack.sh restart-containerd  stop and start containerd; containers keep running under
 #                     their shims
@@ -14,6 +15,8 @@
 #                     and thaw it
 #   stack.sh status   say what runs
 #   stack.sh env      print the environment to use kubectl/crictl against it
+#   stack.sh machine-state  print what up changes on the machine and down restores (the
+#                     sysctls, whether bpffs is mounted), for the check after down
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -271,15 +274,34 @@ restart_kubelet() {
 }
 
 deploy() {
-  local repo; repo=$(cd "$here/../.." && pwd)
+  local mode=${1:-devicePlugin} repo overlay
+  repo=$(cd "$here/../.." && pwd)
+  case $mode in
+    devicePlugin) overlay=local ;;
+    dra) overlay=local-dra ;;
+    *) die "deploy: mode must be devicePlugin or dra, got \"$mode\"" ;;
+  esac
   kubectl label node "$NODE" neureality.ai/nr1=true --overwrite >/dev/null
-  kubectl apply -k "$repo/deploy/kustomize/overlays/local" >/dev/null
+  kubectl apply -k "$repo/deploy/kustomize/overlays/$overlay" >/dev/null
   # A re-imported image under the same tag needs new pods to be used.
   kubectl -n nr1-system rollout restart daemonset/nr1-agent >/dev/null
   kubectl -n nr1-system rollout status daemonset/nr1-agent --timeout=120s >/dev/null ||
     die "agent DaemonSet not ready: $(kubectl -n nr1-system get pods -o wide 2>&1)"
-  wait_for "node allocatable neureality.ai/compute_dma_memory_in_mb" 60 nr1_allocatable
-  log "agent deployed; node $NODE advertises the NR1 resources"
+  if [ "$mode" = dra ]; then
+    wait_for "the NR1 driver's ResourceSlice of node $NODE" 60 nr1_slice
+  else
+    # Slices a DRA run left would keep offering the NR1 twice (README, moving a node
+    # from one mode to the other).
+    kubectl delete resourceslices --field-selector "spec.driver=$DRA_DRIVER,spec.nodeName=$NODE" >/dev/null
+    wait_for "node allocatable neureality.ai/compute_dma_memory_in_mb" 60 nr1_allocatable
+  fi
+  log "agent deployed in $mode mode; node $NODE offers the NR1"
+}
+
+DRA_DRIVER=nr1.neureality.ai
+
+nr1_slice() {
+  [ -n "$(kubectl get resourceslices --field-selector "spec.driver=$DRA_DRIVER,spec.nodeName=$NODE" -o name)" ]
 }
 
 nr1_allocatable() {
@@ -371,6 +393,11 @@ cleanup_iptables() {
   done
 }
 
+machine_state() {
+  for s in $SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done
+  if mountpoint -q /sys/fs/bpf; then echo "bpffs=mounted"; else echo "bpffs=unmounted"; fi
+}
+
 status() {
   for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
     if pid_alive "$c"; then echo "$c: running (pid $(cat "$RUN/$c.pid"))"; else echo "$c: stopped"; fi
@@ -381,7 +408,8 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   status) status ;;
-  deploy) deploy ;;
+  machine-state) machine_state ;;
+  deploy) deploy "${2:-devicePlugin}" ;;
   restart-kubelet) restart_kubelet ;;
   restart-containerd) restart_containerd ;;
   stop-apiserver) stop_apiserver ;;
@@ -389,5 +417,5 @@ case ${1:-} in
   pause-kubelet) pause_kubelet ;;
   resume-kubelet) resume_kubelet ;;
   env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK NR1_AUDIT_LOG=$AUDIT_LOG" ;;
-  *) echo "usage: $0 up|down|deploy|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|status|env|machine-state" >&2; exit 2 ;;
 esac

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The README's install and uninstall commands, typed as written, on the local cluster left
+# up by `make run` (run by deploy/ci/quickstart.sh): kubectl nr1 installed with `go
+# install …@latest` (the module served from this clone's HEAD by a file proxy in front of
+# the Go module proxy) and run; the operators' RoleBinding; the kustomize uninstall, then
+# `kubectl apply -k deploy/kustomize/base` and its uninstall; `helm install` and
+# `helm uninstall`. Each is checked for what the README says it does.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+eval "$(deploy/local/stack.sh env)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+step() { echo "== readme: $*"; }
+fail() { echo "readme-commands: error: $*" >&2; exit 1; }
+
+# daemonset_scheduled: the agent's DaemonSet exists and placed its pod on the NR1 node.
+daemonset_scheduled() {
+  local n
+  for _ in $(seq 1 60); do
+    n=$(kubectl -n nr1-system get daemonset nr1-agent -o jsonpath='{.status.currentNumberScheduled}' 2>/dev/null || true)
+    [ "$n" = 1 ] && return 0
+    sleep 1
+  done
+  fail "the nr1-agent DaemonSet did not place its pod on the node: $(kubectl -n nr1-system get ds,pods 2>&1)"
+}
+
+# uninstall_kustomize: the README's uninstall for kustomize, then nothing of the agent left.
+uninstall_kustomize() {
+  step "kubectl -n nr1-system delete daemonset nr1-agent --cascade=foreground"
+  kubectl -n nr1-system delete daemonset nr1-agent --cascade=foreground
+  step "kubectl delete -k deploy/kustomize/base"
+  kubectl delete -k deploy/kustomize/base
+  kubectl wait --for=delete namespace/nr1-system --timeout=120s
+}
+
+mod=github.com/neureality-sdk/nr1-agent
+version=v0.0.0-$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y%m%d%H%M%S)-$(git rev-parse --short=12 HEAD)
+proxy=$work/proxy/$mod/@v
+mkdir -p "$proxy"
+git archive --format=zip --prefix="$mod@$version/" -o "$proxy/$version.zip" HEAD
+cp go.mod "$proxy/$version.mod"
+printf '{"Version":"%s","Time":"%s"}\n' "$version" "$(git log -1 --format=%cI HEAD)" >"$proxy/$version.info"
+: >"$proxy/list"
+cp "$proxy/$version.info" "$work/proxy/$mod/@latest"
+step "go install $mod/cmd/kubectl-nr1@latest (the module: this clone's HEAD, $version)"
+(cd "$work" && GOPROXY="file://$work/proxy,$(go env GOPROXY)" GONOSUMDB=$mod GOBIN=$work/bin \
+  go install "$mod/cmd/kubectl-nr1@latest")
+export PATH=$work/bin:$PATH
+step "kubectl nr1 top -A (the kubectl-nr1 just installed)"
+top=$(kubectl nr1 top -A)
+echo "$top"
+grep -Eq '^default +resnet50 ' <<<"$top" || fail "kubectl nr1 top -A does not show the ResNet-50 CG"
+
+step "kubectl -n nr1-system create rolebinding nr1-operators --role nr1-agent-reader --group nr1-operators"
+kubectl -n nr1-system create rolebinding nr1-operators --role nr1-agent-reader --group nr1-operators
+[ "$(kubectl auth can-i get pods/proxy -n nr1-system --as someone --as-group nr1-operators)" = yes ] ||
+  fail "the group nr1-operators cannot reach the agents' pod proxy"
+
+uninstall_kustomize
+step "kubectl apply -k deploy/kustomize/base"
+kubectl apply -k deploy/kustomize/base
+daemonset_scheduled
+image=$(kubectl -n nr1-system get daemonset nr1-agent -o jsonpath='{.spec.template.spec.containers[0].image}')
+[[ $image == ghcr.io/neureality-sdk/nr1-agent:* ]] || fail "kustomize base's image is $image"
+uninstall_kustomize
+
+step "helm install nr1-agent deploy/helm/nr1-agent"
+helm install nr1-agent deploy/helm/nr1-agent
+daemonset_scheduled
+[ "$(helm status nr1-agent -o json | jq -r .info.status)" = deployed ] || fail "helm status: not deployed"
+step "helm uninstall nr1-agent"
+helm uninstall nr1-agent
+kubectl wait --for=delete namespace/nr1-system --timeout=120s
+step "the README's install commands did what it says"
+cd "$repo"
