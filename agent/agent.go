@@ -60,6 +60,11 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		return fmt.Errorf("paths.cgroupfs: %w", err)
 	}
 	log.Info("cgroups", "mode", cgroups.Mode.String(), "v2", cgroups.V2)
+	if cgroups.V2 == "" {
+		// Processes are attributed to containers by their v2 cgroup: without one, every
+		// CG's usage is uncertain and no ladder can start (a lower bound of nothing).
+		log.Error("no cgroup v2 hierarchy: no process can be attributed to a container, nothing will be enforced", "cgroupfs", cfg.Paths.Cgroupfs)
+	}
 	cri := runtime.NewClient(cfg.Runtime.Endpoint)
 	defer cri.Close()
 	watcher := runtime.NewWatcher(cri, runtime.Options{Resync: cfg.Runtime.Resync.Duration, Poll: cfg.Sampling.Interval.Duration}, log)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -402,6 +403,14 @@ func (h *smallestFirst) Pop() any {
 
 // unread says why the scan did not read all the CG holds, "" when it did.
 func unread(cg *inventory.CG, scan *footprint.Scan) string {
+	// Processes are attributed by cgroup: those of a running container without one the
+	// agent could read (the runtime gave none or an unreadable status, the lookup failed,
+	// a host without cgroup v2) count as no CG's, so the CG's usage is a lower bound.
+	for _, c := range cg.Containers {
+		if c.State == runtime.Running && c.CgroupID == 0 {
+			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name)
+		}
+	}
 	for _, id := range scan.InFlightUnread {
 		for _, c := range cg.Containers {
 			if id != 0 && (c.CgroupID == id || slices.Contains(c.ChildCgroupIDs, id)) {

@@ -15,6 +15,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
@@ -277,6 +278,25 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "in flight") {
 		t.Errorf("in flight unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
+	}
+}
+
+// A running container without a cgroup the agent could read makes its CG's usage a lower
+// bound: its processes' holdings are no CG's. One that has exited needs none.
+func TestContainerWithoutCgroupLeavesItsCGUncertain(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*inventory.CG{
+		{UID: "blind", Name: "blind", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7}, Containers: []*inventory.Container{
+			{Name: "health-handler", State: runtime.Running, CgroupID: 11}, {Name: "graph", State: runtime.Running}}},
+		{UID: "seen", Name: "seen", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7}, Containers: []*inventory.Container{
+			{Name: "health-handler", State: runtime.Running, CgroupID: 12}, {Name: "init", State: runtime.Exited}}},
+	}}
+	scan := &footprint.Scan{Source: "bpf", Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20}}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if blind := snap.CGs[0]; !strings.Contains(blind.UsageUncertain, "container graph runs without a cgroup") {
+		t.Errorf("blind: uncertain %q, want the graph container named", blind.UsageUncertain)
+	}
+	if seen := snap.CGs[1]; seen.UsageUncertain != "" {
+		t.Errorf("seen: uncertain %q", seen.UsageUncertain)
 	}
 }
 
