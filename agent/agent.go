@@ -145,6 +145,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	g.Go(func() error { return manager.Run(ctx) })
 	g.Go(func() error { return watcher.Run(ctx) })
 	g.Go(func() error { return tracker.Run(ctx) })
+	if r, ok := manager.(recoverer); ok {
+		g.Go(func() error { return r.RecoverFrom(ctx, tracker) })
+	}
 	g.Go(func() error { return partition.Run(ctx) })
 	g.Go(func() error { return smp.Run(ctx) })
 	if changes != nil {

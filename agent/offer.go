@@ -12,11 +12,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
 	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/internal/checkpoint"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
@@ -52,7 +54,11 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 	}
 	pluginDir := filepath.Join(cfg.Paths.Kubelet, "plugins", dra.DriverName)
 	store, err := dra.OpenStore(filepath.Join(pluginDir, "claims.json"))
-	if err != nil {
+	if errors.Is(err, checkpoint.ErrDamaged) || errors.Is(err, checkpoint.ErrVersion) {
+		// One bad file must not stop the node: no claim could be prepared, no pod using
+		// the NR1 could start. Those in use are recovered (recoverClaims).
+		log.Error("DRA checkpoint unreadable: starting empty, recovering the claims in use from the kubelet and the API server", "err", err)
+	} else if err != nil {
 		return nil, nil, err
 	}
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
@@ -61,12 +67,30 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 	}
 	driver := dra.New(node, capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: files}, store, monitor, log)
 	log.Info("DRA mode", "driver", dra.DriverName, "node", node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
-	return &draOffer{driver: driver, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
+	return &draOffer{driver: driver, api: api, clk: clk, log: log, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
 }
+
+// recoverer is an offer that rebuilds what it holds from the kubelet's allocation
+// tables: the DRA driver's prepared claims.
+type recoverer interface {
+	RecoverFrom(ctx context.Context, tables tables) error
+}
+
+// tables is the kubelet's allocation table as the tracker publishes it.
+type tables interface {
+	Load() (allocation.State, <-chan struct{})
+}
+
+// recoverRetry is how soon a claim that could not be recovered is tried again when no
+// new table comes first.
+const recoverRetry = 10 * time.Second
 
 // draOffer is the DRA driver as an offer: registered for every resource at once.
 type draOffer struct {
 	driver *dra.Driver
+	api    dra.ClaimReader
+	clk    clock.Clock
+	log    *slog.Logger
 	run    func(ctx context.Context) error
 
 	mu            sync.Mutex
@@ -101,4 +125,49 @@ func (o *draOffer) Registrations() int {
 	}
 	o.wasRegistered = now
 	return o.registrations
+}
+
+// RecoverFrom recovers, at every allocation table, the claims of the NR1's driver the
+// kubelet lists in use and the driver does not hold (a checkpoint lost or damaged):
+// until then their CGs' allocations are unknown. One that fails is tried again with the
+// next table, or after recoverRetry.
+func (o *draOffer) RecoverFrom(ctx context.Context, t tables) error {
+	for {
+		st, changed := t.Load()
+		var retry <-chan time.Time
+		if refs := claimsInUse(st.Table); len(refs) > 0 {
+			got, err := o.driver.Recover(ctx, o.api, refs)
+			if len(got) > 0 {
+				o.log.Info("DRA claims recovered", "claims", len(got))
+			}
+			if err != nil {
+				o.log.Warn("DRA claims in use not recovered yet: their CGs' allocations are unknown", "err", err)
+				retry = o.clk.After(recoverRetry)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-retry:
+		}
+	}
+}
+
+// claimsInUse lists the claims of the NR1's driver the table names, once each.
+func claimsInUse(t allocation.Table) []dra.ClaimRef {
+	seen := map[dra.ClaimRef]bool{}
+	var refs []dra.ClaimRef
+	for _, pod := range t {
+		for _, l := range pod {
+			for _, k := range l.Claims {
+				ref := dra.ClaimRef{Namespace: k.Namespace, Name: k.Name}
+				if !seen[ref] {
+					seen[ref] = true
+					refs = append(refs, ref)
+				}
+			}
+		}
+	}
+	return refs
 }

@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/neureality-sdk/nr1-agent/internal/atomicfile"
+	"github.com/neureality-sdk/nr1-agent/internal/checkpoint"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -42,8 +43,12 @@ func (c Claim) Amounts() nr1.Amounts {
 	return a
 }
 
-// checkpoint is the store's file.
-type checkpoint struct {
+// storeVersion is the checkpoint's version. Version 1, the claims unframed
+// ({"claims": [...]}, no checksum), is still read.
+const storeVersion = 2
+
+// checkpointState is what the store's checkpoint holds.
+type checkpointState struct {
 	Claims []Claim `json:"claims"`
 }
 
@@ -70,8 +75,11 @@ func (s *Store) set(claims map[types.UID]Claim) {
 	}
 }
 
-// OpenStore reads the checkpoint at path; none is an empty store. An unreadable one is
-// an error naming the file: the claims it held would be lost, and their CGs with them.
+// OpenStore reads the checkpoint at path; none is an empty store. One that cannot be
+// trusted (damaged, of another version) is set aside (path.damaged) and the store
+// starts empty: the error says so and wraps checkpoint.ErrDamaged or ErrVersion, and
+// the claims in use are recovered from the kubelet and the API server (Recover). A file
+// that cannot be read at all is an error without a store.
 func OpenStore(path string) (*Store, error) {
 	s := &Store{path: path}
 	s.set(map[types.UID]Claim{})
@@ -82,9 +90,17 @@ func OpenStore(path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("DRA checkpoint %s: %w", path, err)
 	}
-	var cp checkpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return nil, fmt.Errorf("DRA checkpoint %s: %w", path, err)
+	var cp checkpointState
+	if err := checkpoint.Decode(b, storeVersion, &cp); err != nil {
+		legacy, ok := readVersion1(b)
+		if !ok {
+			aside, aerr := checkpoint.SetAside(path)
+			if aerr != nil {
+				return s, fmt.Errorf("DRA checkpoint %s: %w; %w", path, err, aerr)
+			}
+			return s, fmt.Errorf("DRA checkpoint %s (set aside as %s): %w", path, aside, err)
+		}
+		cp = legacy
 	}
 	claims := make(map[types.UID]Claim, len(cp.Claims))
 	for _, c := range cp.Claims {
@@ -92,6 +108,24 @@ func OpenStore(path string) (*Store, error) {
 	}
 	s.set(claims)
 	return s, nil
+}
+
+// readVersion1 reads a checkpoint of version 1: the claims alone, every field known.
+func readVersion1(b []byte) (checkpointState, bool) {
+	var cp struct {
+		Claims *[]Claim `json:"claims"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cp); err != nil || cp.Claims == nil || dec.More() {
+		return checkpointState{}, false
+	}
+	for _, c := range *cp.Claims {
+		if c.UID == "" {
+			return checkpointState{}, false
+		}
+	}
+	return checkpointState{Claims: *cp.Claims}, true
 }
 
 // Get returns a prepared claim.
@@ -113,6 +147,13 @@ func (s *Store) ClaimAmounts(namespace, name string) (nr1.Amounts, bool) {
 		return nr1.Amounts{}, false
 	}
 	return s.claims[uids[0]].Amounts(), true
+}
+
+// Holds says whether a claim of that name is prepared.
+func (s *Store) Holds(namespace, name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byName[claimName{namespace, name}]) > 0
 }
 
 // Claims lists the prepared claims, by namespace and name.
@@ -171,16 +212,12 @@ func (s *Store) Remove(uids ...types.UID) error {
 
 // write replaces the checkpoint atomically: a crash leaves the old file or the new.
 func (s *Store) write(claims map[types.UID]Claim) error {
-	cp := checkpoint{Claims: make([]Claim, 0, len(claims))}
+	cp := checkpointState{Claims: make([]Claim, 0, len(claims))}
 	for _, c := range claims {
 		cp.Claims = append(cp.Claims, c)
 	}
 	sort.Slice(cp.Claims, func(i, j int) bool { return cp.Claims[i].UID < cp.Claims[j].UID })
-	b, err := json.Marshal(cp)
-	if err != nil {
-		return fmt.Errorf("DRA checkpoint: %w", err)
-	}
-	if err := atomicfile.Write(s.path, b, 0o600, 0o750); err != nil {
+	if err := checkpoint.Write(s.path, storeVersion, cp, 0o600, 0o750); err != nil {
 		return fmt.Errorf("DRA checkpoint: %w", err)
 	}
 	return nil

@@ -1,16 +1,13 @@
 package enforce
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/internal/atomicfile"
+	"github.com/neureality-sdk/nr1-agent/internal/checkpoint"
 )
 
 // checkpointVersion changes whenever the saved state changes meaning; an agent refuses
@@ -25,28 +22,14 @@ type savedState struct {
 	BadAnnotations map[string]string   `json:"badAnnotations,omitempty"`
 }
 
-type checkpointFile struct {
-	Version  int             `json:"version"`
-	Checksum string          `json:"checksum"` // sha256 of State
-	State    json.RawMessage `json:"state"`
-}
-
 // FileCheckpoint keeps the state in one file, written whole and renamed into place so
 // that a crash leaves the old checkpoint or the new one, never half of one.
 type FileCheckpoint struct{ Path string }
 
 // Save writes st.
 func (f FileCheckpoint) Save(st *State) error {
-	body, err := json.Marshal(savedState{CGs: st.cgs, Recent: st.recent, BadAnnotations: st.badAnno})
-	if err != nil {
-		return fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
-	}
-	sum := sha256.Sum256(body)
-	out, err := json.Marshal(checkpointFile{Version: checkpointVersion, Checksum: hex.EncodeToString(sum[:]), State: body})
-	if err != nil {
-		return fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
-	}
-	if err := atomicfile.Write(f.Path, out, 0o600, 0o700); err != nil {
+	saved := savedState{CGs: st.cgs, Recent: st.recent, BadAnnotations: st.badAnno}
+	if err := checkpoint.Write(f.Path, checkpointVersion, saved, 0o600, 0o700); err != nil {
 		return fmt.Errorf("enforcement checkpoint: %w", err)
 	}
 	return nil
@@ -64,18 +47,8 @@ func (f FileCheckpoint) Restore(started time.Time) (*State, error) {
 	if err != nil {
 		return st, fmt.Errorf("enforcement checkpoint: %w", err)
 	}
-	var file checkpointFile
-	if err := json.Unmarshal(b, &file); err != nil {
-		return st, fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
-	}
-	if file.Version != checkpointVersion {
-		return st, fmt.Errorf("enforcement checkpoint %s: version %d, this agent reads %d", f.Path, file.Version, checkpointVersion)
-	}
-	if sum := sha256.Sum256(file.State); hex.EncodeToString(sum[:]) != file.Checksum {
-		return st, fmt.Errorf("enforcement checkpoint %s: checksum mismatch", f.Path)
-	}
 	var saved savedState
-	if err := json.Unmarshal(file.State, &saved); err != nil {
+	if err := checkpoint.Decode(b, checkpointVersion, &saved); err != nil {
 		return st, fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
 	}
 	for uid, c := range saved.CGs {

@@ -290,21 +290,40 @@ func TestDRA(t *testing.T) {
 		return out
 	}
 	before := restarts()
+	knownAgain := func(after string) {
+		t.Helper()
+		agent = mustReadyAgent(t, c)
+		eventually(t, 30*time.Second, "every steady CG known again after "+after, func() error {
+			for _, p := range steady {
+				cg, err := cgView(agent, p)
+				if err != nil {
+					return err
+				}
+				if !cg.AllocationKnown {
+					return fmt.Errorf("%s: %s", p.Name, cg.AllocationUnknown)
+				}
+			}
+			return nil
+		})
+	}
 	stack(t, "restart-kubelet")
 	restartAgent(t, c)
-	agent = mustReadyAgent(t, c)
-	eventually(t, 30*time.Second, "every steady CG known again", func() error {
-		for _, p := range steady {
-			cg, err := cgView(agent, p)
-			if err != nil {
-				return err
-			}
-			if !cg.AllocationKnown {
-				return fmt.Errorf("%s: %s", p.Name, cg.AllocationUnknown)
-			}
-		}
-		return nil
-	})
+	knownAgain("a kubelet and an agent restart")
+
+	// A damaged checkpoint of prepared claims: the agent starts all the same, sets the
+	// file aside and recovers the claims in use from the kubelet and the API server.
+	checkpointFile := filepath.Join("/var/lib/kubelet/plugins", dra.DriverName, "claims.json")
+	if err := os.WriteFile(checkpointFile, []byte(`{"version":2,"checksum":"00","sta`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restartAgent(t, c)
+	knownAgain("a damaged claims checkpoint")
+	if _, err := os.Stat(checkpointFile + ".damaged"); err != nil {
+		t.Errorf("the damaged checkpoint was not set aside: %v", err)
+	}
+	if store, err := dra.OpenStore(checkpointFile); err != nil || len(store.Claims()) < len(steady) {
+		t.Errorf("the checkpoint after recovery: %v", err)
+	}
 	time.Sleep(5 * time.Second)
 	after := restarts()
 	for name, n := range before {
@@ -316,7 +335,7 @@ func TestDRA(t *testing.T) {
 		}
 	}
 	specs, _ := filepath.Glob("/var/run/cdi/nr1.neureality.ai_*.json")
-	t.Logf("through a kubelet and an agent restart: %d steady CGs undisturbed, %d CDI specs", len(steady), len(specs))
+	t.Logf("through a kubelet and an agent restart and a damaged checkpoint: %d steady CGs undisturbed, %d CDI specs", len(steady), len(specs))
 
 	// Health: a fault taints the device and reaches the pods' status; recovery untaints.
 	sim := func(args ...string) {

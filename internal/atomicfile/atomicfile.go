@@ -10,7 +10,8 @@ import (
 )
 
 // Write writes data to path with perm through a synced temporary file in the same
-// directory (created with dirPerm if missing), renamed over path.
+// directory (created with dirPerm if missing), renamed over path; the directory is synced
+// after the rename, so that a power loss cannot bring the old file back.
 func Write(path string, data []byte, perm, dirPerm os.FileMode) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, dirPerm); err != nil {
@@ -39,6 +40,18 @@ func Write(path string, data []byte, perm, dirPerm os.FileMode) error {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
 	}
 	return nil
 }
