@@ -24,6 +24,10 @@ const Domain = "neureality.ai"
 // DeviceClass selects and the kubelet's pod-resources answer names for DRA claims.
 const DRADriver = "nr1.neureality.ai"
 
+// CDIKind is the CDI vendor and class of the DRA driver's claim shares: a container the
+// kubelet gave a CDI device "neureality.ai/nr1=…" holds a share of the NR1.
+const CDIKind = Domain + "/nr1"
+
 // AnnotationPrefix prefixes the annotations the device plugin's Allocate puts on a
 // container, one per resource: nr1.neureality.ai/<short-name>: "<units>".
 const AnnotationPrefix = "nr1.neureality.ai/"

@@ -17,7 +17,7 @@ import (
 )
 
 // cdiKind is the CDI vendor and class of the NR1's shares.
-const cdiKind = "neureality.ai/nr1"
+const cdiKind = nr1.CDIKind
 
 // CDI writes one spec per prepared claim into the runtime's CDI directory: per share a
 // device giving the container the NR1 files of the resources the share holds some of

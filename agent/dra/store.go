@@ -61,6 +61,7 @@ type Store struct {
 	mu     sync.Mutex
 	claims map[types.UID]Claim
 	byName map[claimName][]types.UID // read at every sample, for every CG's claims
+	byCDI  map[string]types.UID      // a share's CDI device, its claim
 }
 
 type claimName struct{ namespace, name string }
@@ -69,9 +70,13 @@ type claimName struct{ namespace, name string }
 func (s *Store) set(claims map[types.UID]Claim) {
 	s.claims = claims
 	s.byName = make(map[claimName][]types.UID, len(claims))
+	s.byCDI = make(map[string]types.UID, len(claims))
 	for uid, c := range claims {
 		k := claimName{c.Namespace, c.Name}
 		s.byName[k] = append(s.byName[k], uid)
+		for _, sh := range c.Shares {
+			s.byCDI[sh.CDIDevice] = uid
+		}
 	}
 }
 
@@ -147,6 +152,19 @@ func (s *Store) ClaimAmounts(namespace, name string) (nr1.Amounts, bool) {
 		return nr1.Amounts{}, false
 	}
 	return s.claims[uids[0]].Amounts(), true
+}
+
+// CDIDeviceClaim names the prepared claim whose share the kubelet gave a container as
+// the CDI device name, and what the claim consumed of the NR1.
+func (s *Store) CDIDeviceClaim(name string) (namespace, claim string, amounts nr1.Amounts, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	uid, ok := s.byCDI[name]
+	if !ok {
+		return "", "", nr1.Amounts{}, false
+	}
+	c := s.claims[uid]
+	return c.Namespace, c.Name, c.Amounts(), true
 }
 
 // Holds says whether a claim of that name is prepared.

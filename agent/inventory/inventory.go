@@ -88,9 +88,10 @@ type Container struct {
 	PIDs []int `json:"pids,omitempty"`
 	// Allocation is what this container was given, from AllocationSource.
 	Allocation nr1.Amounts `json:"allocation"`
-	// AllocationSource is "pod-resources" for a container the kubelet lists and
-	// "annotations" for one it does not (init containers), read from its Allocate
-	// annotations; empty when neither says anything.
+	// AllocationSource is "pod-resources" for a container the kubelet lists and, for
+	// one it does not (init containers), "annotations" (its Allocate annotations) or
+	// "cdi-devices" (the DRA claim shares the kubelet gave it as CDI devices); empty
+	// when nothing says anything.
 	AllocationSource string `json:"allocationSource,omitempty"`
 }
 
@@ -98,6 +99,7 @@ type Container struct {
 const (
 	FromPodResources = "pod-resources"
 	FromAnnotations  = "annotations"
+	FromCDIDevices   = "cdi-devices"
 )
 
 // RuntimeSource is the runtime watcher as the inventory reads it.
@@ -116,6 +118,9 @@ type AllocationSource interface {
 // driver's prepared claims.
 type ClaimSource interface {
 	ClaimAmounts(namespace, name string) (nr1.Amounts, bool)
+	// CDIDeviceClaim names the prepared claim of a share the kubelet gave a container
+	// as a CDI device, and what the claim consumed.
+	CDIDeviceClaim(name string) (namespace, claim string, amounts nr1.Amounts, ok bool)
 }
 
 // NamespaceSource gives the agent's labels on a namespace as of now, or why they are not
@@ -327,11 +332,32 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 	}
 	for i, c := range p.Containers {
 		ctr := cg.Containers[i]
+		// The claims the container holds as the kubelet gave them to it: its CDI
+		// devices. The kubelet's pod-resources answer leaves init containers out, and its
+		// claim information can be missing; a container holding a share of the NR1 whose
+		// claim the agent cannot tell is unknown, never given nothing.
+		held, err := b.heldClaims(c)
+		if err != nil {
+			if c.State == runtime.Running {
+				problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
+			}
+			continue
+		}
 		annotated, found, err := allocation.FromAnnotations(c.Annotations)
 		if l, ok := listed[c.Name]; ok {
 			ctr.Allocation, ctr.AllocationSource = l.Units, FromPodResources
 			for _, k := range l.Claims {
 				ctr.Allocation = nr1.Add(ctr.Allocation, claimed[k])
+			}
+			for k, a := range held {
+				if slices.Contains(l.Claims, k) {
+					continue
+				}
+				if _, seen := claimed[k]; !seen {
+					claimed[k] = a
+					sum = nr1.Add(sum, a)
+				}
+				ctr.Allocation = nr1.Add(ctr.Allocation, a)
 			}
 			// Only running containers are compared: the runtime keeps exited instances
 			// whose annotations may come from an earlier allocation.
@@ -343,13 +369,20 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 			continue
 		}
 		// The kubelet does not list init containers; what Allocate gave them is on their
-		// annotations.
+		// annotations, and what their claims consumed is the driver's.
+		var fromClaims nr1.Amounts
+		for _, a := range held {
+			fromClaims = nr1.Add(fromClaims, a)
+		}
 		switch {
 		case err != nil && c.State == runtime.Running:
 			problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
 		case found && err == nil:
-			ctr.Allocation, ctr.AllocationSource = annotated, FromAnnotations
-			initMax = nr1.Max(initMax, annotated)
+			ctr.Allocation, ctr.AllocationSource = nr1.Add(annotated, fromClaims), FromAnnotations
+			initMax = nr1.Max(initMax, ctr.Allocation)
+		case len(held) > 0:
+			ctr.Allocation, ctr.AllocationSource = fromClaims, FromCDIDevices
+			initMax = nr1.Max(initMax, fromClaims)
 		}
 	}
 	if len(problems) > 0 {
@@ -357,6 +390,31 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		return
 	}
 	cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true
+}
+
+// heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the
+// container as CDI devices, and what each consumed. A share of no claim the driver
+// prepared (no driver, a checkpoint lost) is an error: what the container may hold is
+// not known.
+func (b *Builder) heldClaims(c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
+	var held map[allocation.ClaimKey]nr1.Amounts
+	for _, dev := range c.CDIDevices {
+		if !strings.HasPrefix(dev, nr1.CDIKind+"=") {
+			continue
+		}
+		if b.claims == nil {
+			return nil, fmt.Errorf("holds the DRA share %s, and the agent runs no DRA driver", untrusted.Quote(dev))
+		}
+		ns, name, a, ok := b.claims.CDIDeviceClaim(dev)
+		if !ok {
+			return nil, fmt.Errorf("holds the DRA share %s of no claim the agent's driver prepared", untrusted.Quote(dev))
+		}
+		if held == nil {
+			held = map[allocation.ClaimKey]nr1.Amounts{}
+		}
+		held[allocation.ClaimKey{Namespace: ns, Name: name}] = a
+	}
+	return held, nil
 }
 
 // claim is what a DRA claim of the NR1's driver consumed, as the driver prepared it.

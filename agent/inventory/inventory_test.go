@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/clock"
 
@@ -233,7 +234,9 @@ func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
 	for _, want := range ctrs {
 		found := false
 		for _, c := range p.Containers {
-			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && (want.Info != "" || c.CgroupsPath == want.CgroupsPath) {
+			exited := want.State == runtimeapi.ContainerState_CONTAINER_EXITED
+			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && (want.Info != "" || c.CgroupsPath == want.CgroupsPath) &&
+				slices.Equal(c.CDIDevices, want.CDIDevices) && exited == (c.State == runtime.Exited) {
 				found = true
 			}
 		}
@@ -391,6 +394,18 @@ func (f fakeClaims) ClaimAmounts(namespace, name string) (nr1.Amounts, bool) {
 	return a, ok
 }
 
+// cdiShare is the CDI device of a fake claim's share.
+func cdiShare(name string) string { return nr1.CDIKind + "=share-of-" + name }
+
+func (f fakeClaims) CDIDeviceClaim(dev string) (string, string, nr1.Amounts, bool) {
+	for k, a := range f {
+		if dev == cdiShare(k.Name) {
+			return k.Namespace, k.Name, a, true
+		}
+	}
+	return "", "", nr1.Amounts{}, false
+}
+
 // In DRA mode a container's allocation is what its claims of the NR1's driver consumed;
 // a claim two containers of the pod share is the CG's once; a claim the driver did not
 // prepare, or with no driver at all, leaves the CG unknown.
@@ -425,6 +440,60 @@ func TestDRAClaimsAreTheAllocation(t *testing.T) {
 		if c.Allocation != resnet {
 			t.Errorf("container %s allocation %v, want the claim it uses, %v", c.Name, c.Allocation, resnet)
 		}
+	}
+}
+
+// The kubelet's pod-resources answer leaves ordinary init containers out: a DRA claim
+// an init container alone uses is read from the shares the kubelet gave it as CDI
+// devices, never as nothing; so is a claim whose information the kubelet's answer
+// lacks. A share of no claim the driver prepared leaves the CG unknown while its
+// container runs.
+func TestDRAClaimOfAnInitContainer(t *testing.T) {
+	w := newWorld(t)
+	// health-handler and graph use no NR1; the init container claims it.
+	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+		{Name: "health-handler"}, {Name: "graph"}}})
+	w.putContainers(t,
+		fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh"},
+		fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-init",
+			CDIDevices: []string{"vendor.example/gpu=0", cdiShare("model-nr1")}})
+	w.tracker.Refresh(context.Background())
+	model := nr1.Amounts{40, 0, 100, 2}
+
+	w.builder.UseClaims(fakeClaims{})
+	cg := w.builder.Build(time.Now()).CG(podUID)
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: holds the DRA share") {
+		t.Errorf("a share of no prepared claim: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "model-nr1"}: model})
+	cg = w.builder.Build(time.Now()).CG(podUID)
+	if !cg.AllocationKnown || cg.Allocation != model {
+		t.Fatalf("allocation %v known %v (%q), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, model)
+	}
+	for _, c := range cg.Containers {
+		if c.Name == "load-model" && (c.Allocation != model || c.AllocationSource != "cdi-devices") {
+			t.Errorf("init container allocation %v from %q", c.Allocation, c.AllocationSource)
+		}
+	}
+
+	// The kubelet lists health-handler without its claim; its CDI devices say it holds one.
+	w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh", CDIDevices: []string{cdiShare("main-nr1")}})
+	main := nr1.Amounts{3, 0, 2392, 7}
+	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "model-nr1"}: model, {Namespace: "default", Name: "main-nr1"}: main})
+	cg = w.builder.Build(time.Now()).CG(podUID)
+	if want := nr1.Max(main, model); !cg.AllocationKnown || cg.Allocation != want {
+		t.Errorf("with the kubelet's claim information missing: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, want)
+	}
+
+	// An init container that has exited holds nothing: a share the driver no longer
+	// knows of does not leave the CG unknown.
+	w.putContainers(t, fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", State: runtimeapi.ContainerState_CONTAINER_EXITED,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-init", CDIDevices: []string{cdiShare("model-nr1")}})
+	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "main-nr1"}: main})
+	cg = w.builder.Build(time.Now()).CG(podUID)
+	if !cg.AllocationKnown || cg.Allocation != main {
+		t.Errorf("after the init container exited: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, main)
 	}
 }
 

@@ -97,14 +97,29 @@ func DialFirst(ctx context.Context, endpoint string) (*Conn, error) {
 	return nil, errors.Join(errs...)
 }
 
-// verboseInfo is what containerd and CRI-O put in a verbose ContainerStatus's "info".
+// verboseInfo is what containerd and CRI-O put in a verbose ContainerStatus's "info":
+// the init PID, the OCI spec, and (containerd) the CRI config the kubelet sent.
 type verboseInfo struct {
-	PID         int `json:"pid"`
+	PID    int `json:"pid"`
+	Config struct {
+		CDIDevices []struct {
+			Name string `json:"name"`
+		} `json:"CDI_devices"`
+	} `json:"config"`
 	RuntimeSpec struct {
 		Linux struct {
 			CgroupsPath string `json:"cgroupsPath"`
 		} `json:"linux"`
 	} `json:"runtimeSpec"`
+}
+
+// details is what a verbose status says that the list does not.
+type details struct {
+	PID         int
+	CgroupsPath string
+	// CDIDevices are the CDI devices the kubelet gave the container (a DRA claim's
+	// share, named by the driver): set by the kubelet alone, never by the pod's spec.
+	CDIDevices []string
 }
 
 // maxPID is PID_MAX_LIMIT, the largest process ID Linux hands out.
@@ -127,18 +142,22 @@ func runtimeFailure(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// parseVerboseInfo reads the init PID and the OCI spec's cgroupsPath from a verbose
-// ContainerStatus's "info". A PID no process can have is refused; the cgroupsPath is
-// checked where it is resolved (cgroup.Hierarchy.Resolve).
-func parseVerboseInfo(raw string) (pid int, cgroupsPath string, err error) {
+// parseVerboseInfo reads the init PID, the OCI spec's cgroupsPath and the CDI devices
+// from a verbose ContainerStatus's "info". A PID no process can have is refused; the
+// cgroupsPath is checked where it is resolved (cgroup.Hierarchy.Resolve).
+func parseVerboseInfo(raw string) (details, error) {
 	var info verboseInfo
 	if err := json.Unmarshal([]byte(raw), &info); err != nil {
-		return 0, "", fmt.Errorf("%w: %w", errUnreadable, err)
+		return details{}, fmt.Errorf("%w: %w", errUnreadable, err)
 	}
 	if info.PID < 0 || info.PID > maxPID {
-		return 0, "", fmt.Errorf("%w: pid %d is no process's", errUnreadable, info.PID)
+		return details{}, fmt.Errorf("%w: pid %d is no process's", errUnreadable, info.PID)
 	}
-	return info.PID, info.RuntimeSpec.Linux.CgroupsPath, nil
+	d := details{PID: info.PID, CgroupsPath: info.RuntimeSpec.Linux.CgroupsPath}
+	for _, dev := range info.Config.CDIDevices {
+		d.CDIDevices = append(d.CDIDevices, dev.Name)
+	}
+	return d, nil
 }
 
 // containerDetails reads what the list does not say: PID, cgroupsPath, status
@@ -160,13 +179,13 @@ func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c
 		c.StartedAt = time.Unix(0, st.GetStartedAt())
 	}
 	if raw, ok := resp.GetInfo()["info"]; ok {
-		pid, cgroupsPath, err := parseVerboseInfo(raw)
+		d, err := parseVerboseInfo(raw)
 		if err != nil {
 			return fmt.Errorf("status of container %s: %w", c.ID, err)
 		}
-		c.CgroupsPath = cgroupsPath
+		c.CgroupsPath, c.CDIDevices = d.CgroupsPath, d.CDIDevices
 		if c.State == Running {
-			c.PID = pid
+			c.PID = d.PID
 		}
 	}
 	return nil

@@ -51,6 +51,9 @@ type Container struct {
 	// Annotations are the CRI status annotations; the device plugin's Allocate
 	// annotations arrive here.
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// CDIDevices are the fully qualified CDI devices the kubelet gave the container:
+	// a DRA driver's claim shares, the container's init or not.
+	CDIDevices []string `json:"cdiDevices,omitempty"`
 }
 
 // QoS is the pod's QoS class as its cgroup placement says: Guaranteed pods sit directly

@@ -445,13 +445,15 @@ func TestHugeStatusBlindsOnlyThatContainer(t *testing.T) {
 }
 
 func TestParseVerboseInfo(t *testing.T) {
-	pid, cgroupsPath, err := parseVerboseInfo(`{"sandboxID":"sb1","pid":4242,"runtimeSpec":{"ociVersion":"1.2.0","linux":{"cgroupsPath":"kubepods-pod9.slice:cri-containerd:abc","namespaces":[]}}}`)
-	if err != nil || pid != 4242 || cgroupsPath != "kubepods-pod9.slice:cri-containerd:abc" {
-		t.Errorf("parseVerboseInfo = %d, %q, %v", pid, cgroupsPath, err)
+	d, err := parseVerboseInfo(`{"sandboxID":"sb1","pid":4242,"config":{"metadata":{"name":"init"},"CDI_devices":[{"name":"neureality.ai/nr1=c1-s1"},{"name":"vendor.example/gpu=0"}]},` +
+		`"runtimeSpec":{"ociVersion":"1.2.0","linux":{"cgroupsPath":"kubepods-pod9.slice:cri-containerd:abc","namespaces":[]}}}`)
+	if err != nil || d.PID != 4242 || d.CgroupsPath != "kubepods-pod9.slice:cri-containerd:abc" ||
+		!slices.Equal(d.CDIDevices, []string{"neureality.ai/nr1=c1-s1", "vendor.example/gpu=0"}) {
+		t.Errorf("parseVerboseInfo = %+v, %v", d, err)
 	}
-	for _, bad := range []string{``, `{`, `[]`, `{"pid":-1}`, `{"pid":4194305}`, `{"pid":1.5}`, `{"pid":"1"}`, `{"runtimeSpec":{"linux":{"cgroupsPath":7}}}`} {
-		if pid, p, err := parseVerboseInfo(bad); err == nil || !errors.Is(err, errUnreadable) {
-			t.Errorf("parseVerboseInfo(%q) = %d, %q, %v; want an errUnreadable", bad, pid, p, err)
+	for _, bad := range []string{``, `{`, `[]`, `{"pid":-1}`, `{"pid":4194305}`, `{"pid":1.5}`, `{"pid":"1"}`, `{"runtimeSpec":{"linux":{"cgroupsPath":7}}}`, `{"config":{"CDI_devices":{}}}`} {
+		if d, err := parseVerboseInfo(bad); err == nil || !errors.Is(err, errUnreadable) {
+			t.Errorf("parseVerboseInfo(%q) = %+v, %v; want an errUnreadable", bad, d, err)
 		}
 	}
 }
@@ -464,26 +466,32 @@ func FuzzParseVerboseInfo(f *testing.F) {
 	f.Add(`{"pid":0}`)
 	f.Add(`{"pid":-1,"runtimeSpec":{"linux":{"cgroupsPath":"/../../etc"}}}`)
 	f.Add(`{"PID":1e3}`)
+	f.Add(`{"pid":9,"config":{"CDI_devices":[{"name":"neureality.ai/nr1=c1-s1"},{}]}}`)
 	f.Fuzz(func(t *testing.T, raw string) {
-		pid, cgroupsPath, err := parseVerboseInfo(raw)
+		d, err := parseVerboseInfo(raw)
 		if err != nil {
 			if !errors.Is(err, errUnreadable) {
 				t.Fatalf("error %v is not an errUnreadable", err)
 			}
 			return
 		}
-		if pid < 0 || pid > maxPID {
-			t.Fatalf("accepted pid %d", pid)
+		if d.PID < 0 || d.PID > maxPID {
+			t.Fatalf("accepted pid %d", d.PID)
 		}
 		// What was read survives the runtime's own layout unchanged.
 		var info verboseInfo
-		info.PID, info.RuntimeSpec.Linux.CgroupsPath = pid, cgroupsPath
+		info.PID, info.RuntimeSpec.Linux.CgroupsPath = d.PID, d.CgroupsPath
+		for _, name := range d.CDIDevices {
+			info.Config.CDIDevices = append(info.Config.CDIDevices, struct {
+				Name string `json:"name"`
+			}{name})
+		}
 		b, err := json.Marshal(info)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pid2, path2, err := parseVerboseInfo(string(b)); err != nil || pid2 != pid || path2 != cgroupsPath {
-			t.Fatalf("round trip of %d, %q: %d, %q, %v", pid, cgroupsPath, pid2, path2, err)
+		if d2, err := parseVerboseInfo(string(b)); err != nil || d2.PID != d.PID || d2.CgroupsPath != d.CgroupsPath || !slices.Equal(d2.CDIDevices, d.CDIDevices) {
+			t.Fatalf("round trip of %+v: %+v, %v", d, d2, err)
 		}
 	})
 }

@@ -31,25 +31,59 @@ const draNS = "nr1-dra"
 // health-handler runs nr1-load with args and uses the claim.
 func draCG(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts, args ...string) *corev1.Pod {
 	t.Helper()
-	template := createTemplate(t, c, manifest.ClaimTemplate(draNS, name, booked))
 	hh := loadContainer("health-handler", args...)
 	hh.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
+	return createDRAPod(t, c, name, booked, corev1.PodSpec{Containers: []corev1.Container{hh}})
+}
+
+// createDRAPod creates the pod of spec claiming booked through a template of its name;
+// its containers name the claim themselves.
+func createDRAPod(t *testing.T, c kubernetes.Interface, name string, booked nr1.Amounts, spec corev1.PodSpec) *corev1.Pod {
+	t.Helper()
+	template := createTemplate(t, c, manifest.ClaimTemplate(draNS, name, booked))
 	grace := int64(1)
 	noToken := false
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: draNS},
-		Spec: corev1.PodSpec{
-			RestartPolicy: corev1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken,
-			Containers:     []corev1.Container{hh},
-			ResourceClaims: []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimTemplateName: template}},
-		},
-	}
+	spec.RestartPolicy, spec.TerminationGracePeriodSeconds, spec.AutomountServiceAccountToken = corev1.RestartPolicyAlways, &grace, &noToken
+	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimTemplateName: template}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: draNS}, Spec: spec}
 	created, err := c.CoreV1().Pods(draNS).Create(context.Background(), pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	diagnose(t, c, created)
 	return created
+}
+
+// initClaimCG checks a CG whose claim only its init container uses: the kubelet's
+// pod-resources answer leaves the init container out, and the agent reads the claim
+// from the share the kubelet gave it, never as nothing. It holds within the claim,
+// then exits, and the CG runs on untouched.
+func initClaimCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, imageMB nr1.Units) {
+	t.Helper()
+	booked := nr1.Amounts{2, 0, imageMB + 1, 1}
+	load := loadContainer("load-model", "--compute-dma-mb=2", "--queues=1", "--step=25s:queues=1", "--exit")
+	load.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
+	p := createDRAPod(t, c, "init-claim", booked, corev1.PodSpec{
+		InitContainers: []corev1.Container{load},
+		Containers:     []corev1.Container{loadContainer("health-handler")},
+	})
+	eventually(t, 60*time.Second, "init-claim's init container measured against its claim", func() error {
+		cg, err := cgView(agent, p)
+		if err != nil {
+			return err
+		}
+		if !cg.AllocationKnown || cg.Allocation != booked {
+			return fmt.Errorf("allocation %v known %v (%s), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, booked)
+		}
+		if cg.Usage[nr1.HypervisorQueue] != 1 {
+			return fmt.Errorf("usage %v: the init container not holding yet", cg.Usage)
+		}
+		return nil
+	})
+	runningPod(t, c, p)
+	if evs := nr1Events(t, c, p); len(evs) > 0 {
+		t.Errorf("init-claim, within its claim, got NR1 Event %s: %s", evs[0].Reason, evs[0].Message)
+	}
 }
 
 // createExample creates a DRA example of deploy/examples, its ResourceClaimTemplate and
@@ -239,6 +273,7 @@ func TestDRA(t *testing.T) {
 	// kubectl nr1 inject --mode dra: a CG's pod spec and its resources.yaml become a
 	// template and a pod claiming it, which the cluster runs and the agent knows.
 	injectDRA(t, c)
+	initClaimCG(t, c, agent, imageMB)
 
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
 	big := createExample(t, c, "dra/oversized-cg.yaml")

@@ -25,6 +25,9 @@ type Container struct {
 	CgroupsPath                string
 	Annotations                map[string]string
 	CreatedAt                  int64
+	// CDIDevices are the CDI devices the kubelet gave the container, in containerd's
+	// copy of its CRI config.
+	CDIDevices []string
 	// Info, when set, is the verbose info answered as is, instead of containerd's layout.
 	Info string
 }
@@ -287,8 +290,12 @@ func (s *Server) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSta
 		StartedAt: c.CreatedAt, Image: &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.Image, Annotations: c.Annotations,
 	}}
 	if req.GetVerbose() {
+		cdi := make([]map[string]string, 0, len(c.CDIDevices))
+		for _, name := range c.CDIDevices {
+			cdi = append(cdi, map[string]string{"name": name})
+		}
 		info, _ := json.Marshal(map[string]any{
-			"pid": c.PID, "sandboxID": c.SandboxID,
+			"pid": c.PID, "sandboxID": c.SandboxID, "config": map[string]any{"CDI_devices": cdi},
 			"runtimeSpec": map[string]any{"linux": map[string]any{"cgroupsPath": c.CgroupsPath}},
 		})
 		resp.Info = map[string]string{"info": string(info)}
