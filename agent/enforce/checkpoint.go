@@ -36,8 +36,8 @@ func (f FileCheckpoint) Save(st *State) error {
 }
 
 // Restore reads the checkpoint into a state starting at started. No checkpoint is a new
-// state; a damaged one is an error, and the caller decides (the agent starts afresh and
-// says so).
+// state; a damaged one (or another version's) is set aside as path.damaged and is an
+// error with a new state, and the caller decides (the agent starts afresh and says so).
 func (f FileCheckpoint) Restore(started time.Time) (*State, error) {
 	st := NewState(started)
 	b, err := os.ReadFile(f.Path)
@@ -49,6 +49,9 @@ func (f FileCheckpoint) Restore(started time.Time) (*State, error) {
 	}
 	var saved savedState
 	if err := checkpoint.Decode(b, checkpointVersion, &saved); err != nil {
+		if aside, aerr := checkpoint.SetAside(f.Path); aerr == nil {
+			return st, fmt.Errorf("enforcement checkpoint %s (set aside as %s): %w", f.Path, aside, err)
+		}
 		return st, fmt.Errorf("enforcement checkpoint %s: %w", f.Path, err)
 	}
 	for uid, c := range saved.CGs {

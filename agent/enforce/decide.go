@@ -36,6 +36,9 @@ func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action
 	if snap == nil || now.Sub(snap.Taken) > p.MaxSampleAge.Duration || !snap.RuntimeConnected ||
 		snap.AllocationRead.IsZero() || now.Sub(snap.AllocationRead) > p.MaxAllocationAge.Duration ||
 		now.Sub(st.Started) < p.Warmup.Duration {
+		for _, c := range st.cgs {
+			c.blindAll(now)
+		}
 		return nil
 	}
 	var out []Action
@@ -80,13 +83,13 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 			}
 			out = append(out, lift(cg, c, why+": throttle lifted"))
 		}
-		if exempt {
-			return out
-		}
 	}
 	// A CG whose allocation or exemption is unknown is left exactly as it is: no step,
-	// no reset.
-	if !decided || !cg.AllocationKnown || inWarmup(now, cg, p) {
+	// no reset, its ladder's clock stopped.
+	if exempt || !decided || !cg.AllocationKnown || inWarmup(now, cg, p) {
+		if c != nil {
+			c.blindAll(now)
+		}
 		return out
 	}
 	if c == nil || (c.Ended && restartedSince(cg, c.EndedAt)) {
@@ -100,8 +103,10 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 		if !known {
 			// Unknown is neither over nor under: the ladder neither moves nor resets.
 			anyOver = anyOver || !c.Over[r].IsZero()
+			c.blind(now, r)
 			continue
 		}
+		c.resume(now, r, st.Started)
 		if ratio > 1 {
 			anyOver = true
 			if c.Over[r].IsZero() {
@@ -205,6 +210,39 @@ func inWarmup(now time.Time, cg *sampler.CG, p Policy) bool {
 		}
 	}
 	return false
+}
+
+// blind records that the ladder of r, under way, is not judged now: its clock stops
+// at the first such moment.
+func (c *cgState) blind(now time.Time, r nr1.Resource) {
+	if c.Blind[r].IsZero() && (!c.Over[r].IsZero() || !c.Under[r].IsZero()) {
+		c.Blind[r] = now
+	}
+}
+
+func (c *cgState) blindAll(now time.Time) {
+	for _, r := range nr1.All {
+		c.blind(now, r)
+	}
+}
+
+// resume records that r is judged now, after moving its ladder's clock forward by the
+// time the agent did not see it: since it went blind, or, for a resource last judged
+// by an earlier run of the agent (started is this run's start), since then.
+func (c *cgState) resume(now time.Time, r nr1.Resource, started time.Time) {
+	from := c.Blind[r]
+	if from.IsZero() && !c.Seen[r].IsZero() && c.Seen[r].Before(started) {
+		from = c.Seen[r]
+	}
+	if gap := now.Sub(from); !from.IsZero() && gap > 0 {
+		if !c.Over[r].IsZero() {
+			c.Over[r] = c.Over[r].Add(gap)
+		}
+		if !c.Under[r].IsZero() {
+			c.Under[r] = c.Under[r].Add(gap)
+		}
+	}
+	c.Blind[r], c.Seen[r] = time.Time{}, now
 }
 
 // over1 advances the ladder of r for a CG over its allocation.

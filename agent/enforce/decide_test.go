@@ -312,7 +312,7 @@ func TestUncertainUsageIsALowerBound(t *testing.T) {
 	if got := Decide(t0, snap(t0, uncertain(nr1.Usage{0, 0, 0, 20})), NewState(t0.Add(-time.Hour)), p); len(got) == 0 || got[len(got)-1].Kind != Kill {
 		t.Errorf("a lower bound past the hard ratio: %v, want the kill", got)
 	}
-	// Over (8 of 7) and warned; then only 2 read: not back under, the ladder goes on.
+	// Over (8 of 7) and warned; then only 2 read: not back under, the ladder waits.
 	st := NewState(t0.Add(-time.Hour))
 	if got := Decide(t0, snap(t0, cg("a", nr1.Usage{0, 0, 0, 8})), st, p); len(got) != 1 || got[0].Kind != Warn {
 		t.Fatalf("over: %v, want a warning", got)
@@ -323,9 +323,17 @@ func TestUncertainUsageIsALowerBound(t *testing.T) {
 			t.Fatalf("%d s: %v while uncertain under", s, got)
 		}
 	}
-	at := t0.Add(31 * time.Second)
-	if got := Decide(at, snap(at, cg("a", nr1.Usage{0, 0, 0, 8})), st, p); len(got) != 2 || got[0].Kind != Throttle || got[1].Kind != Kill {
-		t.Errorf("over again, certain, after 31 s: %v; want the throttle and kill the ladder had due", got)
+	// The ladder's clock stopped while only an uncertain lower bound under was seen
+	// (1–31 s): over again, certain, the throttle is due 4 s later, the kill 14 s later.
+	var got []string
+	for s := 31; s <= 50; s++ {
+		at := t0.Add(time.Duration(s) * time.Second)
+		for _, a := range Decide(at, snap(at, cg("a", nr1.Usage{0, 0, 0, 8})), st, p) {
+			got = append(got, fmt.Sprintf("%d:%s", s, a.Kind))
+		}
+	}
+	if strings.Join(got, " ") != "35:throttle 45:kill" {
+		t.Errorf("over again, certain, from 31 s: %v; want the throttle at 35 s and the kill at 45 s", got)
 	}
 }
 
@@ -380,5 +388,50 @@ func TestBusyWhileALadderIsUnderWay(t *testing.T) {
 	st.cgs["a"].Throttled = true
 	if !st.Busy() {
 		t.Error("not busy with a throttle attached")
+	}
+}
+
+// The ladder's clock runs only while the agent sees the CG: a CG over, then unseen for
+// a minute (its allocation unknown, or no sample at all, as with the agent down), then
+// over again is not throttled and killed at once as if it had been over all along.
+func TestLadderClockPausesWhileUnseen(t *testing.T) {
+	over := nr1.Usage{4 * mb, 0, 0, 0}
+	p := DefaultPolicy()
+	p.Warmup = Duration{Duration: 0}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for name, unseen := range map[string]func(s int) *sampler.Snapshot{
+		"allocation unknown": func(s int) *sampler.Snapshot {
+			c := cg("a", over)
+			c.AllocationKnown, c.AllocationUnknown = false, "pod not in the kubelet's pod-resources answer"
+			return snap(at(s), c)
+		},
+		"no samples":    func(int) *sampler.Snapshot { return nil },
+		"stale samples": func(s int) *sampler.Snapshot { return snap(at(s-10), cg("a", over)) },
+		"runtime away": func(s int) *sampler.Snapshot {
+			sn := snap(at(s), cg("a", over))
+			sn.RuntimeConnected = false
+			return sn
+		},
+		"usage unknown": func(s int) *sampler.Snapshot {
+			c := cg("a", over)
+			c.UsageUncertain = "scan ran out of time"
+			c.Usage = nr1.Usage{}
+			c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+			return snap(at(s), c)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := kinds(run(p, 100, func(s int) *sampler.Snapshot {
+				if s >= 3 && s < 63 {
+					return unseen(s)
+				}
+				return snap(at(s), cg("a", over))
+			}))
+			// Seen over from 0 until the first sample that cannot judge it, at 3, and
+			// again from 63: 5 s seen over at 65, 15 s at 75.
+			if want := "0:warn/compute_dma_memory 65:throttle/compute_dma_memory 75:kill/compute_dma_memory"; got != want {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
 	}
 }

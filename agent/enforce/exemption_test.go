@@ -69,12 +69,13 @@ func TestExemptionIsTheAdministrators(t *testing.T) {
 }
 
 // A CG whose exemption could not be decided keeps its ladder: it goes on from where it
-// was once the namespace's labels are known again, with nothing repeated.
+// was once the namespace's labels are known again, with nothing repeated, its clock
+// stopped while they were unknown.
 func TestUnknownNamespaceLabelsFreezeTheLadder(t *testing.T) {
 	p := noWarmup()
 	st := NewState(t0.Add(-time.Hour))
 	var got []string
-	for s := 0; s <= 20; s++ {
+	for s := 0; s <= 25; s++ {
 		labels := map[string]string(nil)
 		if s >= 3 && s <= 10 {
 			labels = map[string]string{"unknown": ""}
@@ -86,8 +87,8 @@ func TestUnknownNamespaceLabelsFreezeTheLadder(t *testing.T) {
 			got = append(got, fmt.Sprintf("%d:%s", s, a.Kind))
 		}
 	}
-	if strings.Join(got, " ") != "0:warn 11:throttle 15:kill" {
-		t.Errorf("actions %v, want warn at 0, nothing while unknown, the ladder going on after", got)
+	if strings.Join(got, " ") != "0:warn 13:throttle 23:kill" {
+		t.Errorf("actions %v, want warn at 0, nothing while unknown, the ladder going on after with its clock stopped meanwhile", got)
 	}
 }
 

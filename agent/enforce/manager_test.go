@@ -161,8 +161,9 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 2 * time.Second}
 	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk, quiet())
-	steps(m2, clk, 10, nr1.Usage{4 * mb, 0, 0, 0})
-	// Over since 0 s; the restart at 7 s; warm-up to 9 s; the kill due at 15 s.
+	steps(m2, clk, 12, nr1.Usage{4 * mb, 0, 0, 0})
+	// Over since 0 s; the restart at 7 s; the warm-up to 9 s, which stops the ladder's
+	// clock; the kill due 15 s seen over later, at 17 s.
 	if got := act2.Taken(); got != "kill/cg-a" {
 		t.Errorf("after the restart %q, want only the kill the ladder had left", got)
 	}
@@ -172,6 +173,9 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	}
 	if _, err := (FileCheckpoint{Path: path}).Restore(t0); err == nil || !strings.Contains(err.Error(), "checksum") {
 		t.Errorf("damaged checkpoint: %v", err)
+	}
+	if _, err := os.Stat(path + ".damaged"); err != nil {
+		t.Errorf("the damaged checkpoint was not set aside: %v", err)
 	}
 	// Version 1 kept per-resource values as positional arrays: read as version 2 they
 	// would land on the wrong resources, so they are refused.

@@ -26,6 +26,14 @@ type cgState struct {
 	Pod       string                     `json:"pod,omitempty"`
 	Over      nr1.PerResource[time.Time] `json:"over"`  // when the CG went over; zero when it is not
 	Under     nr1.PerResource[time.Time] `json:"under"` // when it went back under, for hysteresis
+	// The ladder's clock runs only while the agent sees the CG: Over and Under move
+	// forward by the time it could not judge it (the CG's allocation, exemption or usage
+	// unknown, the samples stale, the runtime away, the agent down or warming up), so
+	// that a CG that went back under unseen is not taken for one over all along, and one
+	// that makes itself unknown does not restart its ladder either. Seen is when each
+	// resource was last judged, Blind since when a ladder under way was not.
+	Seen  nr1.PerResource[time.Time] `json:"seen,omitzero"`
+	Blind nr1.PerResource[time.Time] `json:"blind,omitzero"`
 	Done      nr1.PerResource[int]       `json:"done"`  // ladder steps taken
 	Hard      nr1.PerResource[bool]      `json:"hard"`
 	// Throttled is true while the CG's throttle is attached; PodCgroup is where, so

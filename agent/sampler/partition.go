@@ -63,12 +63,20 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 	view, _ := p.view.Load()
 	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]nr1.Base{}, ByCtr: map[string]nr1.Base{}, Failed: map[string]string{}}
 	images := map[string]int64{}
+	// A pod's sandboxes are one CG: a sandbox the runtime keeps after the pod's
+	// network was set up again holds exited containers, and must not hide (nor
+	// double) what the live one holds. Each image counts once per pod.
+	seen := map[string]map[string]bool{}
 	for _, pod := range view.Pods {
-		seen := map[string]bool{}
-		var total nr1.Base
+		if seen[pod.UID] == nil {
+			seen[pod.UID] = map[string]bool{}
+		}
 		for _, c := range pod.Containers {
 			if c.State != runtime.Running {
 				continue
+			}
+			if _, failed := usage.Failed[pod.UID]; failed {
+				break
 			}
 			w, err := p.layers.WritableLayer(ctx, c.ID)
 			if err != nil {
@@ -77,11 +85,11 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				break
 			}
 			usage.ByCtr[c.ID] = nr1.Base(w)
-			total += nr1.Base(w)
-			if c.ImageRef == "" || seen[c.ImageRef] {
+			usage.ByCG[pod.UID] += nr1.Base(w)
+			if c.ImageRef == "" || seen[pod.UID][c.ImageRef] {
 				continue
 			}
-			seen[c.ImageRef] = true
+			seen[pod.UID][c.ImageRef] = true
 			size, ok := images[c.ImageRef]
 			if !ok {
 				if size, err = p.layers.ImageSize(ctx, c.ImageRef); err != nil {
@@ -89,11 +97,14 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				}
 				images[c.ImageRef] = size
 			}
-			total += nr1.Base(size)
+			usage.ByCG[pod.UID] += nr1.Base(size)
 		}
-		if _, failed := usage.Failed[pod.UID]; !failed {
-			usage.ByCG[pod.UID] = total
+		if _, ok := usage.ByCG[pod.UID]; !ok {
+			usage.ByCG[pod.UID] = 0
 		}
+	}
+	for uid := range usage.Failed {
+		delete(usage.ByCG, uid)
 	}
 	// A reading like the last (at rest, every reading) renews its time without waking
 	// the sampler: only what changed may have gone past a CG's partition.

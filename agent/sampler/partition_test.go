@@ -71,6 +71,34 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	}
 }
 
+// A pod's sandboxes are one CG: the sandbox the runtime keeps beside the live one
+// (its containers exited) neither hides nor doubles what the live one holds.
+func TestPartitionOfAPodWithALeftoverSandbox(t *testing.T) {
+	cri := fakecri.New(filepath.Join(t.TempDir(), "cri.sock"))
+	cri.PutContainer(fakecri.Container{ID: "live", SandboxID: "s2", Name: "health-handler", Image: "img-a"}, true)
+	cri.SetImageSize("img-a", 100<<20)
+	cri.SetWritable("live", 30<<20, nil)
+	if err := cri.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cri.Stop)
+	exited := &runtime.Container{ID: "old", Name: "health-handler", ImageRef: "img-a", State: runtime.Exited}
+	live := &runtime.Container{ID: "live", Name: "health-handler", ImageRef: "img-a", State: runtime.Running}
+	for _, order := range [][]*runtime.Pod{
+		{{UID: "ua", SandboxID: "s2", Ready: true, Containers: []*runtime.Container{live}}, {UID: "ua", SandboxID: "s1", Containers: []*runtime.Container{exited}}},
+		{{UID: "ua", SandboxID: "s1", Containers: []*runtime.Container{exited}}, {UID: "ua", SandboxID: "s2", Ready: true, Containers: []*runtime.Container{live}}},
+	} {
+		p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{&runtime.Snapshot{Connected: true, Pods: order}}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err := p.Measure(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := p.Load()
+		if want := nr1.Base(130 << 20); got.ByCG["ua"] != want {
+			t.Errorf("sandboxes %s then %s: ua %d bytes, want the live one's %d", order[0].SandboxID, order[1].SandboxID, got.ByCG["ua"], want)
+		}
+	}
+}
+
 // A reading like the last renews its time and wakes no one; one that differs wakes the
 // sampler.
 func TestPartitionWakesOnlyOnChange(t *testing.T) {
