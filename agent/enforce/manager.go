@@ -174,6 +174,17 @@ func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
 	}
 	m.mu.Unlock()
 	for _, a := range actions {
+		// Earlier actions of this step may have been slow: what the sample said may no
+		// longer hold. A step whose sample is too old now is undone, for a fresh sample to
+		// decide again; lifting a throttle and reporting an annotation always go.
+		if age := m.clock.Now().Sub(a.Sampled); age > m.policy.MaxSampleAge.Duration && a.Kind != Unthrottle && a.Kind != BadAnnotation {
+			m.mu.Lock()
+			m.state.undo(a)
+			m.mu.Unlock()
+			m.log.Info("action left for a fresh sample: its sample is too old now", "action", a.Kind, "namespace", a.Namespace, "pod", a.Pod,
+				"age", age.Round(time.Millisecond), "maxSampleAge", m.policy.MaxSampleAge.Duration)
+			continue
+		}
 		err := m.do(ctx, a)
 		m.mu.Lock()
 		failed := m.state.Outcome(a, err, m.clock.Now())

@@ -140,6 +140,35 @@ func TestManagerReportsAStalledAction(t *testing.T) {
 	}
 }
 
+// Actions run on what the sample said: once earlier actions of the same step have taken
+// longer than a sample stays fresh, the rest waits for a fresh sample to decide again.
+func TestSlowActionsLeaveTheRestToAFreshSample(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	p := noWarmup()
+	act := &actuator{fail: func(a Action) error {
+		if a.Kind == Warn {
+			clk.Step(p.MaxSampleAge.Duration + time.Second) // an API server slow to take the Event
+		}
+		return nil
+	}}
+	m := NewManager(nil, p, act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
+	hog := nr1.Usage{0, 0, 0, 20} // past the hard ratio: warn and kill in one step
+	m.Step(context.Background(), snap(clk.Now(), cg("a", hog)))
+	if got := act.Taken(); got != "warn/cg-a" {
+		t.Fatalf("from one sample, slow to act on: %q, want the warning alone", got)
+	}
+	// The CG went back within its queues meanwhile: a fresh sample kills nothing.
+	m.Step(context.Background(), snap(clk.Now(), cg("a", nr1.Usage{0, 0, 0, 7})))
+	if got := act.Taken(); got != "warn/cg-a" {
+		t.Errorf("after a fresh sample within: %q", got)
+	}
+	// Over again, still past the hard ratio: the kill the ladder had due.
+	m.Step(context.Background(), snap(clk.Now(), cg("a", hog)))
+	if got := act.Taken(); got != "warn/cg-a kill/cg-a" {
+		t.Errorf("over again: %q, want the kill", got)
+	}
+}
+
 // A restarted agent reads the checkpoint: it neither warns again nor starts the ladder
 // from zero, and its throttles are the pinned ones.
 func TestCheckpointSurvivesARestart(t *testing.T) {
