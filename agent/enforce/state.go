@@ -34,8 +34,8 @@ type cgState struct {
 	// resource was last judged, Blind since when a ladder under way was not.
 	Seen  nr1.PerResource[time.Time] `json:"seen,omitzero"`
 	Blind nr1.PerResource[time.Time] `json:"blind,omitzero"`
-	Done      nr1.PerResource[int]       `json:"done"`  // ladder steps taken
-	Hard      nr1.PerResource[bool]      `json:"hard"`
+	Done  nr1.PerResource[int]       `json:"done"` // ladder steps taken
+	Hard  nr1.PerResource[bool]      `json:"hard"`
 	// Throttled is true while the CG's throttle is attached; PodCgroup is where, so
 	// that it can be lifted (and thawed) after the CG is gone.
 	Throttled bool   `json:"throttled,omitempty"`
