@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -313,5 +316,93 @@ func unknownLabels(t *testing.T, c kubernetes.Interface, ns string) {
 		why, pod.Name, clock(restored), killed.FirstTimestamp.Format("15:04:05"), clock(finished), finished.Sub(restored).Round(time.Millisecond), reasons(nr1Events(t, c, pod)))
 	if got := reasons(nr1Events(t, c, pod)); got != "NR1LimitExceeded,NR1Killed" {
 		t.Errorf("events %s, want the ladder as for any CG once the labels are known", got)
+	}
+}
+
+// TestNamespaceExemptionIsTheAdministrators: whoever may label a namespace could exempt
+// it. The policy lets only an administrator give a namespace an exempting label; a
+// tenant allowed to update namespaces may keep or take one away, never add one.
+func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	const policy = "nr1-agent-namespace-exemption"
+	const plain, exempt = "nr1-labels-plain", "nr1-labels-exempt"
+	labelledNamespace(t, c, plain, nil) // as an administrator (system:masters)
+	labelledNamespace(t, c, exempt, map[string]string{exemptLabel: "disabled"})
+
+	// A tenant allowed to create and update namespaces.
+	const tenant = "nr1-e2e-tenant"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: tenant},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create", "update", "patch"}}}}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: tenant},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tenant},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenant}}}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
+	as := func(groups ...string) kubernetes.Interface {
+		cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: tenant, Groups: append([]string{"system:authenticated"}, groups...)}
+		kc, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kc
+	}
+	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+	relabel := func(kc kubernetes.Interface, name string, change func(map[string]string)) error {
+		ns, err := c.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		change(ns.Labels)
+		_, err = kc.CoreV1().Namespaces().Update(ctx, ns, dryRun)
+		return err
+	}
+	refused := func(what, label string, err error) error {
+		switch {
+		case err == nil:
+			return fmt.Errorf("%s: admitted", what)
+		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "only an administrator") || !strings.Contains(err.Error(), label):
+			return fmt.Errorf("%s: %v, want refused by %s naming %s", what, err, policy, label)
+		}
+		t.Logf("%s: %v", what, err)
+		return nil
+	}
+	tenantClient := as()
+	eventually(t, 30*time.Second, "a tenant labelling a namespace exempt refused", func() error {
+		return refused("a tenant labelling a namespace exempt", exemptLabel+"=disabled",
+			relabel(tenantClient, plain, func(l map[string]string) { l[exemptLabel] = "disabled" }))
+	})
+	if err := refused("a tenant letting a namespace's pods exempt themselves", allowPodExemptionLabel+"=true",
+		relabel(tenantClient, plain, func(l map[string]string) { l[allowPodExemptionLabel] = "true" })); err != nil {
+		t.Error(err)
+	}
+	created := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nr1-labels-born-exempt", Labels: map[string]string{exemptLabel: "disabled"}}}
+	_, err := tenantClient.CoreV1().Namespaces().Create(ctx, created, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err := refused("a tenant creating a namespace labelled exempt", exemptLabel+"=disabled", err); err != nil {
+		t.Error(err)
+	}
+	for what, change := range map[string]func(map[string]string){
+		"keeping the exempt label, adding another": func(l map[string]string) { l["team"] = "vision" },
+		"taking the exempt label away":             func(l map[string]string) { delete(l, exemptLabel) },
+	} {
+		if err := relabel(tenantClient, exempt, change); err != nil {
+			t.Errorf("a tenant %s: %v", what, err)
+		}
+	}
+	if err := relabel(as("nr1.neureality.ai:exemption-admins"), plain, func(l map[string]string) { l[exemptLabel] = "disabled" }); err != nil {
+		t.Errorf("an administrator of group nr1.neureality.ai:exemption-admins labelling a namespace exempt: %v", err)
 	}
 }
