@@ -205,15 +205,15 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 }
 
 // Awaits says whether the allocation table lacks a pod the runtime runs (one with a
-// running container): not listed, or listed by a read that began before the pod was
-// created. The tracker reads the table again while it does.
+// running container): not listed, or listed by a read that began before the agent first
+// saw the pod. The tracker reads the table again while it does.
 func (b *Builder) Awaits(alloc allocation.State) bool {
 	rs, _ := b.runtime.Load()
 	for _, p := range rs.Pods {
 		if !p.Running() {
 			continue
 		}
-		if alloc.Read.Before(p.CreatedAt) {
+		if alloc.Read.Before(p.Observed) {
 			return true
 		}
 		if _, listed := alloc.Table.Pod(p.Namespace, p.Name); !listed {
@@ -296,11 +296,15 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		cg.AllocationUnknown = fmt.Sprintf("the kubelet's pod-resources API last answered %s ago (limit %s)", age.Round(time.Millisecond), b.maxAge)
 		return
 	}
-	if alloc.Read.Before(p.CreatedAt) {
+	if alloc.Read.Before(p.Observed) {
 		// The table may hold an earlier pod of the same name (the API names pods, it has
-		// no UIDs), or not this one yet.
-		cg.AllocationUnknown = fmt.Sprintf("pod created at %s, after the kubelet's pod-resources answer was read (%s)",
-			p.CreatedAt.Format(time.RFC3339Nano), alloc.Read.Format(time.RFC3339Nano))
+		// no UIDs), or not this one yet. Ordered by what this agent saw, on its monotonic
+		// clock: the runtime's creation time is another clock's, and a step of either
+		// would give a re-created pod its predecessor's allocation. The kubelet allocates
+		// before it asks the runtime for the sandbox, so a read begun after the agent saw
+		// the sandbox holds the pod's allocation.
+		cg.AllocationUnknown = fmt.Sprintf("pod first seen %s after the kubelet's pod-resources answer was read",
+			p.Observed.Sub(alloc.Read).Round(time.Millisecond))
 		return
 	}
 	listed, ok := alloc.Table.Pod(p.Namespace, p.Name)

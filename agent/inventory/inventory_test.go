@@ -336,9 +336,17 @@ func TestOldAllocationTableIsUnknown(t *testing.T) {
 }
 
 // The pod-resources API names pods without UIDs: a pod that takes the name of one just
-// deleted is unknown until a table read after it was created, which the tracker is told
-// to read (Awaits); so is a running pod the table does not list.
+// deleted is unknown until a table read after the agent saw it, which the tracker is
+// told to read (Awaits); so is a running pod the table does not list. What the agent
+// saw is ordered on its own clock, whatever time the runtime gives the sandbox: a clock
+// stepped back (the sandbox dated before the read) or ahead changes nothing.
 func TestPodNewerThanTheTableAwaitsIt(t *testing.T) {
+	for _, skew := range []time.Duration{0, -time.Hour, time.Hour} {
+		t.Run(fmt.Sprintf("runtime dates the sandbox %v off", skew), func(t *testing.T) { podNewerThanTheTable(t, skew) })
+	}
+}
+
+func podNewerThanTheTable(t *testing.T, skew time.Duration) {
 	w := newWorld(t)
 	w.tracker.Refresh(context.Background())
 	state, _ := w.tracker.Load()
@@ -352,7 +360,7 @@ func TestPodNewerThanTheTableAwaitsIt(t *testing.T) {
 	// The same name, another pod, created after the table was read.
 	const reused = "22222222-3333-4444-5555-666666666666"
 	w.cri.DropSandbox("sb1", false)
-	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb2", UID: reused, Namespace: "default", Name: "resnet50", CreatedAt: time.Now().UnixNano()}, false)
+	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb2", UID: reused, Namespace: "default", Name: "resnet50", CreatedAt: time.Now().Add(skew).UnixNano()}, false)
 	w.cri.PutContainer(fakecri.Container{ID: "c-hh2", SandboxID: "sb2", Name: "health-handler", PID: 201,
 		CgroupsPath: "/kubepods/besteffort/poduid-2/c-hh2"}, false)
 	w.watched(t, "the second pod not seen", func(s *runtime.Snapshot) bool {
@@ -363,7 +371,7 @@ func TestPodNewerThanTheTableAwaitsIt(t *testing.T) {
 		t.Error("not awaiting a table read after the pod that took the name was created")
 	}
 	cg := w.builder.Build(time.Now()).CG(reused)
-	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "after the kubelet's pod-resources answer was read") {
+	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "pod first seen") || !strings.Contains(cg.AllocationUnknown, "after the kubelet's pod-resources answer was read") {
 		t.Errorf("a pod newer than the table: known %v with %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
 

@@ -28,7 +28,12 @@ type Pod struct {
 	SandboxID string `json:"sandboxID"`
 	// CreatedAt is when the runtime created the sandbox, after the kubelet admitted the
 	// pod and allocated its devices; zero when the runtime does not say.
-	CreatedAt   time.Time         `json:"createdAt,omitzero"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// Observed is when this agent first saw the sandbox, on its own clock (with its
+	// monotonic reading): what a read of the kubelet's allocations is ordered against,
+	// since a clock stepped between the runtime's creation time and the agent's would
+	// order them wrong.
+	Observed    time.Time         `json:"-"`
 	Ready       bool              `json:"ready"`
 	Labels      map[string]string `json:"-"`
 	Annotations map[string]string `json:"annotations,omitempty"`

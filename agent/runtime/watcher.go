@@ -199,13 +199,19 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 	if err != nil {
 		return fmt.Errorf("listing containers: %w", err)
 	}
+	w.mu.Lock()
+	known, knownPods := w.containers, w.pods
+	w.mu.Unlock()
+	now := w.opts.Clock.Now()
 	pods := make(map[string]*Pod, len(sbs.GetItems()))
 	for _, sb := range sbs.GetItems() {
-		pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
+		p := podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
+		p.Observed = now
+		if old := knownPods[p.SandboxID]; old != nil {
+			p.Observed = old.Observed
+		}
+		pods[sb.GetId()] = p
 	}
-	w.mu.Lock()
-	known := w.containers
-	w.mu.Unlock()
 	containers := make(map[string]*Container, len(cs.GetContainers()))
 	sandboxOf := make(map[string]string, len(cs.GetContainers()))
 	for _, item := range cs.GetContainers() {
@@ -267,7 +273,7 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 				}
 			}
 		} else {
-			w.pods[id] = podOf(id, sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
+			w.putPodLocked(podOf(id, sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations()))
 		}
 		w.publishLocked(true)
 		return
@@ -293,10 +299,19 @@ func (w *Watcher) apply(ctx context.Context, rs runtimeapi.RuntimeServiceClient,
 	default:
 		w.containers[id], w.sandboxOf[id] = c, sandboxID
 		if sb != nil {
-			w.pods[sb.GetId()] = podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations())
+			w.putPodLocked(podOf(sb.GetId(), sb.GetMetadata(), sb.GetState(), sb.GetCreatedAt(), sb.GetLabels(), sb.GetAnnotations()))
 		}
 	}
 	w.publishLocked(true)
+}
+
+// putPodLocked records a sandbox, observed now unless it was before.
+func (w *Watcher) putPodLocked(p *Pod) {
+	p.Observed = w.opts.Clock.Now()
+	if old := w.pods[p.SandboxID]; old != nil {
+		p.Observed = old.Observed
+	}
+	w.pods[p.SandboxID] = p
 }
 
 func (w *Watcher) fetchContainer(ctx context.Context, rs runtimeapi.RuntimeServiceClient, id string) (*Container, string, error) {
