@@ -118,7 +118,16 @@ func (a *Actuator) throttle(act enforce.Action) error {
 	}
 	if a.Freezer != nil {
 		if err := a.Freezer.Freeze(act.PodCgroup); err != nil {
-			return err
+			// A failed throttle is undone whole: the ladder takes it as not done and
+			// tries again, and nothing must be left attached that it does not know of.
+			undo := []error{fmt.Errorf("freezing %s/%s: %w", act.Namespace, act.Pod, err)}
+			if err := a.Freezer.Thaw(act.PodCgroup); err != nil {
+				undo = append(undo, fmt.Errorf("thawing after the failed freeze: %w", err))
+			}
+			if err := a.Throttler.Detach(act.UID); err != nil {
+				undo = append(undo, fmt.Errorf("detaching after the failed freeze: %w", err))
+			}
+			return errors.Join(undo...)
 		}
 	}
 	a.event(act, "Warning", ReasonThrottled, act.Message+": new opens of NR1 devices are refused")

@@ -137,6 +137,30 @@ func TestKillLiftsTheThrottleAfterIt(t *testing.T) {
 	}
 }
 
+// failingFreeze records what it is asked, and fails freezing.
+type failingFreeze struct{ f *fakes }
+
+func (z failingFreeze) Freeze(dir string) error {
+	z.f.calls = append(z.f.calls, "freeze "+dir)
+	return errors.New("freezer: device or resource busy")
+}
+
+func (z failingFreeze) Thaw(dir string) error { z.f.calls = append(z.f.calls, "thaw "+dir); return nil }
+
+// A throttle whose freeze fails is undone whole: it must not outlive the step the
+// ladder takes as failed.
+func TestThrottleWhoseFreezeFailsIsUndone(t *testing.T) {
+	a, _, f := newActuator()
+	a.Freezer = failingFreeze{f}
+	err := a.Act(context.Background(), act(enforce.Throttle))
+	if err == nil || !strings.Contains(err.Error(), "device or resource busy") {
+		t.Fatalf("throttle with a failing freeze: %v", err)
+	}
+	if got := strings.Join(f.calls, ", "); got != "attach u /cg/podu, freeze /cg/podu, thaw /cg/podu, detach u" {
+		t.Errorf("calls %s, want the attach undone", got)
+	}
+}
+
 type failingStop struct{ fakes }
 
 func (f *failingStop) StopContainer(context.Context, string, time.Duration) error {
