@@ -8,6 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
+deploy/local/build.sh tools # helm
 eval "$(deploy/local/stack.sh env)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

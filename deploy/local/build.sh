@@ -2,6 +2,10 @@
 # Builds the local node stack's binaries from the Go module proxy and installs the Debian
 # packages it needs. Binaries are cached outside the clone, keyed by version, so a warm
 # run only checks that they exist.
+#   build.sh [stack]  what the cluster runs: containerd, runc, crictl, the Kubernetes
+#                     components (stack.sh up)
+#   build.sh tools    what the tests and the README's install commands use beside it:
+#                     helm, Prometheus (make e2e, deploy/ci/readme-commands.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -83,7 +87,15 @@ GO
   touch "$dir/.done"
 }
 
-main() {
+# link makes one directory on PATH for the scripts: links into the versioned directories.
+link() {
+  mkdir -p "$cache/path"
+  for d in "$@"; do
+    for f in "$bin/$d"/*; do ln -sfn "$f" "$cache/path/$(basename "$f")"; done
+  done
+}
+
+stack() {
   "$here/apt-install.sh" etcd-server containernetworking-plugins libseccomp-dev iptables iproute2 conntrack openssl curl jq
   go_install containerd "$CONTAINERD_VERSION" \
     github.com/containerd/containerd/v2/cmd/containerd \
@@ -92,15 +104,20 @@ main() {
   build_runc
   go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
   build_kube
+  link "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION"
+  log "the stack's binaries ready in $cache/path"
+}
+
+tools() {
   go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
   GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" \
     go_install prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
-  # One directory on PATH for the scripts: links into the versioned directories.
-  mkdir -p "$cache/path"
-  for d in "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION" "helm-$HELM_VERSION" "prometheus-$PROMETHEUS_VERSION"; do
-    for f in "$bin/$d"/*; do ln -sfn "$f" "$cache/path/$(basename "$f")"; done
-  done
-  log "binaries ready in $cache/path"
+  link "helm-$HELM_VERSION" "prometheus-$PROMETHEUS_VERSION"
+  log "helm and Prometheus ready in $cache/path"
 }
 
-main "$@"
+case ${1:-stack} in
+  stack) stack ;;
+  tools) tools ;;
+  *) echo "usage: $0 [stack|tools]" >&2; exit 2 ;;
+esac

@@ -27,6 +27,8 @@ teardown() {
 }
 trap teardown EXIT
 
+# helm and Prometheus, which the tests use beside the stack.
+"$here/build.sh" tools
 start=$SECONDS
 "$stack" up
 echo "== e2e: stack up in $((SECONDS - start)) s"
