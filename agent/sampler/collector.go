@@ -23,7 +23,7 @@ type Collector struct {
 	samples                                        Samples
 	source, bpfRefused                             string
 	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
-	uncertain, cgUsage                             *prometheus.Desc
+	uncertain, cgUsage, cgAllocated                *prometheus.Desc
 	sourceDesc, refusedDesc                        *prometheus.Desc
 }
 
@@ -39,6 +39,7 @@ func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 		refusedDesc:  prometheus.NewDesc("nr1_footprint_bpf_refused", "1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).", []string{"reason"}, nil),
 		allocated:    prometheus.NewDesc("nr1_allocated", "NR1 units allocated to a container by the kubelet (MB or queues).", ctr, nil),
 		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
+		cgAllocated:  prometheus.NewDesc("nr1_cg_allocated", "NR1 units allocated to a CG (MB or queues), what its ratio is over: a DRA claim several of its containers use counts once, and an init container's allocation as the kubelet books it (the larger of it and the rest). Sum this, not nr1_allocated, for what a node has allocated.", []string{"namespace", "pod", "resource"}, nil),
 		cgUsage:      prometheus.NewDesc("nr1_cg_usage", "NR1 units a CG holds (MB or queues), what its ratio is of: a buffer or queue several of its containers hold counts once.", []string{"namespace", "pod", "resource"}, nil),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
 		unattributed: prometheus.NewDesc("nr1_unattributed_usage", "NR1 units held by processes outside every known container (MB or queues).", []string{"resource"}, nil),
@@ -55,6 +56,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.usage
 	ch <- c.ratio
 	ch <- c.cgUsage
+	ch <- c.cgAllocated
 	ch <- c.unattributed
 	ch <- c.unknown
 	ch <- c.uncertain
@@ -89,6 +91,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if cg.UsageUncertain != "" {
 			ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, 1, cg.Namespace, cg.Name)
 			continue
+		}
+		// A pod given nothing has no allocation series, as its containers have none.
+		if cg.Allocation != (nr1.Amounts{}) {
+			for _, r := range nr1.All {
+				ch <- prometheus.MustNewConstMetric(c.cgAllocated, prometheus.GaugeValue, float64(cg.Allocation[r]), cg.Namespace, cg.Name, r.Short())
+			}
 		}
 		// A docker partition not measured yet, or whose reading failed, is unknown: it
 		// has no usage or ratio series rather than zeros.

@@ -182,10 +182,21 @@ func Parse(node, agent string, in io.Reader) (*Node, error) {
 	}
 	each(fams, "nr1_cg_usage", func(m *dto.Metric, r nr1.Resource) { seen(cg(m)).Usage[r] = value(m) })
 	each(fams, "nr1_usage_ratio", func(m *dto.Metric, r nr1.Resource) { seen(cg(m)).Ratio[r] = Ratio(number(m)) })
+	// A CG's allocation is the agent's own figure (a claim its containers share counted
+	// once); an agent that exports none (older than nr1_cg_allocated) gives the sum of
+	// its containers'.
+	cgAllocated := map[*CG]bool{}
+	each(fams, "nr1_cg_allocated", func(m *dto.Metric, r nr1.Resource) {
+		c := seen(cg(m))
+		cgAllocated[c] = true
+		c.Allocation[r] = value(m)
+	})
 	each(fams, "nr1_allocated", func(m *dto.Metric, r nr1.Resource) {
 		c := seen(cg(m))
 		container(c, label(m, "container")).Allocation[r] = value(m)
-		c.Allocation[r] = add(c.Allocation[r], value(m))
+		if !cgAllocated[c] {
+			c.Allocation[r] = add(c.Allocation[r], value(m))
+		}
 	})
 	each(fams, "nr1_usage", func(m *dto.Metric, r nr1.Resource) {
 		container(seen(cg(m)), label(m, "container")).Usage[r] = value(m)

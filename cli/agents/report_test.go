@@ -96,6 +96,39 @@ func TestParseSumsWhenAllIsKnown(t *testing.T) {
 	}
 }
 
+// In DRA mode each container using a claim is allocated the claim: the CG's allocation
+// is the agent's own figure, the claim once; an agent exporting none gives the sum.
+func TestParseCGAllocationCountsASharedClaimOnce(t *testing.T) {
+	b, err := os.ReadFile("testdata/node-a.metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	graph := strings.ReplaceAll(strings.Join(slices.DeleteFunc(strings.Split(string(b), "\n"), func(l string) bool {
+		return !strings.HasPrefix(l, `nr1_allocated{container="health-handler",namespace="default",pod="resnet50"`)
+	}), "\n"), "health-handler", "graph")
+	shared := strings.Replace(string(b), "# TYPE nr1_usage gauge\n", graph+"\n# TYPE nr1_usage gauge\n", 1)
+	n, err := Parse("node-a", "a", strings.NewReader(shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resnet := pod(n, "default", "resnet50")
+	if *resnet.Allocation[nr1.ComputeDMAMemory] != 3 || *resnet.Allocation[nr1.HypervisorQueue] != 7 {
+		t.Errorf("resnet50 allocated %v, want the claim once", deref(resnet.Allocation))
+	}
+	for _, c := range resnet.Containers {
+		if *c.Allocation[nr1.HypervisorQueue] != 7 {
+			t.Errorf("container %s allocated %v, want the claim", c.Name, deref(c.Allocation))
+		}
+	}
+	older := strings.Join(slices.DeleteFunc(strings.Split(shared, "\n"), func(l string) bool { return strings.HasPrefix(l, "nr1_cg_allocated") }), "\n")
+	if n, err = Parse("node-a", "a", strings.NewReader(older)); err != nil {
+		t.Fatal(err)
+	}
+	if got := *pod(n, "default", "resnet50").Allocation[nr1.HypervisorQueue]; got != 14 {
+		t.Errorf("from an agent without nr1_cg_allocated: %v queues, want its containers' sum", got)
+	}
+}
+
 func deref(p nr1.PerResource[Quantity]) (out nr1.PerResource[float64]) {
 	for r, q := range p {
 		if q != nil {
@@ -190,7 +223,7 @@ func TestParseUnmeasuredPartition(t *testing.T) {
 	}
 	var kept []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, `pod="hog"`) && strings.Contains(line, `resource="docker_partition"`) && !strings.HasPrefix(line, "nr1_allocated") {
+		if strings.Contains(line, `pod="hog"`) && strings.Contains(line, `resource="docker_partition"`) && !strings.HasPrefix(line, "nr1_allocated") && !strings.HasPrefix(line, "nr1_cg_allocated") {
 			continue
 		}
 		if strings.HasPrefix(line, "nr1_allocation_unknown{") {

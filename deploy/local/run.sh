@@ -40,11 +40,12 @@ kubectl wait --for=condition=Ready pod/resnet50 --timeout=120s >/dev/null ||
 kubectl wait --for=jsonpath='{.status.conditions[?(@.type=="PodScheduled")].reason}'=Unschedulable \
   pod/oversized --timeout=60s >/dev/null || fail "the oversized CG was not refused by the scheduler"
 agent=$(kubectl -n nr1-system get pods -l app.kubernetes.io/name=nr1-agent -o jsonpath='{.items[0].status.podIP}')
-# The agent samples a new CG within its sampling interval; until then top would show it
-# without figures.
-deadline=$((SECONDS + 60))
-until curl -fsS "http://$agent:9470/metrics" 2>/dev/null | grep -q '^nr1_cg_usage{.*pod="resnet50"'; do
-  [ $SECONDS -lt $deadline ] || fail "the agent has not measured the ResNet-50 CG after 60 s"
+# The agent samples a new CG within its sampling interval, and measures its image and
+# writable layers within its partition interval: until then top would show it without
+# figures.
+deadline=$((SECONDS + 90))
+until curl -fsS "http://$agent:9470/metrics" 2>/dev/null | grep -q '^nr1_cg_usage{.*pod="resnet50",resource="docker_partition"'; do
+  [ $SECONDS -lt $deadline ] || fail "the agent has not measured the ResNet-50 CG after 90 s"
   sleep 1
 done
 echo "== ready in $((SECONDS - start)) s ($mode mode)"
