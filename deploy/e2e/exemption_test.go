@@ -344,7 +344,9 @@ func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
 	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{})
+	})
 	as := func(groups ...string) kubernetes.Interface {
 		cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 		if err != nil {
