@@ -377,7 +377,7 @@ func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
 		case err == nil:
 			return fmt.Errorf("%s: admitted", what)
 		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), policy) || !strings.Contains(err.Error(), "only an administrator") || !strings.Contains(err.Error(), label):
-			return fmt.Errorf("%s: %v, want refused by %s naming %s", what, err, policy, label)
+			return fmt.Errorf("%s: %w, want refused by %s naming %s", what, err, policy, label)
 		}
 		t.Logf("%s: %v", what, err)
 		return nil

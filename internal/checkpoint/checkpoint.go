@@ -37,9 +37,13 @@ func sum(b []byte) string {
 func Encode(version int, state any) ([]byte, error) {
 	body, err := json.Marshal(state)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("encoding the state: %w", err)
 	}
-	return json.Marshal(frame{Version: version, Checksum: sum(body), State: body})
+	b, err := json.Marshal(frame{Version: version, Checksum: sum(body), State: body})
+	if err != nil {
+		return nil, fmt.Errorf("framing the state: %w", err)
+	}
+	return b, nil
 }
 
 // Decode reads a framed checkpoint of version into state. The error wraps ErrDamaged or
