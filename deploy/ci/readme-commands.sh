@@ -13,6 +13,8 @@ eval "$(deploy/local/stack.sh env)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+# step names the README's command run next, as the README writes it (deploy/ci's test
+# checks that the README still does).
 step() { echo "== readme: $*"; }
 fail() { echo "readme-commands: error: $*" >&2; exit 1; }
 
@@ -31,8 +33,8 @@ daemonset_scheduled() {
 uninstall_kustomize() {
   step "kubectl -n nr1-system delete daemonset nr1-agent --cascade=foreground"
   kubectl -n nr1-system delete daemonset nr1-agent --cascade=foreground
-  step "kubectl delete -k deploy/kustomize/base"
-  kubectl delete -k deploy/kustomize/base
+  step "kubectl delete -k deploy/kustomize/base --ignore-not-found"
+  kubectl delete -k deploy/kustomize/base --ignore-not-found
   kubectl wait --for=delete namespace/nr1-system --timeout=120s
 }
 
@@ -45,11 +47,12 @@ cp go.mod "$proxy/$version.mod"
 printf '{"Version":"%s","Time":"%s"}\n' "$version" "$(git log -1 --format=%cI HEAD)" >"$proxy/$version.info"
 : >"$proxy/list"
 cp "$proxy/$version.info" "$work/proxy/$mod/@latest"
-step "go install $mod/cmd/kubectl-nr1@latest (the module: this clone's HEAD, $version)"
+echo "== readme: the module $mod is this clone's HEAD, $version"
+step "go install $mod/cmd/kubectl-nr1@latest"
 (cd "$work" && GOPROXY="file://$work/proxy,$(go env GOPROXY)" GONOSUMDB=$mod GOBIN=$work/bin \
   go install "$mod/cmd/kubectl-nr1@latest")
 export PATH=$work/bin:$PATH
-step "kubectl nr1 top -A (the kubectl-nr1 just installed)"
+step "kubectl nr1 top -A"
 top=$(kubectl nr1 top -A)
 echo "$top"
 grep -Eq '^default +resnet50 ' <<<"$top" || fail "kubectl nr1 top -A does not show the ResNet-50 CG"
@@ -74,5 +77,5 @@ daemonset_scheduled
 step "helm uninstall nr1-agent"
 helm uninstall nr1-agent
 kubectl wait --for=delete namespace/nr1-system --timeout=120s
-step "the README's install commands did what it says"
+echo "== readme: the README's install commands did what it says"
 cd "$repo"

@@ -166,6 +166,22 @@ func TestReadmeStackCommandsExist(t *testing.T) {
 	}
 }
 
+// What readme-commands.sh types is what the README says: each of its steps names a
+// command the README writes, word for word.
+func TestReadmeCommandsAreTheOnesCIRuns(t *testing.T) {
+	readme, script := read(t, "README.md"), read(t, "deploy/ci/readme-commands.sh")
+	steps := regexp.MustCompile(`(?m)^\s*step "([^"]+)"$`).FindAllStringSubmatch(script, -1)
+	if len(steps) < 5 {
+		t.Fatalf("readme-commands.sh has %d steps", len(steps))
+	}
+	vars := strings.NewReplacer("$mod", "github.com/neureality-sdk/nr1-agent")
+	for _, s := range steps {
+		if cmd := vars.Replace(s[1]); !strings.Contains(readme, cmd) {
+			t.Errorf("CI runs %q, which the README does not write", cmd)
+		}
+	}
+}
+
 // The checks refuse what does not exist; without this, a check that always passed
 // would pass the README too.
 func TestReadmeChecksRefuseWhatIsMissing(t *testing.T) {
