@@ -1,0 +1,371 @@
+// Package trust invents the cases of the generative trust suite (make trust): CGs of
+// random shapes holding the NR1 in random ways, each either within its booking for its
+// whole life or going over by a chosen amount at a chosen moment, and faults at random
+// moments. The generator knows which: that is the oracle the suite judges the agent by
+// (deploy/e2e/trust_test.go runs the cases on the local stack). The same seed gives the
+// same cases, so that a run that fails can be replayed and kept.
+package trust
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Mode is how the NR1 is offered: the device plugin or the DRA driver.
+type Mode string
+
+// The modes.
+const (
+	DevicePlugin Mode = "devicePlugin"
+	DRA          Mode = "dra"
+)
+
+// Kind is what creates a CG's pod.
+type Kind string
+
+// The kinds of CG.
+const (
+	BarePod     Kind = "Pod"
+	Job         Kind = "Job"
+	StatefulSet Kind = "StatefulSet" // one replica, its pod deleted once and re-created under its name
+)
+
+// Role is what a container is to its pod.
+type Role string
+
+// The roles.
+const (
+	Main    Role = "main"
+	Init    Role = "init"    // a classic init container: holds, then exits
+	Sidecar Role = "sidecar" // a native sidecar: an init container restarted always
+)
+
+// Holder is one container running nr1-load.
+type Holder struct {
+	Name string
+	Role Role
+	// Books says the container carries the CG's booking: its NR1 requests (device
+	// plugin) or the claim (DRA). The others reach the DMA files through hostPath and
+	// hold no queues (the queue device is the booking containers').
+	Books bool
+	// What it holds from its start: ranges of the DMA files from an offset, queues.
+	ComputeMB, ComputeOffsetMB int64
+	CPUMB, CPUOffsetMB         int64
+	Queues                     int64
+	// Fork starts workers holding the same ranges and descriptors (nothing more); Dup
+	// opens one more queue and dup()s it so many times (one queue more, many fds).
+	Fork, Dup int
+	// Exits after this long (an init container); zero for one that holds until stopped.
+	ExitAfter time.Duration
+}
+
+// Overrun is a CG going over: one of its holders raises what it holds of Resource to To
+// at At after it started.
+type Overrun struct {
+	Holder   int
+	Resource nr1.Resource
+	At       time.Duration
+	To       int64
+}
+
+// Case is one generated CG.
+type Case struct {
+	Name, Namespace string
+	Mode            Mode
+	Kind            Kind
+	RestartPolicy   string // Never, OnFailure or Always (a pod's, or its template's)
+	// Booked is what the CG books of the DMA memory and queues (MB, queues); the docker
+	// partition is booked from the image's size when the pod is built.
+	Booked  nr1.Amounts
+	Holders []Holder
+	Over    *Overrun // nil: within its booking for its whole life
+}
+
+// Fault is a disruption of the node at a moment of the run.
+type Fault struct {
+	At   time.Duration
+	What string // one of Faults
+}
+
+// Faults are the disruptions the suite injects.
+var Faults = []string{"restart-kubelet", "restart-containerd", "delete-agent", "pause-kubelet"}
+
+// Plan is one mode's run: its cases and faults.
+type Plan struct {
+	Seed     uint64
+	Mode     Mode
+	Duration time.Duration
+	Cases    []Case
+	Faults   []Fault
+}
+
+// Namespaces are the suite's namespaces: pods of the same name live in several.
+var Namespaces = []string{"nr1-trust-a", "nr1-trust-b", "nr1-trust-c"}
+
+// overMargin is how far over a CG goes at the least: clearly over, never a rounding.
+const overMargin = 1.25
+
+// Generate invents a plan of cases CGs and about faults faults for mode, from seed.
+func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int) Plan {
+	r := rand.New(rand.NewPCG(seed, uint64(len(mode))))
+	p := Plan{Seed: seed, Mode: mode, Duration: duration}
+	for i := range cases {
+		p.Cases = append(p.Cases, genCase(r, mode, duration, i))
+	}
+	// Faults after the CGs started and before the last minute, when overruns must show.
+	window := duration - 2*time.Minute
+	for range faults {
+		if window <= 0 {
+			break
+		}
+		p.Faults = append(p.Faults, Fault{At: time.Minute/2 + time.Duration(r.Int64N(int64(window))), What: Faults[r.IntN(len(Faults))]})
+	}
+	sortFaults(p.Faults)
+	return p
+}
+
+func sortFaults(f []Fault) {
+	for i := 1; i < len(f); i++ {
+		for j := i; j > 0 && f[j].At < f[j-1].At; j-- {
+			f[j], f[j-1] = f[j-1], f[j]
+		}
+	}
+}
+
+func genCase(r *rand.Rand, mode Mode, duration time.Duration, i int) Case {
+	c := Case{Name: "cg-" + strconv.Itoa(i%4), Namespace: Namespaces[i/4%len(Namespaces)], Mode: mode}
+	c.Name = fmt.Sprintf("%s-%d", c.Name, i/4/len(Namespaces)) // unique per namespace, repeated across them
+	switch n := r.IntN(10); {
+	case n < 6:
+		c.Kind = BarePod
+	case n < 8:
+		c.Kind = Job
+	default:
+		c.Kind = StatefulSet
+	}
+	switch c.Kind {
+	case Job:
+		c.RestartPolicy = []string{"Never", "OnFailure"}[r.IntN(2)]
+	case StatefulSet:
+		c.RestartPolicy = "Always"
+	default:
+		c.RestartPolicy = []string{"Never", "OnFailure", "Always"}[r.IntN(3)]
+	}
+	c.Booked[nr1.ComputeDMAMemory] = nr1.Units(1 + r.IntN(8))
+	c.Booked[nr1.CPUDMAMemory] = nr1.Units(r.IntN(3))
+	c.Booked[nr1.HypervisorQueue] = nr1.Units(1 + r.IntN(8))
+
+	// The booking container, then 0–3 others.
+	c.Holders = append(c.Holders, Holder{Name: "health-handler", Role: Main, Books: true})
+	for k := range r.IntN(4) {
+		h := Holder{Name: "c" + strconv.Itoa(k), Role: Main}
+		switch n := r.IntN(6); {
+		case n == 0:
+			h.Role, h.ExitAfter = Init, time.Duration(5+r.IntN(20))*time.Second
+		case n == 1:
+			h.Role = Sidecar
+		}
+		// The device plugin's booking stays on health-handler: a kubelet restart fails a
+		// pod whose init container was given device-plugin resources before the plugin is
+		// back (kubernetes/kubernetes#124345). A DRA claim may be any container's.
+		h.Books = mode == DRA && r.IntN(2) == 0
+		c.Holders = append(c.Holders, h)
+	}
+	fill(r, &c)
+	if r.IntN(3) == 0 {
+		c.Over = overrun(r, &c, duration)
+	}
+	return c
+}
+
+// fill shares the booking out among the holders so that what the CG holds, counted
+// as the agent counts it (a DMA range several processes or containers map once, a queue
+// once however many fds name it), never exceeds it.
+func fill(r *rand.Rand, c *Case) {
+	compute, cpu := int64(c.Booked[nr1.ComputeDMAMemory]), int64(c.Booked[nr1.CPUDMAMemory])
+	queues := int64(c.Booked[nr1.HypervisorQueue])
+	for i := range c.Holders {
+		h := &c.Holders[i]
+		// Each holder maps a range within [0, booked) of each DMA file, from its own
+		// offset: distinct or overlapping, their union within the booking.
+		if compute > 0 {
+			h.ComputeMB = r.Int64N(compute + 1)
+			h.ComputeOffsetMB = r.Int64N(compute - h.ComputeMB + 1)
+		}
+		if cpu > 0 {
+			h.CPUMB = r.Int64N(cpu + 1)
+			h.CPUOffsetMB = r.Int64N(cpu - h.CPUMB + 1)
+		}
+		if h.Role != Init && r.IntN(3) == 0 {
+			h.Fork = 1 + r.IntN(3)
+		}
+		// Queues: only booking containers, their sum within the booking.
+		if h.Books && queues > 0 {
+			h.Queues = r.Int64N(queues + 1)
+			queues -= h.Queues
+			if queues > 0 && r.IntN(3) == 0 {
+				h.Dup, queues = 1+r.IntN(4), queues-1
+			}
+		}
+	}
+}
+
+// overrun picks a holder that holds until stopped and how far over it goes.
+func overrun(r *rand.Rand, c *Case, duration time.Duration) *Overrun {
+	var candidates []int
+	for i, h := range c.Holders {
+		if h.Role != Init {
+			candidates = append(candidates, i)
+		}
+	}
+	o := &Overrun{Holder: candidates[r.IntN(len(candidates))]}
+	h := c.Holders[o.Holder]
+	resources := []nr1.Resource{nr1.ComputeDMAMemory}
+	if h.Books {
+		resources = append(resources, nr1.HypervisorQueue)
+	}
+	o.Resource = resources[r.IntN(len(resources))]
+	// Over after the CG has been seen within, and with a minute left to be acted on.
+	latest := duration - 2*time.Minute
+	if latest < 40*time.Second {
+		latest = 40 * time.Second
+	}
+	o.At = 20*time.Second + time.Duration(r.Int64N(int64(latest-20*time.Second)))
+	booked := int64(c.Booked[o.Resource])
+	threshold := int64(float64(booked)*overMargin) + 1
+	switch o.Resource {
+	case nr1.HypervisorQueue:
+		// Its own queues raised so that the CG's sum, without the init containers' (gone
+		// by then), passes the booking by the margin.
+		o.To = max(threshold-(c.Queues()-h.Queues), h.Queues+1)
+	default:
+		// One range of that length from its offset: the union is over whatever the others
+		// map.
+		o.To = threshold
+	}
+	return o
+}
+
+// Queues is what the CG's holders that hold until stopped hold of queues before any
+// overrun: each one's own, and one per dup'ed queue.
+func (c *Case) Queues() int64 {
+	var n int64
+	for _, h := range c.Holders {
+		if h.Role != Init {
+			n += h.Queues + int64(min(h.Dup, 1))
+		}
+	}
+	return n
+}
+
+// Held is what the CG holds of r before any overrun, counted as the agent counts it:
+// the union of the DMA ranges, the sum of queues (an init container's included, the
+// most it ever holds).
+func (c *Case) Held(r nr1.Resource) int64 {
+	if r == nr1.HypervisorQueue {
+		var n int64
+		for _, h := range c.Holders {
+			n += h.Queues + int64(min(h.Dup, 1))
+		}
+		return n
+	}
+	var ranges [][2]int64
+	for _, h := range c.Holders {
+		lo, size := h.ComputeOffsetMB, h.ComputeMB
+		if r == nr1.CPUDMAMemory {
+			lo, size = h.CPUOffsetMB, h.CPUMB
+		}
+		if size > 0 {
+			ranges = append(ranges, [2]int64{lo, lo + size})
+		}
+	}
+	return union(ranges)
+}
+
+// HeldAfter is what the CG holds of r once its overrun happened, its init containers
+// gone.
+func (c *Case) HeldAfter(r nr1.Resource) int64 {
+	after := *c
+	after.Holders = nil
+	for i, h := range c.Holders {
+		if h.Role == Init {
+			continue
+		}
+		if o := c.Over; o != nil && o.Holder == i && o.Resource == r {
+			if r == nr1.HypervisorQueue {
+				h.Queues = o.To
+			} else {
+				h.ComputeMB = o.To
+			}
+		}
+		after.Holders = append(after.Holders, h)
+	}
+	return after.Held(r)
+}
+
+func union(ranges [][2]int64) int64 {
+	for i := 1; i < len(ranges); i++ {
+		for j := i; j > 0 && ranges[j][0] < ranges[j-1][0]; j-- {
+			ranges[j], ranges[j-1] = ranges[j-1], ranges[j]
+		}
+	}
+	var total, end int64 = 0, -1
+	for _, rg := range ranges {
+		lo := max(rg[0], end)
+		if rg[1] > lo {
+			total += rg[1] - lo
+		}
+		end = max(end, rg[1])
+	}
+	return total
+}
+
+// Args are the holder's nr1-load arguments.
+func (h Holder) Args(c *Case, index int) []string {
+	a := []string{
+		"--compute-dma-mb=" + strconv.FormatInt(h.ComputeMB, 10), "--compute-dma-offset-mb=" + strconv.FormatInt(h.ComputeOffsetMB, 10),
+		"--cpu-dma-mb=" + strconv.FormatInt(h.CPUMB, 10), "--cpu-dma-offset-mb=" + strconv.FormatInt(h.CPUOffsetMB, 10),
+		"--queues=" + strconv.FormatInt(h.Queues, 10),
+	}
+	if h.Fork > 0 {
+		a = append(a, "--fork="+strconv.Itoa(h.Fork))
+	}
+	if h.Dup > 0 {
+		a = append(a, "--dup-queues="+strconv.Itoa(h.Dup))
+	}
+	if o := c.Over; o != nil && o.Holder == index {
+		key := "compute"
+		if o.Resource == nr1.HypervisorQueue {
+			key = "queues"
+		}
+		a = append(a, fmt.Sprintf("--step=%s:%s=%d", o.At, key, o.To))
+	}
+	if h.ExitAfter > 0 {
+		a = append(a, fmt.Sprintf("--step=%s:queues=%d", h.ExitAfter, h.Queues), "--exit")
+	}
+	return a
+}
+
+// Shape names a case's shape, for the run's table.
+func (c *Case) Shape() string {
+	s := string(c.Kind) + "/" + c.RestartPolicy
+	var inits, sidecars, others, booking int
+	for _, h := range c.Holders {
+		switch h.Role {
+		case Init:
+			inits++
+		case Sidecar:
+			sidecars++
+		default:
+			others++
+		}
+		if h.Books {
+			booking++
+		}
+	}
+	return fmt.Sprintf("%s %d main, %d init, %d sidecar, %d booking", s, others, inits, sidecars, booking)
+}

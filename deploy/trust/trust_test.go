@@ -1,0 +1,128 @@
+package trust
+
+import (
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// The oracle is only as good as the generator's arithmetic: a case within its booking
+// holds at most it, counted as the agent counts (DMA ranges as a union, a queue once
+// however many fds), and an overrun passes it by the margin; over many seeds.
+func TestCasesKeepTheirPromise(t *testing.T) {
+	for seed := range uint64(300) {
+		for _, mode := range []Mode{DevicePlugin, DRA} {
+			p := Generate(seed, mode, 10*time.Minute, 12, 4)
+			for _, c := range p.Cases {
+				for _, r := range []nr1.Resource{nr1.ComputeDMAMemory, nr1.CPUDMAMemory, nr1.HypervisorQueue} {
+					if held := c.Held(r); held > int64(c.Booked[r]) {
+						t.Fatalf("seed %d %s %s/%s holds %d of %s, booked %d: %+v", seed, mode, c.Namespace, c.Name, held, r, c.Booked[r], c.Holders)
+					}
+				}
+				o := c.Over
+				if o == nil {
+					continue
+				}
+				if after, booked := c.HeldAfter(o.Resource), float64(c.Booked[o.Resource]); float64(after) < booked*overMargin {
+					t.Fatalf("seed %d %s/%s: over to %d of %s, booked %v: not over by %.2f", seed, c.Namespace, c.Name, after, o.Resource, booked, overMargin)
+				}
+				if h := c.Holders[o.Holder]; h.Role == Init || (o.Resource == nr1.HypervisorQueue && !h.Books) {
+					t.Fatalf("seed %d %s/%s: overrun by %+v", seed, c.Namespace, c.Name, h)
+				}
+				if o.At < 20*time.Second || o.At > p.Duration-time.Minute {
+					t.Fatalf("seed %d: overrun at %v of %v", seed, o.At, p.Duration)
+				}
+			}
+		}
+	}
+}
+
+// A seed replays: the same plan, case for case and fault for fault.
+func TestSeedReplays(t *testing.T) {
+	a, b := Generate(42, DRA, 10*time.Minute, 12, 4), Generate(42, DRA, 10*time.Minute, 12, 4)
+	if !reflect.DeepEqual(a, b) {
+		t.Fatal("seed 42 gave two plans")
+	}
+	if c := Generate(43, DRA, 10*time.Minute, 12, 4); reflect.DeepEqual(a.Cases, c.Cases) {
+		t.Fatal("seeds 42 and 43 gave the same cases")
+	}
+}
+
+// Over a few seeds the generator covers the shapes the suite exists for.
+func TestShapesAreCovered(t *testing.T) {
+	seen := map[string]bool{}
+	names := map[string][]string{}
+	for seed := range uint64(20) {
+		for _, mode := range []Mode{DevicePlugin, DRA} {
+			p := Generate(seed, mode, 10*time.Minute, 12, 4)
+			for _, f := range p.Faults {
+				seen["fault "+f.What] = true
+			}
+			for _, c := range p.Cases {
+				seen[string(c.Kind)] = true
+				seen["restart "+c.RestartPolicy] = true
+				names[c.Name] = append(names[c.Name], c.Namespace)
+				if c.Over != nil {
+					seen["over "+c.Over.Resource.Short()] = true
+				} else {
+					seen["within"] = true
+				}
+				for _, h := range c.Holders {
+					seen[string(h.Role)] = true
+					if h.Books && h.Role != Main {
+						seen[string(mode)+" "+string(h.Role)+" booking"] = true
+					}
+					if h.Books && mode == DevicePlugin && h.Name != "health-handler" {
+						t.Errorf("seed %d: device-plugin booking on %s", seed, h.Name)
+					}
+					if h.Fork > 0 {
+						seen["fork"] = true
+					}
+					if h.Dup > 0 {
+						seen["dup"] = true
+					}
+				}
+				if len(c.Holders) > 1 && c.Holders[0].ComputeOffsetMB != c.Holders[1].ComputeOffsetMB {
+					seen["distinct ranges"] = true
+				}
+			}
+		}
+	}
+	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
+		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
+		"fork", "dup", "distinct ranges", "fault restart-kubelet", "fault restart-containerd", "fault delete-agent", "fault pause-kubelet"} {
+		if !seen[want] {
+			t.Errorf("20 seeds never generate %s", want)
+		}
+	}
+	repeated := false
+	for _, ns := range names {
+		repeated = repeated || len(slices.Compact(slices.Sorted(slices.Values(ns)))) > 1
+	}
+	if !repeated {
+		t.Error("no pod name in several namespaces")
+	}
+}
+
+// A holder's arguments say what the case says it holds, and its overrun.
+func TestHolderArgs(t *testing.T) {
+	c := Case{Booked: nr1.Amounts{4, 0, 0, 3}, Holders: []Holder{
+		{Name: "health-handler", Role: Main, Books: true, ComputeMB: 2, ComputeOffsetMB: 1, Queues: 2, Dup: 3, Fork: 2},
+		{Name: "c0", Role: Init, ComputeMB: 1, ExitAfter: 7 * time.Second},
+	}, Over: &Overrun{Holder: 0, Resource: nr1.HypervisorQueue, At: 30 * time.Second, To: 4}}
+	got := strings.Join(c.Holders[0].Args(&c, 0), " ")
+	want := "--compute-dma-mb=2 --compute-dma-offset-mb=1 --cpu-dma-mb=0 --cpu-dma-offset-mb=0 --queues=2 --fork=2 --dup-queues=3 --step=30s:queues=4"
+	if got != want {
+		t.Errorf("health-handler: %s\nwant %s", got, want)
+	}
+	if got := strings.Join(c.Holders[1].Args(&c, 1), " "); !strings.HasSuffix(got, "--step=7s:queues=0 --exit") {
+		t.Errorf("init: %s", got)
+	}
+	if c.Held(nr1.HypervisorQueue) != 3 || c.HeldAfter(nr1.HypervisorQueue) != 5 || c.Held(nr1.ComputeDMAMemory) != 3 {
+		t.Errorf("held %d queues, %d after, %d MB", c.Held(nr1.HypervisorQueue), c.HeldAfter(nr1.HypervisorQueue), c.Held(nr1.ComputeDMAMemory))
+	}
+}
