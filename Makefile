@@ -33,8 +33,11 @@ APT_INSTALL := deploy/local/apt-install.sh
 # the example output (FOLLOW=0: print its last lines and return).
 MODE ?= devicePlugin
 FOLLOW ?= 1
+# make trust: the seed to replay (empty: a fresh one, printed) and how long both modes run.
+SEED ?=
+DURATION ?= 10m
 
-.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-soak fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -71,6 +74,12 @@ run: image ## bring up the local cluster with the simulated NR1, deploy the agen
 
 e2e: test-deps image ## end-to-end tests on the local cluster (brought up and torn down)
 	deploy/local/e2e.sh
+
+trust: test-deps image ## the generative trust suite on the local cluster: invented CGs and faults judged by their oracle, both modes, for DURATION (10m), from SEED (fresh unless given)
+	NR1_TRUST_SEED=$(SEED) NR1_TRUST_DURATION=$(DURATION) deploy/local/e2e.sh trust
+
+trust-soak: ## the trust suite for hours (DURATION=4h unless given)
+	$(MAKE) trust DURATION=$(if $(filter command line,$(origin DURATION)),$(DURATION),4h) SEED=$(SEED)
 
 test: test-deps ## run the tests, installing the Debian packages they need (root; privileged tests need it too)
 	$(GO) test -race -count=1 ./...

@@ -111,7 +111,7 @@ const overMargin = 1.25
 
 // Generate invents a plan of cases CGs and about faults faults for mode, from seed.
 func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int) Plan {
-	r := rand.New(rand.NewPCG(seed, uint64(len(mode))))
+	r := rand.New(rand.NewPCG(seed, uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		p.Cases = append(p.Cases, genCase(r, mode, duration, i))
@@ -163,10 +163,10 @@ func genCase(r *rand.Rand, mode Mode, duration time.Duration, i int) Case {
 	c.Holders = append(c.Holders, Holder{Name: "health-handler", Role: Main, Books: true})
 	for k := range r.IntN(4) {
 		h := Holder{Name: "c" + strconv.Itoa(k), Role: Main}
-		switch n := r.IntN(6); {
-		case n == 0:
+		switch r.IntN(6) {
+		case 0:
 			h.Role, h.ExitAfter = Init, time.Duration(5+r.IntN(20))*time.Second
-		case n == 1:
+		case 1:
 			h.Role = Sidecar
 		}
 		// The device plugin's booking stays on health-handler: a kubelet restart fails a

@@ -1,0 +1,434 @@
+//go:build e2e && trust
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/deploy/trust"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
+)
+
+// caseLabel marks the pods of a generated case.
+const caseLabel = "nr1.neureality.ai/trust-case"
+
+// TestTrust runs the generative trust suite (make trust): for each mode, a plan of CGs
+// and faults invented from NR1_TRUST_SEED (a fresh one when unset; printed to replay),
+// for half of NR1_TRUST_DURATION each, judged by the plan's oracle: no NR1 Event on a
+// CG that never went over; one on every CG that went over, within the ladder's first
+// step's bound after the agent can see it; /metrics answering 200 on every scrape; the
+// agent's RSS under its limit.
+func TestTrust(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("NR1_TRUST_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("NR1_TRUST_SEED=%q: %v", s, err)
+		}
+	}
+	duration := 10 * time.Minute
+	if d := os.Getenv("NR1_TRUST_DURATION"); d != "" {
+		var err error
+		if duration, err = time.ParseDuration(d); err != nil {
+			t.Fatalf("NR1_TRUST_DURATION=%q: %v", d, err)
+		}
+	}
+	t.Logf("seed %d, %s: replay with make trust SEED=%d DURATION=%s", seed, duration, seed, duration)
+	c := client(t)
+	var rows []string
+	for _, mode := range []trust.Mode{trust.DevicePlugin, trust.DRA} {
+		plan := trust.Generate(seed, mode, duration/2, 8, int(duration/time.Minute)/4+1)
+		ok := t.Run(string(mode), func(t *testing.T) { rows = append(rows, runPlan(t, c, plan)) })
+		if !ok {
+			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds", seed, mode)
+		}
+	}
+	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %6s %6s %7s %7s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "OVER", "ACTED", "FALSE", "MISSED", "SCRAPES", "MAX RSS")
+	for _, r := range rows {
+		t.Log(r)
+	}
+}
+
+// trustRun is one mode's run: what was seen, to be judged.
+type trustRun struct {
+	t      *testing.T
+	c      kubernetes.Interface
+	plan   trust.Plan
+	start  time.Time
+	faults []window // when the agent could not see, fault by fault
+
+	mu       sync.Mutex
+	scrapes  int
+	failed   []string
+	maxRSS   int64
+	rssLimit int64
+}
+
+type window struct {
+	what       string
+	start, end time.Time
+}
+
+func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
+	node := nodeName(t, c)
+	if plan.Mode == trust.DRA {
+		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
+		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
+	}
+	r := &trustRun{t: t, c: c, plan: plan}
+	r.rssLimit = agentMemoryLimit(t, c)
+	imageMB := nr1LoadImageMB(t)
+	for _, ns := range trust.Namespaces {
+		newNamespace(t, c, r.ns(ns))
+	}
+	mustReadyAgent(t, c)
+	r.start = time.Now()
+	for i := range plan.Cases {
+		r.create(&plan.Cases[i], imageMB)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() { defer bg.Done(); r.scrape(ctx) }()
+
+	// Faults at their moments; a StatefulSet's pod deleted once, to be re-created under
+	// its name.
+	rnd := rand.New(rand.NewPCG(plan.Seed, 7))
+	recreateAt := time.Minute + time.Duration(rnd.Int64N(int64(time.Minute)))
+	recreated := false
+	for _, f := range plan.Faults {
+		if !recreated && recreateAt < f.At {
+			r.sleepUntil(recreateAt)
+			r.recreateStatefulSets()
+			recreated = true
+		}
+		r.sleepUntil(f.At)
+		r.inject(f.What)
+	}
+	if !recreated {
+		r.sleepUntil(recreateAt)
+		r.recreateStatefulSets()
+	}
+	r.sleepUntil(plan.Duration)
+	cancel()
+	bg.Wait()
+	return r.judge()
+}
+
+// ns is the mode's own namespace of a plan's namespace: each mode starts afresh.
+func (r *trustRun) ns(name string) string {
+	if r.plan.Mode == trust.DRA {
+		return name + "-dra"
+	}
+	return name + "-dp"
+}
+
+func (r *trustRun) sleepUntil(at time.Duration) {
+	if d := time.Until(r.start.Add(at)); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// inject disrupts the node and records how long the agent could not see.
+func (r *trustRun) inject(what string) {
+	w := window{what: what, start: time.Now()}
+	switch what {
+	case "pause-kubelet":
+		stack(r.t, "pause-kubelet")
+		time.Sleep(10 * time.Second)
+		stack(r.t, "resume-kubelet")
+	case "delete-agent":
+		restartAgent(r.t, r.c)
+	default:
+		stack(r.t, what)
+	}
+	mustReadyAgent(r.t, r.c)
+	w.end = time.Now()
+	r.t.Logf("%s: %s, %s", w.start.Sub(r.start).Round(time.Second), what, w.end.Sub(w.start).Round(time.Second))
+	r.faults = append(r.faults, w)
+}
+
+// create builds and creates a case's objects.
+func (r *trustRun) create(tc *trust.Case, imageMB nr1.Units) {
+	ctx := context.Background()
+	ns := r.ns(tc.Namespace)
+	booked := tc.Booked
+	booked[nr1.DockerPartition] = imageMB + nr1.Units(2*len(tc.Holders)+2)
+	spec := r.podSpec(tc, booked)
+	if tc.Mode == trust.DRA {
+		createTemplate(r.t, r.c, manifest.ClaimTemplate(ns, tc.Name, booked))
+		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimTemplateName: &tc.Name}}
+	}
+	meta := metav1.ObjectMeta{Name: tc.Name, Namespace: ns, Labels: map[string]string{caseLabel: tc.Name}}
+	template := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{caseLabel: tc.Name}}, Spec: spec}
+	var err error
+	switch tc.Kind {
+	case trust.Job:
+		backoff := int32(2)
+		_, err = r.c.BatchV1().Jobs(ns).Create(ctx, &batchv1.Job{ObjectMeta: meta, Spec: batchv1.JobSpec{Template: template, BackoffLimit: &backoff}}, metav1.CreateOptions{})
+	case trust.StatefulSet:
+		one := int32(1)
+		_, err = r.c.AppsV1().StatefulSets(ns).Create(ctx, &appsv1.StatefulSet{ObjectMeta: meta, Spec: appsv1.StatefulSetSpec{
+			Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{caseLabel: tc.Name}}, Template: template,
+		}}, metav1.CreateOptions{})
+	default:
+		_, err = r.c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: meta, Spec: spec}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		r.t.Fatalf("%s/%s: %v", ns, tc.Name, err)
+	}
+}
+
+func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts) corev1.PodSpec {
+	grace := int64(1)
+	noToken := false
+	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicy(tc.RestartPolicy), TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken}
+	fileType := corev1.HostPathFile
+	for inCtr, host := range simDMAFiles {
+		vol := strings.ReplaceAll(strings.TrimPrefix(inCtr, "/dev/"), "_", "-")
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: vol, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: host, Type: &fileType}}})
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	for i, h := range tc.Holders {
+		ctr := loadContainer(h.Name, h.Args(tc, i)...)
+		switch {
+		case h.Books && tc.Mode == trust.DRA:
+			ctr.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
+		case h.Books:
+			ctr.Resources = nr1Requests(booked)
+		default:
+			// The DMA files through hostPath, as a CG's second container reaches them.
+			for inCtr := range simDMAFiles {
+				ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: strings.ReplaceAll(strings.TrimPrefix(inCtr, "/dev/"), "_", "-"), MountPath: inCtr})
+			}
+		}
+		switch h.Role {
+		case trust.Init:
+			spec.InitContainers = append(spec.InitContainers, ctr)
+		case trust.Sidecar:
+			ctr.RestartPolicy = &always
+			spec.InitContainers = append(spec.InitContainers, ctr)
+		default:
+			spec.Containers = append(spec.Containers, ctr)
+		}
+	}
+	return spec
+}
+
+// recreateStatefulSets deletes each StatefulSet's pod: the controller re-creates it
+// under the same name, which the agent must tell from its predecessor.
+func (r *trustRun) recreateStatefulSets() {
+	for _, tc := range r.plan.Cases {
+		if tc.Kind == trust.StatefulSet {
+			_ = r.c.CoreV1().Pods(r.ns(tc.Namespace)).Delete(context.Background(), tc.Name+"-0", metav1.DeleteOptions{})
+		}
+	}
+}
+
+// scrape reads the agent's /metrics every 2 s while it is ready, and its RSS.
+func (r *trustRun) scrape(ctx context.Context) {
+	hc := &http.Client{Timeout: 3 * time.Second}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+		agent, err := readyAgent(r.c)
+		if err != nil {
+			continue // being replaced
+		}
+		resp, err := hc.Get("http://" + agent.Status.PodIP + ":9470/metrics")
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+			_ = resp.Body.Close()
+		}
+		rss := agentRSS()
+		r.mu.Lock()
+		r.scrapes++
+		if status != http.StatusOK {
+			// The agent may have been deleted between the list and the scrape.
+			if still, err := readyAgent(r.c); err == nil && still.UID == agent.UID {
+				r.failed = append(r.failed, fmt.Sprintf("%s: %d %v", time.Since(r.start).Round(time.Second), status, err))
+			}
+		}
+		r.maxRSS = max(r.maxRSS, rss)
+		r.mu.Unlock()
+	}
+}
+
+// agentRSS is the agent process's resident set in bytes, 0 when it is not found.
+func agentRSS() int64 {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	for _, p := range comms {
+		if b, err := os.ReadFile(p); err != nil || strings.TrimSpace(string(b)) != "nr1-agent" {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if kb, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+				return n << 10
+			}
+		}
+	}
+	return 0
+}
+
+func agentMemoryLimit(t *testing.T, c kubernetes.Interface) int64 {
+	ds, err := c.AppsV1().DaemonSets("nr1-system").Get(context.Background(), "nr1-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, ok := ds.Spec.Template.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory]
+	if !ok {
+		t.Fatal("the agent has no memory limit")
+	}
+	return q.Value()
+}
+
+// judge applies the oracle to what happened, case by case, and returns the mode's row.
+func (r *trustRun) judge() string {
+	t := r.t
+	var over, acted, falseActions, missed int
+	shapes := map[string]bool{}
+	for _, tc := range r.plan.Cases {
+		shapes[tc.Shape()] = true
+		ns := r.ns(tc.Namespace)
+		pods, err := r.c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: caseLabel + "=" + tc.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := r.events(ns, tc.Name)
+		overAt, wentOver := r.overAt(&tc, pods.Items)
+		if !wentOver {
+			for _, ev := range evs {
+				falseActions++
+				t.Errorf("FALSE ACTION on %s/%s (%s), never over: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), eventTime(ev).Format(time.TimeOnly), ev.Reason, ev.Message)
+			}
+			continue
+		}
+		over++
+		deadline := r.deadline(overAt)
+		var hit bool
+		for _, ev := range evs {
+			at := eventTime(ev)
+			switch {
+			case at.Before(overAt.Add(-2 * time.Second)):
+				falseActions++
+				t.Errorf("FALSE ACTION on %s/%s (%s) before it went over at %s: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), overAt.Format(time.TimeOnly), at.Format(time.TimeOnly), ev.Reason, ev.Message)
+			case !at.After(deadline) && ev.Reason != "NR1EnforcementFailed":
+				hit = true
+			}
+		}
+		if hit {
+			acted++
+			continue
+		}
+		missed++
+		t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; no action by %s: %v",
+			ns, tc.Name, tc.Shape(), tc.Over.Resource.Short(), tc.Holders[tc.Over.Holder].Name, tc.Over.To, overAt.Format(time.TimeOnly), deadline.Format(time.TimeOnly), reasons(evs))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, f := range r.failed {
+		t.Errorf("/metrics did not answer 200: %s", f)
+	}
+	if r.maxRSS > r.rssLimit {
+		t.Errorf("the agent's RSS reached %d bytes, over its limit %d", r.maxRSS, r.rssLimit)
+	}
+	return fmt.Sprintf("%-13s %5d %6d %6d %5d %6d %6d %7d %7d %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), over, acted, falseActions, missed,
+		r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI))
+}
+
+// deadline is when an action on a CG over at overAt is due at the latest: the ladder's
+// first step at once, a sample and a container's warm-up later, with room for a loaded
+// node, and the time the agent could not see (a fault overlapping, and its recovery).
+func (r *trustRun) deadline(overAt time.Time) time.Time {
+	d := overAt.Add(30 * time.Second)
+	for _, f := range r.faults {
+		if f.start.Before(d) && f.end.After(overAt) {
+			d = d.Add(f.end.Sub(f.start) + 30*time.Second)
+		}
+	}
+	return d
+}
+
+// overAt is when the case's overrun first happened, as its holder logged it (a killed
+// container's earlier instance included); false when it never did.
+func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (time.Time, bool) {
+	o := tc.Over
+	if o == nil {
+		return time.Time{}, false
+	}
+	marker := fmt.Sprintf(" compute_dma_mb=%d cpu", o.To)
+	if o.Resource == nr1.HypervisorQueue {
+		marker = fmt.Sprintf(" queues=%d write_mb", o.To)
+	}
+	var first time.Time
+	for i := range pods {
+		for _, previous := range []bool{false, true} {
+			logs, err := r.c.CoreV1().Pods(pods[i].Namespace).GetLogs(pods[i].Name, &corev1.PodLogOptions{Container: tc.Holders[o.Holder].Name, Previous: previous}).DoRaw(context.Background())
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(logs), "\n") {
+				stamp, rest, _ := strings.Cut(line, " ")
+				if !strings.HasPrefix(rest, "holding") || !strings.Contains(rest, marker) {
+					continue
+				}
+				if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil && (first.IsZero() || at.Before(first)) {
+					first = at
+				}
+				break
+			}
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// events are the agent's Events on the case's pods (each Job's and StatefulSet's pod
+// named after it).
+func (r *trustRun) events(ns, name string) []corev1.Event {
+	list, err := r.c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, ev := range list.Items {
+		n := ev.InvolvedObject.Name
+		if ev.Source.Component == "nr1-agent" && ev.InvolvedObject.Kind == "Pod" && (n == name || strings.HasPrefix(n, name+"-")) {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func eventTime(ev corev1.Event) time.Time {
+	if !ev.EventTime.IsZero() {
+		return ev.EventTime.Time
+	}
+	return ev.FirstTimestamp.Time
+}
