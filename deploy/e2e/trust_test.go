@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/neureality-sdk/nr1-agent/deploy/trust"
@@ -80,6 +81,7 @@ type trustRun struct {
 	failed   []string
 	maxRSS   int64
 	rssLimit int64
+	started  map[types.UID]time.Time // each case pod's start, kept once it is gone
 }
 
 type window struct {
@@ -93,7 +95,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
-	r := &trustRun{t: t, c: c, plan: plan}
+	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -263,6 +265,7 @@ func (r *trustRun) scrape(ctx context.Context) {
 			_ = resp.Body.Close()
 		}
 		rss := agentRSS()
+		r.notePods(ctx)
 		r.mu.Lock()
 		r.scrapes++
 		if status != http.StatusOK {
@@ -272,6 +275,24 @@ func (r *trustRun) scrape(ctx context.Context) {
 			}
 		}
 		r.maxRSS = max(r.maxRSS, rss)
+		r.mu.Unlock()
+	}
+}
+
+// notePods records when each case pod started: a pod deleted (a StatefulSet's,
+// re-created under its name) or replaced (a Job's) is judged on its own start.
+func (r *trustRun) notePods(ctx context.Context) {
+	for _, ns := range trust.Namespaces {
+		pods, err := r.c.CoreV1().Pods(r.ns(ns)).List(ctx, metav1.ListOptions{LabelSelector: caseLabel})
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		for _, p := range pods.Items {
+			if p.Status.StartTime != nil {
+				r.started[p.UID] = p.Status.StartTime.Time
+			}
+		}
 		r.mu.Unlock()
 	}
 }
@@ -310,8 +331,14 @@ func agentMemoryLimit(t *testing.T, c kubernetes.Interface) int64 {
 }
 
 // judge applies the oracle to what happened, case by case, and returns the mode's row.
+// A CG that never went over must have no NR1 Event. One that went over must have none
+// before its pod could have gone over (its start and the overrun's delay), none of
+// another resource, and one acting on it (warn, throttle, kill, evict) within the bound
+// after it first went over, as its holder logged it.
 func (r *trustRun) judge() string {
 	t := r.t
+	r.notePods(context.Background())
+	end := time.Now()
 	var over, acted, falseActions, missed int
 	shapes := map[string]bool{}
 	for _, tc := range r.plan.Cases {
@@ -322,34 +349,51 @@ func (r *trustRun) judge() string {
 			t.Fatal(err)
 		}
 		evs := r.events(ns, tc.Name)
-		overAt, wentOver := r.overAt(&tc, pods.Items)
-		if !wentOver {
+		falseAction := func(ev corev1.Event, why string) {
+			falseActions++
+			t.Errorf("FALSE ACTION on %s/%s (%s), %s: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), why, eventTime(ev).Format(time.TimeOnly), ev.Reason, ev.Message)
+		}
+		o := tc.Over
+		if o == nil {
 			for _, ev := range evs {
-				falseActions++
-				t.Errorf("FALSE ACTION on %s/%s (%s), never over: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), eventTime(ev).Format(time.TimeOnly), ev.Reason, ev.Message)
+				falseAction(ev, "never over")
 			}
 			continue
+		}
+		var first time.Time // the first acting Event
+		for _, ev := range evs {
+			at := eventTime(ev)
+			r.mu.Lock()
+			started, known := r.started[ev.InvolvedObject.UID]
+			r.mu.Unlock()
+			switch {
+			case ev.Reason == "NR1EnforcementFailed":
+				// An action on it that failed: reported, retried; not an action of its own.
+			case !strings.Contains(ev.Message, o.Resource.Name()):
+				falseAction(ev, "over "+o.Resource.Short()+" only")
+			case known && at.Before(started.Add(o.At-2*time.Second)):
+				falseAction(ev, fmt.Sprintf("before it could go over (started %s, over %s later)", started.Format(time.TimeOnly), o.At))
+			case first.IsZero() || at.Before(first):
+				first = at
+			}
+		}
+		overAt, wentOver := r.overAt(&tc, pods.Items)
+		if !wentOver {
+			continue // its holder never got there (the run ended, the pod never ran): nothing to act on
 		}
 		over++
 		deadline := r.deadline(overAt)
-		var hit bool
-		for _, ev := range evs {
-			at := eventTime(ev)
-			switch {
-			case at.Before(overAt.Add(-2 * time.Second)):
-				falseActions++
-				t.Errorf("FALSE ACTION on %s/%s (%s) before it went over at %s: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), overAt.Format(time.TimeOnly), at.Format(time.TimeOnly), ev.Reason, ev.Message)
-			case !at.After(deadline) && ev.Reason != "NR1EnforcementFailed":
-				hit = true
-			}
-		}
-		if hit {
+		switch {
+		case !first.IsZero() && !first.After(deadline):
 			acted++
-			continue
+		case deadline.After(end):
+			// Over too late in the run to be due: judged only if acted on.
+			over--
+		default:
+			missed++
+			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; no action by %s: %v",
+				ns, tc.Name, tc.Shape(), o.Resource.Short(), tc.Holders[o.Holder].Name, o.To, overAt.Format(time.TimeOnly), deadline.Format(time.TimeOnly), reasons(evs))
 		}
-		missed++
-		t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; no action by %s: %v",
-			ns, tc.Name, tc.Shape(), tc.Over.Resource.Short(), tc.Holders[tc.Over.Holder].Name, tc.Over.To, overAt.Format(time.TimeOnly), deadline.Format(time.TimeOnly), reasons(evs))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
