@@ -37,7 +37,7 @@ FOLLOW ?= 1
 SEED ?=
 DURATION ?= 10m
 
-.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-soak fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -77,6 +77,9 @@ e2e: test-deps image ## end-to-end tests on the local cluster (brought up and to
 
 trust: test-deps image ## the generative trust suite on the local cluster: invented CGs and faults judged by their oracle, both modes, for DURATION (10m), from SEED (fresh unless given)
 	NR1_TRUST_SEED=$(SEED) NR1_TRUST_DURATION=$(DURATION) deploy/local/e2e.sh trust
+
+trust-regressions: ## replay every seed kept in deploy/trust/testdata/seeds
+	grep -v '^#' deploy/trust/testdata/seeds | while read -r seed duration _; do $(MAKE) trust SEED=$$seed DURATION=$$duration || exit 1; done
 
 trust-soak: ## the trust suite for hours (DURATION=4h unless given)
 	$(MAKE) trust DURATION=$(if $(filter command line,$(origin DURATION)),$(DURATION),4h) SEED=$(SEED)

@@ -59,7 +59,7 @@ func TestTrust(t *testing.T) {
 		plan := trust.Generate(seed, mode, duration/2, 8, int(duration/time.Minute)/4+1)
 		ok := t.Run(string(mode), func(t *testing.T) { rows = append(rows, runPlan(t, c, plan)) })
 		if !ok {
-			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds", seed, mode)
+			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
 	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %6s %6s %7s %7s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "OVER", "ACTED", "FALSE", "MISSED", "SCRAPES", "MAX RSS")
