@@ -231,8 +231,10 @@ func (c *cgState) blindAll(now time.Time) {
 // by an earlier run of the agent (started is this run's start), since then.
 func (c *cgState) resume(now time.Time, r nr1.Resource, started time.Time) {
 	from := c.Blind[r]
-	if from.IsZero() && !c.Seen[r].IsZero() && c.Seen[r].Before(started) {
-		from = c.Seen[r]
+	// Seen by an earlier run only: blind since then, the time it was down included,
+	// even if this run's warm-up marked it blind again later.
+	if seen := c.Seen[r]; !seen.IsZero() && seen.Before(started) && (from.IsZero() || seen.Before(from)) {
+		from = seen
 	}
 	if gap := now.Sub(from); !from.IsZero() && gap > 0 {
 		if !c.Over[r].IsZero() {

@@ -181,6 +181,8 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 		t.Fatalf("before the restart %q", got)
 	}
 
+	// The agent down for a minute, then restarted with a 2 s warm-up.
+	clk.Step(time.Minute)
 	st, err := FileCheckpoint{Path: path}.Restore(clk.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -190,9 +192,14 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 2 * time.Second}
 	m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk, quiet())
+	// Seen over from 0 s to 5 s as checkpointed (it is saved with the steps, the last
+	// at 5 s); not seen since, while down (to 67 s) nor in the warm-up (to 69 s): the
+	// kill is due once it has been seen over 15 s, at 79 s.
 	steps(m2, clk, 12, nr1.Usage{4 * mb, 0, 0, 0})
-	// Over since 0 s; the restart at 7 s; the warm-up to 9 s, which stops the ladder's
-	// clock; the kill due 15 s seen over later, at 17 s.
+	if got := act2.Taken(); got != "" {
+		t.Errorf("after the restart, to 78 s: %q, want nothing yet", got)
+	}
+	steps(m2, clk, 1, nr1.Usage{4 * mb, 0, 0, 0})
 	if got := act2.Taken(); got != "kill/cg-a" {
 		t.Errorf("after the restart %q, want only the kill the ladder had left", got)
 	}
