@@ -54,7 +54,8 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 	}
 	pluginDir := filepath.Join(cfg.Paths.Kubelet, "plugins", dra.DriverName)
 	store, err := dra.OpenStore(filepath.Join(pluginDir, "claims.json"))
-	if errors.Is(err, checkpoint.ErrDamaged) || errors.Is(err, checkpoint.ErrVersion) {
+	damaged := errors.Is(err, checkpoint.ErrDamaged) || errors.Is(err, checkpoint.ErrVersion)
+	if damaged {
 		// One bad file must not stop the node: no claim could be prepared, no pod using
 		// the NR1 could start. Those in use are recovered (recoverClaims).
 		log.Error("DRA checkpoint unreadable: starting empty, recovering the claims in use from the kubelet and the API server", "err", err)
@@ -67,7 +68,7 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 	}
 	driver := dra.New(node, capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: files}, store, monitor, log)
 	log.Info("DRA mode", "driver", dra.DriverName, "node", node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
-	return &draOffer{driver: driver, api: api, clk: clk, log: log, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
+	return &draOffer{driver: driver, api: api, clk: clk, log: log, recover: damaged, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
 }
 
 // recoverer is an offer that rebuilds what it holds from the kubelet's allocation
@@ -92,6 +93,9 @@ type draOffer struct {
 	clk    clock.Clock
 	log    *slog.Logger
 	run    func(ctx context.Context) error
+	// recover is set when the driver started from a damaged checkpoint: the claims in
+	// use are to be prepared again (RecoverFrom).
+	recover bool
 
 	mu            sync.Mutex
 	wasRegistered bool
@@ -127,23 +131,30 @@ func (o *draOffer) Registrations() int {
 	return o.registrations
 }
 
-// RecoverFrom recovers, at every allocation table, the claims of the NR1's driver the
-// kubelet lists in use and the driver does not hold (a checkpoint lost or damaged):
-// until then their CGs' allocations are unknown. One that fails is tried again with the
-// next table, or after recoverRetry.
+// RecoverFrom, after a damaged checkpoint, recovers the claims of the NR1's driver the
+// kubelet lists in use and the driver does not hold: until then their CGs' allocations
+// are unknown. One that fails is tried again with the next table, or after
+// recoverRetry. It ends once a table's claims are all held: in normal running the
+// kubelet prepares every claim itself, and a table read before a pod's claims were
+// unprepared must not prepare them again.
 func (o *draOffer) RecoverFrom(ctx context.Context, t tables) error {
+	if !o.recover {
+		return nil
+	}
 	for {
 		st, changed := t.Load()
 		var retry <-chan time.Time
-		if refs := claimsInUse(st.Table); len(refs) > 0 {
-			got, err := o.driver.Recover(ctx, o.api, refs)
+		if !st.Read.IsZero() {
+			got, err := o.driver.Recover(ctx, o.api, claimsInUse(st.Table))
 			if len(got) > 0 {
 				o.log.Info("DRA claims recovered", "claims", len(got))
 			}
-			if err != nil {
-				o.log.Warn("DRA claims in use not recovered yet: their CGs' allocations are unknown", "err", err)
-				retry = o.clk.After(recoverRetry)
+			if err == nil {
+				o.log.Info("DRA claims in use all prepared again after the damaged checkpoint")
+				return nil
 			}
+			o.log.Warn("DRA claims in use not recovered yet: their CGs' allocations are unknown", "err", err)
+			retry = o.clk.After(recoverRetry)
 		}
 		select {
 		case <-ctx.Done():
