@@ -33,9 +33,11 @@ APT_INSTALL := deploy/local/apt-install.sh
 # the example output (FOLLOW=0: print its last lines and return).
 MODE ?= devicePlugin
 FOLLOW ?= 1
-# make trust: the seed to replay (empty: a fresh one, printed) and how long both modes run.
+# make trust: the seed to replay (empty: a fresh one, printed), how long both modes run,
+# and which run (MODES=devicePlugin or dra: that half of the plan only).
 SEED ?=
 DURATION ?= 10m
+MODES ?=
 
 .PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
 
@@ -76,7 +78,7 @@ e2e: test-deps image ## end-to-end tests on the local cluster (brought up and to
 	deploy/local/e2e.sh
 
 trust: test-deps image ## the generative trust suite on the local cluster: invented CGs and faults judged by their oracle, both modes, for DURATION (10m), from SEED (fresh unless given)
-	NR1_TRUST_SEED=$(SEED) NR1_TRUST_DURATION=$(DURATION) deploy/local/e2e.sh trust
+	NR1_TRUST_SEED=$(SEED) NR1_TRUST_DURATION=$(DURATION) NR1_TRUST_MODES=$(MODES) deploy/local/e2e.sh trust
 
 trust-regressions: ## replay every seed kept in deploy/trust/testdata/seeds
 	grep -v '^#' deploy/trust/testdata/seeds | while read -r seed duration _; do $(MAKE) trust SEED=$$seed DURATION=$$duration || exit 1; done

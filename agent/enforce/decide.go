@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
@@ -99,7 +100,7 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 	c.Namespace, c.Pod = cg.Namespace, cg.Name
 	anyOver := false
 	for _, r := range nr1.All {
-		ratio, known := judged(now, snap, cg, r, p)
+		v, known := judged(now, snap, cg, r, p)
 		if !known {
 			// Unknown is neither over nor under: the ladder neither moves nor resets.
 			anyOver = anyOver || !c.Over[r].IsZero()
@@ -107,15 +108,15 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 			continue
 		}
 		c.resume(now, r, st.Started)
-		if ratio > 1 {
+		if v.ratio > 1 {
 			anyOver = true
 			if c.Over[r].IsZero() {
 				st.Breaches[r]++
 			}
-			out = append(out, c.over1(now, r, ratio, cg, p)...)
+			out = append(out, c.over1(now, r, v, cg, p)...)
 			continue
 		}
-		c.under1(now, r, ratio, p)
+		c.under1(now, r, v.ratio, p)
 	}
 	if c.Throttled && !anyOver && c.allClear() && !now.Before(c.RetryAt) {
 		c.Throttled = false
@@ -162,27 +163,75 @@ func ignored(cg *sampler.CG, st *State, v, why string) []Action {
 		Message: fmt.Sprintf("annotation %s=%s: %s; ignored", AnnotationKey, untrusted.Quote(v), why)}}
 }
 
-// judged returns the CG's ratio for r and whether it may be acted on.
-func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resource, p Policy) (float64, bool) {
-	ratio := float64(cg.Ratio[r])
+// verdict is how a CG stands on one resource: the ratio judged, and the usage and
+// allocation it divides, the CG's own or, when further over, its claim group's.
+type verdict struct {
+	ratio  float64
+	usage  nr1.Base
+	alloc  nr1.Units
+	shared *sampler.Shared // the group judged; nil for the CG's own figures
+}
+
+// judged returns how the CG stands on r and whether it may be acted on. A CG sharing
+// DRA claims with other pods is over when it is, or when they all together are: each may
+// use a shared claim whole, not each of them at once.
+func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resource, p Policy) (verdict, bool) {
+	own := verdict{ratio: float64(cg.Ratio[r]), usage: cg.Usage[r], alloc: cg.Allocation[r]}
+	ownKnown := true
 	if r == nr1.DockerPartition {
 		// Every pod's image sits in the docker partition; only CGs (pods allocated NR1
 		// resources) are held to a partition budget. A measurement that failed or is
 		// old is unknown, never zero.
 		if cg.Allocation == (nr1.Amounts{}) || cg.PartitionUnknown != "" || snap.PartitionRead.IsZero() ||
 			now.Sub(snap.PartitionRead) > p.MaxPartitionAge.Duration {
-			return 0, false
+			return verdict{}, false
 		}
 	}
-	if math.IsInf(ratio, 1) && p.NoAllocation == "ignore" {
-		ratio = 0
-	}
+	own.ratio = noAllocation(own.ratio, p)
 	// Usage the scan could not read in full is a lower bound: over is certain, under
 	// is not.
-	if r != nr1.DockerPartition && cg.UsageUncertain != "" && ratio <= 1 {
-		return 0, false
+	if r != nr1.DockerPartition && cg.UsageUncertain != "" && own.ratio <= 1 {
+		ownKnown = false
 	}
-	return ratio, true
+	s := cg.Shared
+	if s == nil || r == nr1.DockerPartition {
+		return own, ownKnown
+	}
+	group := verdict{ratio: noAllocation(float64(s.Ratio[r]), p), usage: s.Usage[r], alloc: s.Allocation[r], shared: s}
+	groupKnown := s.Uncertain == "" || group.ratio > 1
+	if group.ratio > 1 && !(ownKnown && own.ratio > 1) && overAlone(s, r, p) {
+		// Another pod is over on its own: that one is acted on, and the group is judged
+		// again once it is back within. The others are not made to pay for it.
+		return own, ownKnown
+	}
+	switch {
+	case groupKnown && group.ratio > 1 && (!ownKnown || group.ratio > own.ratio):
+		return group, true
+	case ownKnown && own.ratio > 1:
+		return own, true
+	case !groupKnown:
+		// Under alone, and the group's under is not certain.
+		return verdict{}, false
+	}
+	return own, ownKnown
+}
+
+// overAlone reports a pod of the group over its own allocation of r.
+func overAlone(s *sampler.Shared, r nr1.Resource, p Policy) bool {
+	for _, m := range s.Members {
+		if noAllocation(float64(m.Ratio[r]), p) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// noAllocation is a ratio over a zero allocation as the policy wants it judged.
+func noAllocation(ratio float64, p Policy) float64 {
+	if math.IsInf(ratio, 1) && p.NoAllocation == "ignore" {
+		return 0
+	}
+	return ratio
 }
 
 func podCgroupOf(c *cgState) string {
@@ -248,7 +297,7 @@ func (c *cgState) resume(now time.Time, r nr1.Resource, started time.Time) {
 }
 
 // over1 advances the ladder of r for a CG over its allocation.
-func (c *cgState) over1(now time.Time, r nr1.Resource, ratio float64, cg *sampler.CG, p Policy) []Action {
+func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *sampler.CG, p Policy) []Action {
 	c.Under[r] = time.Time{}
 	if c.Over[r].IsZero() {
 		c.Over[r] = now
@@ -261,7 +310,7 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, ratio float64, cg *sample
 	}
 	rp := p.Resources[r]
 	elapsed := now.Sub(c.Over[r])
-	hard := rp.HardRatio > 0 && ratio >= rp.HardRatio
+	hard := rp.HardRatio > 0 && v.ratio >= rp.HardRatio
 	var out []Action
 	for c.Done[r] < len(rp.Ladder) {
 		step := rp.Ladder[c.Done[r]]
@@ -277,8 +326,14 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, ratio float64, cg *sample
 		c.Done[r]++
 		c.Hard[r] = hard
 		a := action(step.Action, r, cg, p, hard, "")
+		a.Usage, a.Allocation, a.Ratio = v.usage, v.alloc, sampler.Fraction(v.ratio)
 		a.Message = fmt.Sprintf("%s holds %s of %s, allocated %d %s (ratio %.2f), over for %s: %s",
-			cg.Name, human(r, cg.Usage[r]), r.Name(), cg.Allocation[r], r.Unit(), ratio, elapsed.Round(time.Second), step.Action)
+			cg.Name, human(r, v.usage), r.Name(), v.alloc, r.Unit(), v.ratio, elapsed.Round(time.Second), step.Action)
+		if v.shared != nil {
+			a.Message = fmt.Sprintf("%s and the pods sharing %s with it (%s) hold %s of %s together, allocated %d %s together (ratio %.2f), over for %s: %s",
+				cg.Name, strings.Join(v.shared.Claims, ", "), strings.Join(v.shared.Pods, ", "), human(r, v.usage), r.Name(), v.alloc, r.Unit(),
+				v.ratio, elapsed.Round(time.Second), step.Action)
+		}
 		if p.Mode != DryRun {
 			switch step.Action {
 			case Throttle:

@@ -57,6 +57,10 @@ type CG struct {
 	AllocationKnown bool `json:"allocationKnown"`
 	// AllocationUnknown says why the allocation is not known.
 	AllocationUnknown string `json:"allocationUnknown,omitempty"`
+	// Claims are the DRA claims of the NR1's driver the CG holds (known with its
+	// allocation), each with what it consumed: pods sharing a claim are held to it
+	// together.
+	Claims []Claim `json:"claims,omitempty"`
 	// Annotations are the pod's, for the exemption a namespace may let it ask for; never
 	// shown (they are the pod owner's, and may hold anything).
 	Annotations map[string]string `json:"-"`
@@ -93,6 +97,13 @@ type Container struct {
 	// "cdi-devices" (the DRA claim shares the kubelet gave it as CDI devices); empty
 	// when nothing says anything.
 	AllocationSource string `json:"allocationSource,omitempty"`
+}
+
+// Claim is a DRA claim a CG holds and what it consumed of the NR1.
+type Claim struct {
+	Namespace string      `json:"namespace"`
+	Name      string      `json:"name"`
+	Amounts   nr1.Amounts `json:"amounts"`
 }
 
 // The sources of a container's allocation.
@@ -317,6 +328,7 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 	var sum, initMax nr1.Amounts
 	var problems []string
 	claimed := map[allocation.ClaimKey]nr1.Amounts{}
+	unlisted := map[allocation.ClaimKey]nr1.Amounts{} // the claims of containers the kubelet does not list
 	for _, name := range slices.Sorted(maps.Keys(listed)) {
 		l := listed[name]
 		sum = nr1.Add(sum, l.Units)
@@ -375,8 +387,9 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		// The kubelet does not list init containers; what Allocate gave them is on their
 		// annotations, and what their claims consumed is the driver's.
 		var fromClaims nr1.Amounts
-		for _, a := range held {
+		for k, a := range held {
 			fromClaims = nr1.Add(fromClaims, a)
+			unlisted[k] = a
 		}
 		switch {
 		case err != nil && c.State == runtime.Running:
@@ -394,6 +407,12 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		return
 	}
 	cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true
+	maps.Copy(unlisted, claimed) // now every claim the CG holds
+	for _, k := range slices.SortedFunc(maps.Keys(unlisted), func(a, b allocation.ClaimKey) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	}) {
+		cg.Claims = append(cg.Claims, Claim{Namespace: k.Namespace, Name: k.Name, Amounts: unlisted[k]})
+	}
 }
 
 // heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the

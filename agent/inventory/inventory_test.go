@@ -449,6 +449,10 @@ func TestDRAClaimsAreTheAllocation(t *testing.T) {
 			t.Errorf("container %s allocation %v, want the claim it uses, %v", c.Name, c.Allocation, resnet)
 		}
 	}
+	// The claims it holds, once each, for pods sharing one to be held to it together.
+	if want := []Claim{{Namespace: "default", Name: "resnet50-nr1", Amounts: resnet}}; !slices.Equal(cg.Claims, want) {
+		t.Errorf("claims %v, want %v", cg.Claims, want)
+	}
 }
 
 // The kubelet's pod-resources answer leaves ordinary init containers out: a DRA claim
@@ -492,6 +496,9 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if want := nr1.Max(main, model); !cg.AllocationKnown || cg.Allocation != want {
 		t.Errorf("with the kubelet's claim information missing: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, want)
+	}
+	if want := []Claim{{Namespace: "default", Name: "main-nr1", Amounts: main}, {Namespace: "default", Name: "model-nr1", Amounts: model}}; !slices.Equal(cg.Claims, want) {
+		t.Errorf("claims %v, want %v, the init container's included", cg.Claims, want)
 	}
 
 	// An init container that has exited holds nothing: a share the driver no longer

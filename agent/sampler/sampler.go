@@ -47,6 +47,9 @@ type CG struct {
 	// before it read all of the CG's processes. It is acted on only when even that
 	// lower bound is over.
 	UsageUncertain string `json:"usageUncertain,omitempty"`
+	// Shared is what this pod and the others sharing a DRA claim with it hold together;
+	// nil when it shares none.
+	Shared *Shared `json:"shared,omitempty"`
 	// PartitionUnknown says why the docker partition of this CG is not known: it was
 	// not measured yet, or its measurement failed. Unknown is never zero.
 	PartitionUnknown string `json:"partitionUnknown,omitempty"`
@@ -251,6 +254,7 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 type owner struct {
 	cg                *CG
 	cgGroup, ctrGroup int
+	sharedGroup       int // the group of the pods it shares a claim with; -1 for none
 }
 
 // group is one sum of the tally: a CG, a container of a CG (perContainer), or the
@@ -259,6 +263,7 @@ type group struct {
 	cg           *CG
 	perContainer bool
 	container    string
+	shared       *Shared
 }
 
 // Attribute joins a scan with the inventory by cgroup id. A CG's usage is the union of
@@ -273,13 +278,26 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	groups := []group{unattributed: {}}
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
-		cg := &CG{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)}
-		snap.CGs = append(snap.CGs, cg)
+		snap.CGs = append(snap.CGs, &CG{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)})
+	}
+	sharedGroup := make([]int, len(snap.CGs))
+	for i := range sharedGroup {
+		sharedGroup[i] = -1
+	}
+	shared, members := shareClaims(snap.CGs)
+	for g, s := range shared {
+		for _, i := range members[g] {
+			snap.CGs[i].Shared, sharedGroup[i] = s, len(groups)
+		}
+		groups = append(groups, group{shared: s})
+	}
+	for i, icg := range inv.CGs {
+		cg := snap.CGs[i]
 		cgGroup := len(groups)
 		groups = append(groups, group{cg: cg})
 		for _, c := range icg.Containers {
 			if c.CgroupID != 0 {
-				o := owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name)}
+				o := owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name), sharedGroup: sharedGroup[i]}
 				owners[c.CgroupID] = o
 				for _, id := range c.ChildCgroupIDs {
 					owners[id] = o
@@ -308,6 +326,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		}
 		tally.AddMapping(o.cgGroup, m)
 		tally.AddMapping(o.ctrGroup, m)
+		if o.sharedGroup >= 0 {
+			tally.AddMapping(o.sharedGroup, m)
+		}
 		o.cg.keepMapping(m)
 	}
 	for _, h := range scan.Handles {
@@ -318,6 +339,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		}
 		tally.AddHandle(o.cgGroup, h)
 		tally.AddHandle(o.ctrGroup, h)
+		if o.sharedGroup >= 0 {
+			tally.AddHandle(o.sharedGroup, h)
+		}
 		o.cg.HandlesTotal++
 		if len(o.cg.Handles) < MaxDetail {
 			o.cg.Handles = append(o.cg.Handles, h)
@@ -327,6 +351,8 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		switch gr := groups[g]; {
 		case g == unattributed:
 			snap.Unattributed = u
+		case gr.shared != nil:
+			gr.shared.Usage = u
 		case !gr.perContainer:
 			gr.cg.Usage = nr1.Add(gr.cg.Usage, u)
 		case u != nr1.Usage{}:
@@ -335,6 +361,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	}
 	for _, cg := range snap.CGs {
 		cg.Ratio = Ratios(cg.Usage, cg.Allocation)
+	}
+	for _, s := range shared {
+		s.settle()
 	}
 	return snap
 }

@@ -274,6 +274,7 @@ func TestDRA(t *testing.T) {
 	// template and a pod claiming it, which the cluster runs and the agent knows.
 	injectDRA(t, c)
 	initClaimCG(t, c, agent, imageMB)
+	sharedClaimCGs(t, c, agent, imageMB)
 
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
 	big := createExample(t, c, "dra/oversized-cg.yaml")

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -34,6 +35,7 @@ type debugCG struct {
 	UsageUncertain string               `json:"usageUncertain"`
 	MappingsTotal  int                  `json:"mappingsTotal"`
 	HandlesTotal   int                  `json:"handlesTotal"`
+	Shared         *sampler.Shared      `json:"shared"`
 }
 
 func (s *debugSnapshot) CG(uid string) *debugCG {

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -55,7 +56,18 @@ func TestTrust(t *testing.T) {
 	t.Logf("seed %d, %s: replay with make trust SEED=%d DURATION=%s", seed, duration, seed, duration)
 	c := client(t)
 	var rows []string
-	for _, mode := range []trust.Mode{trust.DevicePlugin, trust.DRA} {
+	modes := []trust.Mode{trust.DevicePlugin, trust.DRA}
+	if m := os.Getenv("NR1_TRUST_MODES"); m != "" {
+		modes = nil
+		for _, name := range strings.Split(m, ",") {
+			if mode := trust.Mode(name); mode == trust.DevicePlugin || mode == trust.DRA {
+				modes = append(modes, mode)
+				continue
+			}
+			t.Fatalf("NR1_TRUST_MODES=%q: %q is neither %s nor %s", m, name, trust.DevicePlugin, trust.DRA)
+		}
+	}
+	for _, mode := range modes {
 		plan := trust.Generate(seed, mode, duration/2, 8, int(duration/time.Minute)/4+1)
 		ok := t.Run(string(mode), func(t *testing.T) { rows = append(rows, runPlan(t, c, plan)) })
 		if !ok {
@@ -82,6 +94,8 @@ type trustRun struct {
 	maxRSS   int64
 	rssLimit int64
 	started  map[types.UID]time.Time // each case pod's start, kept once it is gone
+	followed map[types.UID]bool      // the agent pods whose logs are followed
+	agentLog []string                // every agent's log lines of the run, to explain a failure
 }
 
 type window struct {
@@ -95,7 +109,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
-	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}}
+	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, followed: map[types.UID]bool{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -264,6 +278,7 @@ func (r *trustRun) scrape(ctx context.Context) {
 			status = resp.StatusCode
 			_ = resp.Body.Close()
 		}
+		r.follow(ctx, agent)
 		rss := agentRSS()
 		r.notePods(ctx)
 		r.mu.Lock()
@@ -277,6 +292,49 @@ func (r *trustRun) scrape(ctx context.Context) {
 		r.maxRSS = max(r.maxRSS, rss)
 		r.mu.Unlock()
 	}
+}
+
+// follow keeps the agent pod's log lines from now on, once per pod: a failure is
+// explained by what the agents that ran said of the pod.
+func (r *trustRun) follow(ctx context.Context, agent *corev1.Pod) {
+	r.mu.Lock()
+	seen := r.followed[agent.UID]
+	r.followed[agent.UID] = true
+	r.mu.Unlock()
+	if seen {
+		return
+	}
+	stream, err := r.c.CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		r.t.Logf("following %s's log: %v", agent.Name, err)
+		return
+	}
+	go func() {
+		defer func() { _ = stream.Close() }()
+		lines := bufio.NewScanner(stream)
+		lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for lines.Scan() {
+			r.mu.Lock()
+			r.agentLog = append(r.agentLog, agent.Name+" "+lines.Text())
+			r.mu.Unlock()
+		}
+	}()
+}
+
+// explain logs what the agents said of a pod, its last lines.
+func (r *trustRun) explain(ns, pod string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var said []string
+	for _, line := range r.agentLog {
+		if strings.Contains(line, "namespace="+ns+" ") && strings.Contains(line, "pod="+pod+" ") {
+			said = append(said, line)
+		}
+	}
+	if len(said) > 40 {
+		said = said[len(said)-40:]
+	}
+	r.t.Logf("what the agent said of %s/%s (%d lines):\n%s", ns, pod, len(said), strings.Join(said, "\n"))
 }
 
 // notePods records when each case pod started: a pod deleted (a StatefulSet's,
@@ -352,6 +410,7 @@ func (r *trustRun) judge() string {
 		falseAction := func(ev corev1.Event, why string) {
 			falseActions++
 			t.Errorf("FALSE ACTION on %s/%s (%s), %s: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), why, eventTime(ev).Format(time.TimeOnly), ev.Reason, ev.Message)
+			r.explain(ns, ev.InvolvedObject.Name)
 		}
 		o := tc.Over
 		if o == nil {
@@ -393,6 +452,9 @@ func (r *trustRun) judge() string {
 			missed++
 			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; no action by %s: %v",
 				ns, tc.Name, tc.Shape(), o.Resource.Short(), tc.Holders[o.Holder].Name, o.To, overAt.Format(time.TimeOnly), deadline.Format(time.TimeOnly), reasons(evs))
+			for _, p := range pods.Items {
+				r.explain(ns, p.Name)
+			}
 		}
 	}
 	r.mu.Lock()
