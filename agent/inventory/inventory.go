@@ -182,6 +182,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	}
 	snap := &Snapshot{Taken: now, Inputs: Inputs{RuntimeConnected: rs.Connected, AllocationRead: answered}, CGs: make([]*CG, 0, len(rs.Pods))}
 	seen, seenPods := make(map[string]bool), make(map[string]bool)
+	succeeded := successors(rs.Pods)
 	for _, p := range rs.Pods {
 		seenPods[p.SandboxID] = true
 		cg := &CG{
@@ -200,7 +201,12 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 			}
 			cg.Containers = append(cg.Containers, ctr)
 		}
-		b.allocate(now, cg, p, alloc, answered)
+		if next := succeeded[p.UID]; next != nil {
+			cg.AllocationUnknown = fmt.Sprintf("a newer pod of its name (UID %s) is on the node, and the kubelet's pod-resources answer names pods, not UIDs",
+				untrusted.Quote(next.UID))
+		} else {
+			b.allocate(now, cg, p, alloc, answered)
+		}
 		if len(refused) > 0 {
 			b.refuse(cg, p.SandboxID, refused)
 		}
@@ -213,6 +219,41 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	}
 	b.forget(seen, seenPods)
 	return snap
+}
+
+// successors names, for each pod another pod of its namespace and name succeeded on the
+// node, that successor. The kubelet's pod-resources answer names pods, not UIDs: it
+// speaks for the successor, allocated in part as it may be while the kubelet admits it,
+// never for the predecessor still terminating.
+func successors(pods []*runtime.Pod) map[string]*runtime.Pod {
+	type name struct{ namespace, name string }
+	newest := map[name]*runtime.Pod{}
+	for _, p := range pods {
+		k := name{p.Namespace, p.Name}
+		if n := newest[k]; n == nil || later(p, n) {
+			newest[k] = p
+		}
+	}
+	var out map[string]*runtime.Pod
+	for _, p := range pods {
+		if n := newest[name{p.Namespace, p.Name}]; n.UID != p.UID {
+			if out == nil {
+				out = map[string]*runtime.Pod{}
+			}
+			out[p.UID] = n
+		}
+	}
+	return out
+}
+
+// later orders two pods of one name: by when this agent first saw them, on its
+// monotonic clock; seen at once (an agent that just started), by when the runtime
+// created them, both on the runtime's clock.
+func later(a, b *runtime.Pod) bool {
+	if !a.Observed.Equal(b.Observed) {
+		return a.Observed.After(b.Observed)
+	}
+	return a.CreatedAt.After(b.CreatedAt)
 }
 
 // Awaits says whether the allocation table lacks a pod the runtime runs (one with a

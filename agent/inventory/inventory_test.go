@@ -574,3 +574,50 @@ func TestCGCarriesItsNamespaceLabels(t *testing.T) {
 		t.Errorf("labels %v (unknown %q), want unknown with the reason", cg.NamespaceLabels, cg.NamespaceUnknown)
 	}
 }
+
+// The kubelet's table names pods, not UIDs: while a pod's successor of the same name
+// is on the node (a StatefulSet's pod re-created while its predecessor terminates), the
+// table speaks for the successor, part-allocated as it may be while the kubelet admits
+// it. The predecessor is unknown, never judged against its successor's allocation; of
+// two seen at once, the runtime's later sandbox is the successor.
+func TestPredecessorOfASameNamePodIsUnknown(t *testing.T) {
+	w := newWorld(t)
+	const successor = "22222222-3333-4444-5555-666666666666"
+	// The predecessor terminates: its health-handler has exited, its graph not yet.
+	w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", State: runtimeapi.ContainerState_CONTAINER_EXITED,
+		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh"})
+	w.cri.PutSandbox(fakecri.Sandbox{ID: "sb2", UID: successor, Namespace: "default", Name: "resnet50", CreatedAt: time.Now().UnixNano()}, false)
+	w.cri.PutContainer(fakecri.Container{ID: "c-hh2", SandboxID: "sb2", Name: "health-handler", PID: 201,
+		CgroupsPath: "/kubepods/besteffort/poduid-2/c-hh2"}, false)
+	w.watched(t, "the successor not seen", func(s *runtime.Snapshot) bool { return s.Pod(successor) != nil })
+	// The successor admitted but for its docker partition, not allocated yet.
+	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+		{Name: "health-handler", Devices: append(devices("neureality.ai/compute_dma_memory_in_mb", 3), devices("neureality.ai/ai_hypervisor_queue", 7)...)}}})
+	w.tracker.Refresh(context.Background())
+	snap := w.builder.Build(time.Now())
+	if cg := snap.CG(podUID); cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "a newer pod of its name") {
+		t.Errorf("the predecessor: known %v with %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+	if cg := snap.CG(successor); !cg.AllocationKnown {
+		t.Errorf("the successor unknown: %s", cg.AllocationUnknown)
+	}
+
+	// Both seen at once, by an agent that just started: the runtime's creation times
+	// order them.
+	b := NewBuilder(runtimeView{&runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+		{UID: successor, Namespace: "default", Name: "resnet50", CreatedAt: time.Unix(200, 0)},
+		{UID: podUID, Namespace: "default", Name: "resnet50", CreatedAt: time.Unix(100, 0)},
+	}}}, w.tracker, w.namespaces, w.cgroups, 5*time.Second, discard())
+	snap = b.Build(time.Now())
+	if cg := snap.CG(podUID); cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, successor) {
+		t.Errorf("the earlier sandbox: known %v (%q), want unknown, naming its successor", cg.AllocationKnown, cg.AllocationUnknown)
+	}
+	if cg := snap.CG(successor); !cg.AllocationKnown {
+		t.Errorf("the later sandbox unknown: %s", cg.AllocationUnknown)
+	}
+}
+
+// runtimeView is a fixed view of the runtime.
+type runtimeView struct{ s *runtime.Snapshot }
+
+func (v runtimeView) Load() (*runtime.Snapshot, <-chan struct{}) { return v.s, nil }
