@@ -94,7 +94,8 @@ type trustRun struct {
 	maxRSS   int64
 	rssLimit int64
 	started  map[types.UID]time.Time // each case pod's start, kept once it is gone
-	followed map[types.UID]bool      // the agent pods whose logs are followed
+	followed map[types.UID]bool      // the agent pods whose logs are being followed
+	logSince map[types.UID]time.Time // when each agent's log was last read
 	agentLog []string                // every agent's log lines of the run, to explain a failure
 }
 
@@ -109,7 +110,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
-	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, followed: map[types.UID]bool{}}
+	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -294,19 +295,27 @@ func (r *trustRun) scrape(ctx context.Context) {
 	}
 }
 
-// follow keeps the agent pod's log lines from now on, once per pod: a failure is
-// explained by what the agents that ran said of the pod.
+// follow keeps the agent pod's log lines from now on: a failure is explained by what
+// the agents that ran said of the pod. A stream the kubelet's restart broke is followed
+// again from its last line at the next scrape.
 func (r *trustRun) follow(ctx context.Context, agent *corev1.Pod) {
 	r.mu.Lock()
-	seen := r.followed[agent.UID]
+	following := r.followed[agent.UID]
 	r.followed[agent.UID] = true
+	since := r.logSince[agent.UID]
 	r.mu.Unlock()
-	if seen {
+	if following {
 		return
 	}
-	stream, err := r.c.CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	opts := &corev1.PodLogOptions{Follow: true}
+	if !since.IsZero() {
+		opts.SinceTime = &metav1.Time{Time: since}
+	}
+	stream, err := r.c.CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, opts).Stream(ctx)
 	if err != nil {
-		r.t.Logf("following %s's log: %v", agent.Name, err)
+		r.mu.Lock()
+		r.followed[agent.UID] = false
+		r.mu.Unlock()
 		return
 	}
 	go func() {
@@ -316,8 +325,12 @@ func (r *trustRun) follow(ctx context.Context, agent *corev1.Pod) {
 		for lines.Scan() {
 			r.mu.Lock()
 			r.agentLog = append(r.agentLog, agent.Name+" "+lines.Text())
+			r.logSince[agent.UID] = time.Now()
 			r.mu.Unlock()
 		}
+		r.mu.Lock()
+		r.followed[agent.UID] = false
+		r.mu.Unlock()
 	}()
 }
 
