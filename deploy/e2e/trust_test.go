@@ -19,11 +19,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/neureality-sdk/nr1-agent/agent/dra"
 	"github.com/neureality-sdk/nr1-agent/deploy/trust"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
@@ -174,6 +176,25 @@ func (r *trustRun) inject(what string) {
 		stack(r.t, "resume-kubelet")
 	case "delete-agent":
 		restartAgent(r.t, r.c)
+	case "stop-apiserver":
+		stack(r.t, "stop-apiserver")
+		time.Sleep(15 * time.Second)
+		stack(r.t, "start-apiserver")
+	case "roll-agent":
+		r.rollAgent()
+	case "damage-checkpoint":
+		// The enforcement's checkpoint, and in DRA mode the prepared claims', cut short.
+		damaged := []byte(`{"version":2,"checksum":"00","sta`)
+		files := []string{"/var/lib/nr1-agent/enforcement.json"}
+		if r.plan.Mode == trust.DRA {
+			files = append(files, filepath.Join("/var/lib/kubelet/plugins", dra.DriverName, "claims.json"))
+		}
+		for _, f := range files {
+			if err := os.WriteFile(f, damaged, 0o600); err != nil {
+				r.t.Fatal(err)
+			}
+		}
+		restartAgent(r.t, r.c)
 	default:
 		stack(r.t, what)
 	}
@@ -183,13 +204,39 @@ func (r *trustRun) inject(what string) {
 	r.faults = append(r.faults, w)
 }
 
+// rollAgent rolls the agent's DaemonSet, as an upgrade does: a new template, its pod
+// replaced by the controller.
+func (r *trustRun) rollAgent() {
+	ctx := context.Background()
+	old, err := readyAgent(r.c)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"spec":{"template":{"metadata":{"annotations":{"nr1.neureality.ai/rolled-at":%q}}}}}`, time.Now().Format(time.RFC3339Nano))
+	if _, err := r.c.AppsV1().DaemonSets("nr1-system").Patch(ctx, "nr1-agent", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+	eventually(r.t, 90*time.Second, "the rolled agent ready", func() error {
+		a, err := readyAgent(r.c)
+		if err == nil && a.UID == old.UID {
+			err = fmt.Errorf("still the old agent")
+		}
+		return err
+	})
+	time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
+}
+
 // create builds and creates a case's objects.
 func (r *trustRun) create(tc *trust.Case, imageMB nr1.Units) {
 	ctx := context.Background()
 	ns := r.ns(tc.Namespace)
 	booked := tc.Booked
 	booked[nr1.DockerPartition] = imageMB + nr1.Units(2*len(tc.Holders)+2)
-	spec := r.podSpec(tc, booked)
+	if tc.Kind == trust.SharedClaim {
+		r.createShared(tc, booked)
+		return
+	}
+	spec := r.podSpec(tc, booked, 0)
 	if tc.Mode == trust.DRA {
 		createTemplate(r.t, r.c, manifest.ClaimTemplate(ns, tc.Name, booked))
 		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimTemplateName: &tc.Name}}
@@ -214,7 +261,27 @@ func (r *trustRun) create(tc *trust.Case, imageMB nr1.Units) {
 	}
 }
 
-func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts) corev1.PodSpec {
+// createShared creates a SharedClaim case: its ResourceClaim and the pods sharing it.
+func (r *trustRun) createShared(tc *trust.Case, booked nr1.Amounts) {
+	ctx := context.Background()
+	ns := r.ns(tc.Namespace)
+	tmpl := manifest.ClaimTemplate(ns, tc.Name, booked)
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: tc.Name, Namespace: ns}, Spec: tmpl.Spec.Spec}
+	if _, err := r.c.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		r.t.Fatalf("%s/%s: %v", ns, tc.Name, err)
+	}
+	for p := range tc.Pods {
+		spec := r.podSpec(tc, booked, p)
+		spec.ResourceClaims = []corev1.PodResourceClaim{{Name: manifest.RequestName, ResourceClaimName: &tc.Name}}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", tc.Name, p), Namespace: ns, Labels: map[string]string{caseLabel: tc.Name}}, Spec: spec}
+		if _, err := r.c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			r.t.Fatalf("%s/%s: %v", ns, pod.Name, err)
+		}
+	}
+}
+
+// podSpec is the spec of the case's pod number pod: its holders' containers.
+func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.PodSpec {
 	grace := int64(1)
 	noToken := false
 	spec := corev1.PodSpec{RestartPolicy: corev1.RestartPolicy(tc.RestartPolicy), TerminationGracePeriodSeconds: &grace, AutomountServiceAccountToken: &noToken}
@@ -225,6 +292,9 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts) corev1.PodSpec {
 	}
 	always := corev1.ContainerRestartPolicyAlways
 	for i, h := range tc.Holders {
+		if h.Pod != pod {
+			continue
+		}
 		ctr := loadContainer(h.Name, h.Args(tc, i)...)
 		switch {
 		case h.Books && tc.Mode == trust.DRA:
@@ -508,6 +578,9 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (time.Time, bool) {
 	}
 	var first time.Time
 	for i := range pods {
+		if tc.Kind == trust.SharedClaim && pods[i].Name != fmt.Sprintf("%s-%d", tc.Name, tc.Holders[o.Holder].Pod) {
+			continue // the others' health-handlers are other holders
+		}
 		for _, previous := range []bool{false, true} {
 			logs, err := r.c.CoreV1().Pods(pods[i].Namespace).GetLogs(pods[i].Name, &corev1.PodLogOptions{Container: tc.Holders[o.Holder].Name, Previous: previous}).DoRaw(context.Background())
 			if err != nil {

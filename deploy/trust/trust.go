@@ -32,6 +32,9 @@ const (
 	BarePod     Kind = "Pod"
 	Job         Kind = "Job"
 	StatefulSet Kind = "StatefulSet" // one replica, its pod deleted once and re-created under its name
+	// SharedClaim is bare pods, name-0, name-1…, sharing one ResourceClaim (DRA): each
+	// may use the whole claim, not each of them at once.
+	SharedClaim Kind = "SharedClaim"
 )
 
 // Role is what a container is to its pod.
@@ -61,6 +64,8 @@ type Holder struct {
 	Fork, Dup int
 	// Exits after this long (an init container); zero for one that holds until stopped.
 	ExitAfter time.Duration
+	// Pod is which of a SharedClaim case's pods it runs in.
+	Pod int
 }
 
 // Overrun is a CG going over: one of its holders raises what it holds of Resource to To
@@ -83,6 +88,8 @@ type Case struct {
 	Booked  nr1.Amounts
 	Holders []Holder
 	Over    *Overrun // nil: within its booking for its whole life
+	// Pods is how many pods share the claim of a SharedClaim case; 1 otherwise.
+	Pods int
 }
 
 // Fault is a disruption of the node at a moment of the run.
@@ -91,8 +98,13 @@ type Fault struct {
 	What string // one of Faults
 }
 
-// Faults are the disruptions the suite injects.
-var Faults = []string{"restart-kubelet", "restart-containerd", "delete-agent", "pause-kubelet"}
+// Faults are the disruptions the suite injects; LaterFaults were added after seeds were
+// kept, and are drawn from a stream of their own so that a kept seed still plays the
+// plan it was kept for, with these on top.
+var (
+	Faults      = []string{"restart-kubelet", "restart-containerd", "delete-agent", "pause-kubelet"}
+	LaterFaults = []string{"stop-apiserver", "roll-agent", "damage-checkpoint"}
+)
 
 // Plan is one mode's run: its cases and faults.
 type Plan struct {
@@ -124,8 +136,64 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		}
 		p.Faults = append(p.Faults, Fault{At: time.Minute/2 + time.Duration(r.Int64N(int64(window))), What: Faults[r.IntN(len(Faults))]})
 	}
+	// What was added later, from its own stream: faults, and in DRA mode pods sharing a
+	// claim.
+	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	for range faults/2 + 1 {
+		if window <= 0 {
+			break
+		}
+		p.Faults = append(p.Faults, Fault{At: time.Minute/2 + time.Duration(later.Int64N(int64(window))), What: LaterFaults[later.IntN(len(LaterFaults))]})
+	}
 	sortFaults(p.Faults)
+	if mode == DRA {
+		for i := range max(cases/8, 1) {
+			p.Cases = append(p.Cases, sharedCase(later, duration, i))
+		}
+	}
 	return p
+}
+
+// sharedCase is two or three pods sharing one claim, each holding part of it through its
+// health-handler: DMA ranges side by side, queues. One may go over alone, or all of
+// them together while each stays within the claim.
+func sharedCase(r *rand.Rand, duration time.Duration, i int) Case {
+	c := Case{Name: fmt.Sprintf("shared-%d", i), Namespace: Namespaces[i%len(Namespaces)], Mode: DRA, Kind: SharedClaim,
+		RestartPolicy: []string{"Never", "OnFailure", "Always"}[r.IntN(3)], Pods: 2 + r.IntN(2)}
+	compute := int64(5 + r.IntN(8))
+	c.Booked[nr1.ComputeDMAMemory] = nr1.Units(compute)
+	c.Booked[nr1.HypervisorQueue] = nr1.Units(c.Pods + r.IntN(4))
+	// The first pod maps [0, half), the others share [half, compute) from half on.
+	half := (compute + 1) / 2
+	queues := int64(c.Booked[nr1.HypervisorQueue])
+	for p := range c.Pods {
+		h := Holder{Name: "health-handler", Role: Main, Books: true, Pod: p, Queues: min(1, queues)}
+		queues -= h.Queues
+		if p == 0 {
+			h.ComputeMB = half
+		} else {
+			h.ComputeOffsetMB, h.ComputeMB = half, r.Int64N(compute-half+1)
+		}
+		if r.IntN(3) == 0 {
+			h.Fork = 1 + r.IntN(2)
+		}
+		c.Holders = append(c.Holders, h)
+	}
+	if r.IntN(2) == 0 {
+		return c
+	}
+	latest := max(duration-2*time.Minute, 40*time.Second)
+	o := &Overrun{Holder: 1 + r.IntN(c.Pods-1), Resource: nr1.ComputeDMAMemory, At: 20*time.Second + time.Duration(r.Int64N(int64(latest-20*time.Second)))}
+	threshold := int64(float64(compute)*overMargin) + 1
+	if r.IntN(2) == 0 {
+		// Together: the pod's range grows past what the first leaves, within the claim.
+		o.To = threshold - half
+	} else {
+		// Alone: the pod holds more than the whole claim.
+		o.To = threshold
+	}
+	c.Over = o
+	return c
 }
 
 func sortFaults(f []Fault) {
@@ -137,7 +205,7 @@ func sortFaults(f []Fault) {
 }
 
 func genCase(r *rand.Rand, mode Mode, duration time.Duration, i int) Case {
-	c := Case{Name: "cg-" + strconv.Itoa(i%4), Namespace: Namespaces[i/4%len(Namespaces)], Mode: mode}
+	c := Case{Name: "cg-" + strconv.Itoa(i%4), Namespace: Namespaces[i/4%len(Namespaces)], Mode: mode, Pods: 1}
 	c.Name = fmt.Sprintf("%s-%d", c.Name, i/4/len(Namespaces)) // unique per namespace, repeated across them
 	switch n := r.IntN(10); {
 	case n < 6:
@@ -353,6 +421,9 @@ func (h Holder) Args(c *Case, index int) []string {
 // Shape names a case's shape, for the run's table.
 func (c *Case) Shape() string {
 	s := string(c.Kind) + "/" + c.RestartPolicy
+	if c.Kind == SharedClaim {
+		s = fmt.Sprintf("%s of %d pods", s, c.Pods)
+	}
 	var inits, sidecars, others, booking int
 	for _, h := range c.Holders {
 		switch h.Role {

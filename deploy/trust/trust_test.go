@@ -64,6 +64,9 @@ func TestShapesAreCovered(t *testing.T) {
 			}
 			for _, c := range p.Cases {
 				seen[string(c.Kind)] = true
+				if c.Kind == SharedClaim && mode != DRA {
+					t.Errorf("seed %d: a shared claim in %s mode", seed, mode)
+				}
 				seen["restart "+c.RestartPolicy] = true
 				names[c.Name] = append(names[c.Name], c.Namespace)
 				if c.Over != nil {
@@ -94,7 +97,8 @@ func TestShapesAreCovered(t *testing.T) {
 	}
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
-		"fork", "dup", "distinct ranges", "fault restart-kubelet", "fault restart-containerd", "fault delete-agent", "fault pause-kubelet"} {
+		"fork", "dup", "distinct ranges", "fault restart-kubelet", "fault restart-containerd", "fault delete-agent", "fault pause-kubelet",
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
@@ -124,5 +128,63 @@ func TestHolderArgs(t *testing.T) {
 	}
 	if c.Held(nr1.HypervisorQueue) != 3 || c.HeldAfter(nr1.HypervisorQueue) != 5 || c.Held(nr1.ComputeDMAMemory) != 3 {
 		t.Errorf("held %d queues, %d after, %d MB", c.Held(nr1.HypervisorQueue), c.HeldAfter(nr1.HypervisorQueue), c.Held(nr1.ComputeDMAMemory))
+	}
+}
+
+// Pods sharing a claim go over together (each within the claim, their union past it) or
+// one alone; within, each and all of them hold at most the claim.
+func TestSharedClaimsGoOverTogetherOrAlone(t *testing.T) {
+	seen := map[string]bool{}
+	for seed := range uint64(300) {
+		for _, c := range Generate(seed, DRA, 10*time.Minute, 8, 3).Cases {
+			if c.Kind != SharedClaim {
+				continue
+			}
+			if c.Pods < 2 || len(c.Holders) != c.Pods {
+				t.Fatalf("seed %d: %d pods, holders %+v", seed, c.Pods, c.Holders)
+			}
+			o := c.Over
+			if o == nil {
+				continue
+			}
+			alone := false
+			for i, h := range c.Holders {
+				if i == o.Holder {
+					h.ComputeMB = o.To
+				}
+				alone = alone || h.ComputeMB > int64(c.Booked[nr1.ComputeDMAMemory])
+			}
+			if alone {
+				seen["alone"] = true
+			} else {
+				seen["together"] = true
+			}
+		}
+	}
+	if !seen["alone"] || !seen["together"] {
+		t.Errorf("300 seeds go over %v, want both alone and together", seen)
+	}
+}
+
+// A seed kept before later additions still plays its plan: what was added later comes
+// from a stream of its own, after what the seed drew.
+func TestLaterAdditionsKeepKeptSeeds(t *testing.T) {
+	for _, mode := range []Mode{DevicePlugin, DRA} {
+		p := Generate(1796149021002346292, mode, 5*time.Minute, 8, 3)
+		var kept []Fault
+		for _, f := range p.Faults {
+			if slices.Contains(Faults, f.What) {
+				kept = append(kept, f)
+			}
+		}
+		if mode == DevicePlugin {
+			want := []Fault{{36714989400, "restart-kubelet"}, {76955634193, "restart-kubelet"}, {129987107026, "restart-kubelet"}}
+			if !reflect.DeepEqual(kept, want) {
+				t.Errorf("the kept seed's faults %v, want %v", kept, want)
+			}
+			if c := p.Cases[7]; c.Name != "cg-3-0" || c.Namespace != "nr1-trust-b" || c.Kind != StatefulSet {
+				t.Errorf("the kept seed's eighth case %s/%s %s", c.Namespace, c.Name, c.Kind)
+			}
+		}
 	}
 }
