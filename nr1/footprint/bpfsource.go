@@ -114,6 +114,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 		m, err := mappingOf(r, targets)
 		if err == nil {
+			if b.targets.At(m.Target).Measure == OpenHandles {
+				m.Description = r.File // the same description as its fds', if any remain
+			}
 			s.Mappings = append(s.Mappings, m)
 		}
 		return err

@@ -35,6 +35,10 @@ type Mapping struct {
 	Start    uint64 `json:"start"`
 	Size     uint64 `json:"size"`
 	Offset   uint64 `json:"offset"`
+	// Description is the open file description the mapping keeps open, for a target
+	// counted in handles: a queue mapped and then closed is still held. Zero for a
+	// target measured in bytes, or when the source cannot tell.
+	Description uint64 `json:"description,omitempty"`
 }
 
 // Handle is one fd open on a target, or (PID 0, FD -1) one open file description of a

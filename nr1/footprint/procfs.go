@@ -55,7 +55,7 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 	}
 	slices.Sort(pids)
 	s := &Scan{Source: p.Name()}
-	st := &scanState{ctx: ctx, ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10), descs: newDescriber(p.compare)}
+	st := &scanState{ctx: ctx, ids: map[string]uint64{}, buf: make([]byte, 0, 64<<10), descs: newDescriber(p.compare), fdTargets: map[int]bool{}}
 	for _, pid := range pids {
 		if ctx.Err() != nil {
 			s.Cutoff = pid
@@ -92,6 +92,8 @@ type scanState struct {
 	ids   map[string]uint64 // cgroup path → id, for this scan
 	buf   []byte
 	descs describer
+	// fdTargets are the targets the process being read has fds on.
+	fdTargets map[int]bool
 }
 
 // errOutOfTime stops a process's scan part way when the scan's time is up.
@@ -108,11 +110,30 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 	if err != nil {
 		return err
 	}
+	mapped := len(s.Mappings)
 	if err := p.maps(st, s, base, pid, cg); err != nil {
 		return err
 	}
-	return p.fds(st, s, base, pid, cg)
+	clear(st.fdTargets)
+	if err := p.fds(st, s, base, pid, cg); err != nil {
+		return err
+	}
+	// A mapping of a target counted in handles keeps its description open after its fd
+	// is closed. kcmp compares fds only: a mapping of a process with no fd on the target
+	// holds a description of its own, named by its address, which children forked with
+	// it share; one of a process that has fds on the target is taken for one of theirs
+	// (a lower bound: the BPF source tells them apart).
+	for i := mapped; i < len(s.Mappings); i++ {
+		if m := &s.Mappings[i]; p.targets.At(m.Target).Measure == OpenHandles && !st.fdTargets[m.Target] {
+			m.Description = mappedOnly | m.Start
+		}
+	}
+	return nil
 }
+
+// mappedOnly marks the description procfs gives a mapping without an fd: apart from the
+// ones kcmp orders, which count up from zero.
+const mappedOnly = 1 << 63
 
 func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(base, "cgroup"))
@@ -229,6 +250,7 @@ func (p *Procfs) fds(st *scanState, s *Scan, base string, pid int, cg uint64) er
 			if err != nil {
 				return err
 			}
+			st.fdTargets[i] = true
 			st.descs.keep(s, Handle{CgroupID: cg, PID: pid, FD: fd, Target: i, Description: desc})
 		}
 	}

@@ -38,11 +38,15 @@ func NewTally(targets *Targets, groups int) *Tally {
 	return &Tally{targets: targets, groups: groups}
 }
 
-// AddMapping counts m in group g. Mappings of targets not measured in mapped bytes
-// count nothing.
+// AddMapping counts m in group g: its bytes for a target measured in mapped bytes, the
+// description it keeps open for one counted in handles (once with the fds on it).
 func (t *Tally) AddMapping(g int, m Mapping) {
 	t.check(g)
-	if t.targets.At(m.Target).Measure != MappedBytes || m.Size == 0 {
+	switch measure := t.targets.At(m.Target).Measure; {
+	case measure == OpenHandles && m.Description != 0:
+		t.descs = append(t.descs, desc{group: g, target: m.Target, id: m.Description})
+		return
+	case measure != MappedBytes || m.Size == 0:
 		return
 	}
 	t.spans = append(t.spans, span{group: g, target: m.Target, lo: m.Offset, hi: m.Offset + m.Size})

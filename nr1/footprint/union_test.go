@@ -557,3 +557,52 @@ func TestInFlightPastTheMessagesReadIsALowerBound(t *testing.T) {
 		t.Errorf("%d queues counted behind 4100 messages, unread cgroups %v; want none read, and the cgroup said to be unread", got, s.InFlightUnread)
 	}
 }
+
+// TestMappedThenClosedQueueIsHeld: a file counted in handles that a process maps and
+// then closes is still held, by the mapping: once however many children inherit it,
+// once with the fds on its description, apart from another open of the same file. The
+// BPF source names the description of each mapping; procfs, which can compare fds only,
+// takes a mapping of a process that has fds on the file for one of theirs, a lower bound.
+func TestMappedThenClosedQueueIsHeld(t *testing.T) {
+	p, dir := newCgroups(t, 4)
+	// A queue that can be mapped: the simulated one is tun's device, which cannot.
+	queue := filepath.Join(dir, "mappable-queue")
+	if err := os.WriteFile(queue, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	p.targets, err = resolve([]TargetSpec{
+		{Resource: nr1.ComputeDMAMemory, Path: p.sim.File(sim.ComputeDMA), Measure: MappedBytes},
+		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		inherited = 0 // mapped, closed, two children forked with it
+		twice     = 1 // opened and mapped twice, both closed
+		openToo   = 2 // opened and held, and opened again, mapped and closed
+		none      = 3 // only DMA memory
+	)
+	p.startMapper(t, inherited, mapperSpec{Maps: []mapperRange{{queue, 0, 1}}, Forks: 2})
+	p.startMapper(t, twice, mapperSpec{Maps: []mapperRange{{queue, 0, 1}, {queue, 0, 1}}})
+	p.startMapper(t, openToo, mapperSpec{Maps: []mapperRange{{queue, 0, 1}}, Open: []string{queue}})
+	p.startMapper(t, none, mapperSpec{Maps: []mapperRange{{p.sim.File(sim.ComputeDMA), 0, 1}}})
+	want := map[string][]nr1.Base{
+		"bpf":    {inherited: 1, twice: 2, openToo: 2, none: 0},
+		"procfs": {inherited: 1, twice: 2, openToo: 1, none: 0},
+	}
+	b := newBPFOrSkip(t, p)
+	for _, src := range []Source{b, NewProcfs("/proc", p.cgroupV2, p.targets)} {
+		s, err := src.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := byCgroup(s, p.targets)
+		for g, id := range p.ids {
+			if q := got[id][nr1.HypervisorQueue]; q != want[s.Source][g] {
+				t.Errorf("%s: cgroup %d holds %d queues, want %d", s.Source, g, q, want[s.Source][g])
+			}
+		}
+	}
+}
