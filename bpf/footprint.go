@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -123,8 +124,11 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 // per description and the receiving socket's cgroup, and not when Files, run before it
 // in the same scan, reported it for that cgroup. The record's PID and fd are 0. A
 // namespace gone since it was named is skipped.
-func (f *Footprint) InFlight(netns []string, fn func(*Record) error) error {
+func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Record) error) error {
 	for _, ns := range netns {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("unix iterator, before network namespace %s: %w", ns, err)
+		}
 		rd, err := openIn(ns, f.unix)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 			continue

@@ -2,6 +2,7 @@ package bpf
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -156,13 +157,22 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.InFlight([]string{"/proc/self/ns/net"}, func(r *Record) error {
+	if err := f.InFlight(context.Background(), []string{"/proc/self/ns/net"}, func(r *Record) error {
 		if r.Target == 1 || r.Target == 2 {
 			flying = append(flying, *r)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// Out of time: no namespace entered, the pass says so.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.InFlight(done, []string{"/proc/self/ns/net"}, func(*Record) error {
+		t.Error("a record read after the pass's time was up")
+		return nil
+	}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a pass out of time: %v, want it to say so", err)
 	}
 	if len(files) != 1 || files[0].Target != 2 {
 		t.Errorf("fds %+v, want the one still held", files)

@@ -440,6 +440,9 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name)
 		}
 	}
+	if scan.InFlightCut {
+		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound"
+	}
 	for _, id := range scan.InFlightUnread {
 		for _, c := range cg.Containers {
 			if id != 0 && (c.CgroupID == id || slices.Contains(c.ChildCgroupIDs, id)) {

@@ -279,6 +279,14 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "in flight") {
 		t.Errorf("in flight unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
+	// The pass over what is in flight cut short: any CG may hold more.
+	scan.InFlightUnread, scan.InFlightCut = nil, true
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	for _, cg := range snap.CGs {
+		if !strings.Contains(cg.UsageUncertain, "in flight") {
+			t.Errorf("in-flight pass cut: %s %q, want uncertain", cg.Name, cg.UsageUncertain)
+		}
+	}
 }
 
 // A running container without a cgroup the agent could read makes its CG's usage a lower

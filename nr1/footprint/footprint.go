@@ -69,6 +69,9 @@ type Scan struct {
 	// InFlightUnread are the cgroups (v2 ids) one of whose sockets holds more target
 	// files in flight than the scan reads: their handles are a lower bound.
 	InFlightUnread []uint64 `json:"inFlightUnread,omitempty"`
+	// InFlightCut says the pass over what sockets hold in flight ran out of its time
+	// before it read every network namespace: every cgroup's handles are a lower bound.
+	InFlightCut bool `json:"inFlightCut,omitempty"`
 }
 
 // Source scans every process on the host.
