@@ -48,7 +48,26 @@ struct {
 	__type(value, __u32); // the scan that last reported it
 } seen SEC(".maps");
 
-// The current scan, set by user space before each run of the task_file iterator.
+// A mapping already reported for a cgroup in this scan (the same description, offset
+// and length) is not reported again: 1000 children forked with 60 mappings each, or one
+// fd mapped 60000 times at one offset, cost the records of one of them. User space
+// counts the union of ranges and distinct descriptions, which the copies add nothing to.
+struct seen_vma_key {
+	__u64 file;
+	__u64 cgroup_id;
+	__u64 pgoff;
+	__u64 size;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_vma_key);
+	__type(value, __u32); // the scan that last reported it
+} seen_vma SEC(".maps");
+
+// The current scan, set by user space before each run of the task_file and task_vma
+// iterators.
 __u32 scan = 0;
 
 enum { KIND_FD = 0, KIND_VMA = 1, KIND_INFLIGHT = 2, KIND_INFLIGHT_MORE = 3 };
@@ -142,7 +161,13 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 	r.start = BPF_CORE_READ(vma, vm_start);
 	r.size = BPF_CORE_READ(vma, vm_end) - r.start;
 	r.pgoff = BPF_CORE_READ(vma, vm_pgoff);
-	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	struct seen_vma_key key = {.file = r.file, .cgroup_id = r.cgroup_id, .pgoff = r.pgoff, .size = r.size};
+	__u32 *last = bpf_map_lookup_elem(&seen_vma, &key);
+	if (last && *last == scan)
+		return 0;
+	// Marked seen only once written, as for fds.
+	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) == 0)
+		bpf_map_update_elem(&seen_vma, &key, &scan, BPF_ANY);
 	return 0;
 }
 

@@ -194,9 +194,17 @@ func openIn(ns string, it *link.Iter) (io.ReadCloser, error) {
 	return r.rd, r.err
 }
 
-// VMAs runs the task_vma iterator, calling fn for every mapping of a target, in PID
-// order, until fn returns an error.
-func (f *Footprint) VMAs(fn func(*Record) error) error { return run(f.vmas, fn) }
+// VMAs runs the task_vma iterator, calling fn for each mapping of a target in each
+// cgroup, in PID order, until fn returns an error: the first the iterator meets of those
+// of one description, offset and length (a forked child's, one mapped again), not the
+// others.
+func (f *Footprint) VMAs(fn func(*Record) error) error {
+	f.scan++
+	if err := f.objs.Scan.Set(f.scan); err != nil {
+		return fmt.Errorf("starting a footprint scan: %w", err)
+	}
+	return run(f.vmas, fn)
+}
 
 func run(it *link.Iter, fn func(*Record) error) error {
 	rd, err := it.Open()

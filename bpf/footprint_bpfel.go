@@ -39,6 +39,14 @@ type footprintSeenKey struct {
 	CgroupId uint64
 }
 
+type footprintSeenVmaKey struct {
+	_        structs.HostLayout
+	File     uint64
+	CgroupId uint64
+	Pgoff    uint64
+	Size     uint64
+}
+
 type footprintTargetKey struct {
 	_    structs.HostLayout
 	Ino  uint64
@@ -53,6 +61,7 @@ const (
 	footprintMapChanges            = "changes"
 	footprintMapMapping            = "mapping"
 	footprintMapSeen               = "seen"
+	footprintMapSeenVma            = "seen_vma"
 	footprintMapTargets            = "targets"
 	footprintProgNr1EnterMmap      = "nr1_enter_mmap"
 	footprintProgNr1ExitMmap       = "nr1_exit_mmap"
@@ -129,6 +138,7 @@ type footprintMapSpecs struct {
 	Changes *ebpf.MapSpec `ebpf:"changes"`
 	Mapping *ebpf.MapSpec `ebpf:"mapping"`
 	Seen    *ebpf.MapSpec `ebpf:"seen"`
+	SeenVma *ebpf.MapSpec `ebpf:"seen_vma"`
 	Targets *ebpf.MapSpec `ebpf:"targets"`
 }
 
@@ -165,6 +175,7 @@ type footprintMaps struct {
 	Changes *ebpf.Map `ebpf:"changes"`
 	Mapping *ebpf.Map `ebpf:"mapping"`
 	Seen    *ebpf.Map `ebpf:"seen"`
+	SeenVma *ebpf.Map `ebpf:"seen_vma"`
 	Targets *ebpf.Map `ebpf:"targets"`
 }
 
@@ -173,6 +184,7 @@ func (m *footprintMaps) Close() error {
 		m.Changes,
 		m.Mapping,
 		m.Seen,
+		m.SeenVma,
 		m.Targets,
 	)
 }
