@@ -252,9 +252,13 @@ func restartedSince(cg *sampler.CG, t time.Time) bool {
 	return false
 }
 
+// inWarmup reports a running container of the CG that started less than the warm-up
+// ago. One that started after now, by the runtime's date, did so before the node's clock
+// was set back: it is past its warm-up, or a step of a day would keep its CG unjudged
+// for a day.
 func inWarmup(now time.Time, cg *sampler.CG, p Policy) bool {
 	for _, c := range cg.Containers {
-		if c.State == runtime.Running && now.Sub(c.StartedAt) < p.ContainerWarmup.Duration {
+		if age := now.Sub(c.StartedAt); c.State == runtime.Running && age >= 0 && age < p.ContainerWarmup.Duration {
 			return true
 		}
 	}

@@ -193,6 +193,7 @@ func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
 	}
 	if len(actions) > 0 && m.checkpoint != nil {
 		m.mu.Lock()
+		m.state.saved = m.clock.Now()
 		err := m.checkpoint.Save(m.state)
 		m.mu.Unlock()
 		if err != nil {

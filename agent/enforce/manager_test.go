@@ -290,3 +290,40 @@ func TestManagerBusyDuringWarmups(t *testing.T) {
 		t.Error("not busy in a container's warm-up")
 	}
 }
+
+// The node's clock set forward or back while the agent is down changes nothing a
+// ladder counts: the CG over for 5 s before, seen over again after a warm-up, is killed
+// once seen over 15 s, neither at once (forward) nor a day later (back). A throttle's
+// retry waits its backoff, not the step.
+func TestClockSteppedWhileDownKeepsTheLadder(t *testing.T) {
+	for _, step := range []time.Duration{0, 24 * time.Hour, -24 * time.Hour} {
+		t.Run(fmt.Sprint(step), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "enforcement.json")
+			clk := &fakeClock{now: t0}
+			act := &actuator{}
+			m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), FileCheckpoint{Path: path}, clk, quiet())
+			steps(m, clk, 7, nr1.Usage{4 * mb, 0, 0, 0})
+			if got := act.Taken(); got != "warn/cg-a throttle/cg-a" {
+				t.Fatalf("before the restart %q", got)
+			}
+			clk.Step(time.Minute + step)
+			st, err := FileCheckpoint{Path: path}.Restore(clk.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.SyncThrottles([]string{"a"})
+			act2 := &actuator{}
+			p := DefaultPolicy()
+			p.Warmup = Duration{Duration: 2 * time.Second}
+			m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk, quiet())
+			steps(m2, clk, 12, nr1.Usage{4 * mb, 0, 0, 0})
+			if got := act2.Taken(); got != "" {
+				t.Errorf("12 s after the restart: %q, want nothing yet", got)
+			}
+			steps(m2, clk, 1, nr1.Usage{4 * mb, 0, 0, 0})
+			if got := act2.Taken(); got != "kill/cg-a" {
+				t.Errorf("13 s after the restart: %q, want the kill the ladder had left", got)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ type State struct {
 	cgs      map[string]*cgState
 	recent   []time.Time
 	badAnno  map[string]string
+	saved    time.Time // when it was last checkpointed
 }
 
 // cgState is one CG's enforcement. A step is counted in Done when it is proposed and
