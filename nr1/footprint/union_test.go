@@ -420,12 +420,7 @@ func TestPathOnlyFdsHoldNothing(t *testing.T) {
 	p.startMapper(t, 0, mapperSpec{Open: []string{queue}, OpenPath: []string{queue, queue, queue, cpu}})
 	p.startMapper(t, 1, mapperSpec{OpenPath: []string{queue, queue}})
 	want := map[uint64]nr1.Usage{p.ids[0]: {0, 0, 0, 1}, p.ids[1]: {}}
-	b := newBPFOrSkip(t, p)
-	for _, src := range []Source{b, NewProcfs("/proc", p.cgroupV2, p.targets)} {
-		s, err := src.Scan(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range scanBoth(t, p) {
 		got := byCgroup(s, p.targets)
 		for _, id := range p.ids {
 			if got[id] != want[id] {
@@ -446,12 +441,7 @@ func TestFdFloodIsOneRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine []Handle
-	for _, h := range s.Handles {
-		if h.CgroupID == p.ids[0] {
-			mine = append(mine, h)
-		}
-	}
+	mine := ofGroups(s, map[uint64]bool{p.ids[0]: true}).Handles
 	if got := byCgroup(s, p.targets)[p.ids[0]]; got != (nr1.Usage{0, 0, 0, 1}) || len(mine) != 1 {
 		t.Errorf("the flood holds %v in %d records, want one queue in one record", got, len(mine))
 	}
@@ -618,12 +608,7 @@ func TestMappedThenClosedQueueIsHeld(t *testing.T) {
 		"bpf":    {inherited: 1, twice: 2, openToo: 2, none: 0},
 		"procfs": {inherited: 1, twice: 2, openToo: 1, none: 0},
 	}
-	b := newBPFOrSkip(t, p)
-	for _, src := range []Source{b, NewProcfs("/proc", p.cgroupV2, p.targets)} {
-		s, err := src.Scan(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range scanBoth(t, p) {
 		got := byCgroup(s, p.targets)
 		for g, id := range p.ids {
 			if q := got[id][nr1.HypervisorQueue]; q != want[s.Source][g] {
@@ -644,14 +629,23 @@ func TestInheritedMappingsAreOneRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine int
-	for _, m := range s.Mappings {
-		if m.CgroupID == p.ids[0] {
-			mine++
-		}
-	}
+	mine := ofGroups(s, map[uint64]bool{p.ids[0]: true}).Mappings
 	page := nr1.Base(os.Getpagesize())
-	if got := byCgroup(s, p.targets)[p.ids[0]]; got != (nr1.Usage{64 * page}) || mine != 64 {
-		t.Errorf("the children hold %v in %d records, want 64 pages in 64 records", got, mine)
+	if got := byCgroup(s, p.targets)[p.ids[0]]; got != (nr1.Usage{64 * page}) || len(mine) != 64 {
+		t.Errorf("the children hold %v in %d records, want 64 pages in 64 records", got, len(mine))
 	}
+}
+
+// scanBoth is a scan of p's targets by each source, BPF's first.
+func scanBoth(t *testing.T, p *population) []*Scan {
+	t.Helper()
+	var out []*Scan
+	for _, src := range []Source{newBPFOrSkip(t, p), NewProcfs("/proc", p.cgroupV2, p.targets)} {
+		s, err := src.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
 }
