@@ -60,8 +60,10 @@ type Holder struct {
 	CPUMB, CPUOffsetMB         int64
 	Queues                     int64
 	// Fork starts workers holding the same ranges and descriptors (nothing more); Dup
-	// opens one more queue and dup()s it so many times (one queue more, many fds).
-	Fork, Dup int
+	// opens one more queue and dup()s it so many times (one queue more, many fds);
+	// InFlight queues are opened, sent over a unix socket nobody reads and closed: held
+	// in flight by no fd.
+	Fork, Dup, InFlight int
 	// Exits after this long (an init container); zero for one that holds until stopped.
 	ExitAfter time.Duration
 	// Pod is which of a SharedClaim case's pods it runs in.
@@ -124,9 +126,11 @@ const overMargin = 1.25
 // Generate invents a plan of cases CGs and about faults faults for mode, from seed.
 func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int) Plan {
 	r := rand.New(rand.NewPCG(seed, uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	// What was added after seeds were kept comes from a stream of its own.
+	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
-		p.Cases = append(p.Cases, genCase(r, mode, duration, i))
+		p.Cases = append(p.Cases, genCase(r, later, mode, duration, i))
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
 	window := duration - 2*time.Minute
@@ -136,9 +140,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		}
 		p.Faults = append(p.Faults, Fault{At: time.Minute/2 + time.Duration(r.Int64N(int64(window))), What: Faults[r.IntN(len(Faults))]})
 	}
-	// What was added later, from its own stream: faults, and in DRA mode pods sharing a
-	// claim.
-	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	// Faults, and in DRA mode pods sharing a claim, added later.
 	for range faults/2 + 1 {
 		if window <= 0 {
 			break
@@ -204,7 +206,7 @@ func sortFaults(f []Fault) {
 	}
 }
 
-func genCase(r *rand.Rand, mode Mode, duration time.Duration, i int) Case {
+func genCase(r, later *rand.Rand, mode Mode, duration time.Duration, i int) Case {
 	c := Case{Name: "cg-" + strconv.Itoa(i%4), Namespace: Namespaces[i/4%len(Namespaces)], Mode: mode, Pods: 1}
 	c.Name = fmt.Sprintf("%s-%d", c.Name, i/4/len(Namespaces)) // unique per namespace, repeated across them
 	switch n := r.IntN(10); {
@@ -244,6 +246,7 @@ func genCase(r *rand.Rand, mode Mode, duration time.Duration, i int) Case {
 		c.Holders = append(c.Holders, h)
 	}
 	fill(r, &c)
+	inFlight(later, &c)
 	if r.IntN(3) == 0 {
 		c.Over = overrun(r, &c, duration)
 	}
@@ -279,6 +282,20 @@ func fill(r *rand.Rand, c *Case) {
 				h.Dup, queues = 1+r.IntN(4), queues-1
 			}
 		}
+	}
+}
+
+// inFlight gives a booking holder that holds until stopped some of the queues the others
+// left, to hold in flight.
+func inFlight(r *rand.Rand, c *Case) {
+	left := int64(c.Booked[nr1.HypervisorQueue]) - c.Held(nr1.HypervisorQueue)
+	for i := range c.Holders {
+		h := &c.Holders[i]
+		if left <= 0 || !h.Books || h.Role == Init || r.IntN(3) != 0 {
+			continue
+		}
+		h.InFlight = 1 + r.IntN(int(min(left, 3)))
+		left -= int64(h.InFlight)
 	}
 }
 
@@ -324,7 +341,7 @@ func (c *Case) Queues() int64 {
 	var n int64
 	for _, h := range c.Holders {
 		if h.Role != Init {
-			n += h.Queues + int64(min(h.Dup, 1))
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight)
 		}
 	}
 	return n
@@ -337,7 +354,7 @@ func (c *Case) Held(r nr1.Resource) int64 {
 	if r == nr1.HypervisorQueue {
 		var n int64
 		for _, h := range c.Holders {
-			n += h.Queues + int64(min(h.Dup, 1))
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight)
 		}
 		return n
 	}
@@ -404,6 +421,9 @@ func (h Holder) Args(c *Case, index int) []string {
 	}
 	if h.Dup > 0 {
 		a = append(a, "--dup-queues="+strconv.Itoa(h.Dup))
+	}
+	if h.InFlight > 0 {
+		a = append(a, "--inflight-queues="+strconv.Itoa(h.InFlight))
 	}
 	if o := c.Over; o != nil && o.Holder == index {
 		key := "compute"
