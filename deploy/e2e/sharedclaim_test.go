@@ -51,6 +51,13 @@ func sharedClaimCGs(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, ima
 			t.Errorf("%s, within the claim it shares, got NR1 Event %s: %s", p.Name, evs[0].Reason, evs[0].Message)
 		}
 	}
+	// Gone, so that the pair over its claim, killed and restarted, does not spend the
+	// node's action budget the tests after this one count on.
+	for _, p := range append(apart, same...) {
+		if err := c.CoreV1().Pods(p.Namespace).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // sharedClaimPods creates a ResourceClaim for booked and a pod claiming it per offset,
