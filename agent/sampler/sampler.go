@@ -430,6 +430,16 @@ func (h *smallestFirst) Pop() any {
 	return m
 }
 
+// containerOf is the CG's container of the cgroup id (its own or one it made), or nil.
+func containerOf(cg *inventory.CG, id uint64) *inventory.Container {
+	for _, c := range cg.Containers {
+		if id != 0 && (c.CgroupID == id || slices.Contains(c.ChildCgroupIDs, id)) {
+			return c
+		}
+	}
+	return nil
+}
+
 // unread says why the scan did not read all the CG holds, "" when it did.
 func unread(cg *inventory.CG, scan *footprint.Scan) string {
 	// Processes are attributed by cgroup: those of a running container without one the
@@ -444,10 +454,13 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound"
 	}
 	for _, id := range scan.InFlightUnread {
-		for _, c := range cg.Containers {
-			if id != 0 && (c.CgroupID == id || slices.Contains(c.ChildCgroupIDs, id)) {
-				return fmt.Sprintf("a socket of %s holds more queue handles in flight than a scan reads", c.Name)
-			}
+		if c := containerOf(cg, id); c != nil {
+			return fmt.Sprintf("a socket of %s holds more queue handles in flight than a scan reads", c.Name)
+		}
+	}
+	for _, id := range scan.Uncounted {
+		if c := containerOf(cg, id); c != nil {
+			return fmt.Sprintf("a process of %s maps a queue it has no fd on, whose description the %s scan cannot tell", c.Name, scan.Source)
 		}
 	}
 	if scan.Cutoff == 0 {

@@ -279,6 +279,13 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "in flight") {
 		t.Errorf("in flight unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
+	// A process of the late CG maps a queue whose description procfs cannot tell.
+	scan.InFlightUnread, scan.Uncounted = nil, []uint64{12}
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "maps a queue it has no fd on") {
+		t.Errorf("uncounted mapping: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
+	}
+	scan.Uncounted = nil
 	// The pass over what is in flight cut short: any CG may hold more.
 	scan.InFlightUnread, scan.InFlightCut = nil, true
 	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})

@@ -37,7 +37,8 @@ type Mapping struct {
 	Offset   uint64 `json:"offset"`
 	// Description is the open file description the mapping keeps open, for a target
 	// counted in handles: a queue mapped and then closed is still held. Zero for a
-	// target measured in bytes, or when the source cannot tell.
+	// target measured in bytes, or when the source cannot tell (procfs, which names the
+	// mapping's cgroup in Scan.Uncounted instead).
 	Description uint64 `json:"description,omitempty"`
 }
 
@@ -69,6 +70,10 @@ type Scan struct {
 	// InFlightUnread are the cgroups (v2 ids) one of whose sockets holds more target
 	// files in flight than the scan reads: their handles are a lower bound.
 	InFlightUnread []uint64 `json:"inFlightUnread,omitempty"`
+	// Uncounted are the cgroups (v2 ids) with a process mapping a target counted in
+	// handles without an fd on it, whose description the source cannot tell (procfs):
+	// their handles are a lower bound.
+	Uncounted []uint64 `json:"uncounted,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`

@@ -119,21 +119,22 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 		return err
 	}
 	// A mapping of a target counted in handles keeps its description open after its fd
-	// is closed. kcmp compares fds only: a mapping of a process with no fd on the target
-	// holds a description of its own, named by its address, which children forked with
-	// it share; one of a process that has fds on the target is taken for one of theirs
-	// (a lower bound: the BPF source tells them apart).
-	for i := mapped; i < len(s.Mappings); i++ {
-		if m := &s.Mappings[i]; p.targets.At(m.Target).Measure == OpenHandles && !st.fdTargets[m.Target] {
-			m.Description = mappedOnly | m.Start
+	// is closed, and kcmp compares fds only: which description a mapping keeps is not
+	// known here. One in a process with fds on the target is taken for one of theirs; one
+	// in a process with none may be its own, or one a parent or another process of the CG
+	// still holds by an fd. Counting it could count a description twice, so it is not
+	// counted and its cgroup's handles are a lower bound (the BPF source tells them
+	// apart).
+	for _, m := range s.Mappings[mapped:] {
+		if p.targets.At(m.Target).Measure == OpenHandles && !st.fdTargets[m.Target] {
+			if !slices.Contains(s.Uncounted, cg) {
+				s.Uncounted = append(s.Uncounted, cg)
+			}
+			break
 		}
 	}
 	return nil
 }
-
-// mappedOnly marks the description procfs gives a mapping without an fd: apart from the
-// ones kcmp orders, which count up from zero.
-const mappedOnly = 1 << 63
 
 func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(base, "cgroup"))

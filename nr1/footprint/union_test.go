@@ -577,8 +577,9 @@ func TestInFlightPastTheMessagesReadIsALowerBound(t *testing.T) {
 // TestMappedThenClosedQueueIsHeld: a file counted in handles that a process maps and
 // then closes is still held, by the mapping: once however many children inherit it,
 // once with the fds on its description, apart from another open of the same file. The
-// BPF source names the description of each mapping; procfs, which can compare fds only,
-// takes a mapping of a process that has fds on the file for one of theirs, a lower bound.
+// BPF source names the description of each mapping. procfs, which can compare fds
+// only, never counts a mapping (it could be a description an fd elsewhere holds): a
+// mapping in a process without an fd on the file names its cgroup as a lower bound.
 func TestMappedThenClosedQueueIsHeld(t *testing.T) {
 	p, dir := newCgroups(t, 4)
 	// A queue that can be mapped: the simulated one is tun's device, which cannot.
@@ -606,14 +607,24 @@ func TestMappedThenClosedQueueIsHeld(t *testing.T) {
 	p.startMapper(t, none, mapperSpec{Maps: []mapperRange{{p.sim.File(sim.ComputeDMA), 0, 1}}})
 	want := map[string][]nr1.Base{
 		"bpf":    {inherited: 1, twice: 2, openToo: 2, none: 0},
-		"procfs": {inherited: 1, twice: 2, openToo: 1, none: 0},
+		"procfs": {inherited: 0, twice: 0, openToo: 1, none: 0},
 	}
+	wantUncounted := map[string][]uint64{"bpf": nil, "procfs": slices.Sorted(slices.Values([]uint64{p.ids[inherited], p.ids[twice]}))}
 	for _, s := range scanBoth(t, p) {
 		got := byCgroup(s, p.targets)
 		for g, id := range p.ids {
 			if q := got[id][nr1.HypervisorQueue]; q != want[s.Source][g] {
 				t.Errorf("%s: cgroup %d holds %d queues, want %d", s.Source, g, q, want[s.Source][g])
 			}
+		}
+		var uncounted []uint64
+		for _, id := range s.Uncounted {
+			if slices.Contains(p.ids, id) {
+				uncounted = append(uncounted, id)
+			}
+		}
+		if slices.Sort(uncounted); !slices.Equal(uncounted, wantUncounted[s.Source]) {
+			t.Errorf("%s: cgroups named a lower bound %v, want %v", s.Source, uncounted, wantUncounted[s.Source])
 		}
 	}
 }
