@@ -131,24 +131,34 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 // configuration's lists or the namespace's labels. While those labels are unknown, only
 // the lists can decide.
 func exemption(cg *sampler.CG, st *State, p Policy) (exempt, decided bool, out []Action) {
+	exempt, decided, why := exemptionOf(cg, p)
+	if why != "" {
+		out = ignored(cg, st, cg.Annotations[AnnotationKey], why)
+	}
+	return exempt, decided, out
+}
+
+// exemptionOf is exemption without reporting: why the pod's annotation is ignored, if
+// it is.
+func exemptionOf(cg *sampler.CG, p Policy) (exempt, decided bool, ignoredWhy string) {
 	if slices.Contains(p.ExemptNamespaces, cg.Namespace) {
-		return true, true, nil
+		return true, true, ""
 	}
 	labelsKnown := cg.NamespaceUnknown == ""
 	if labelsKnown && cg.NamespaceLabels[ExemptLabel] == "disabled" {
-		return true, true, nil
+		return true, true, ""
 	}
 	switch v, ok := cg.Annotations[AnnotationKey]; {
 	case !ok || v == "enabled":
-		return false, labelsKnown, nil
+		return false, labelsKnown, ""
 	case v != "disabled":
-		return false, labelsKnown, ignored(cg, st, v, `want "disabled" or "enabled"`)
+		return false, labelsKnown, `want "disabled" or "enabled"`
 	case slices.Contains(p.PodExemptionNamespaces, cg.Namespace) || labelsKnown && cg.NamespaceLabels[AllowPodExemptionLabel] == "true":
-		return true, true, nil
+		return true, true, ""
 	case !labelsKnown:
-		return false, false, nil
+		return false, false, ""
 	default:
-		return false, true, ignored(cg, st, v, fmt.Sprintf("namespace %s does not allow its pods to exempt themselves (label %s=true)", cg.Namespace, AllowPodExemptionLabel))
+		return false, true, fmt.Sprintf("namespace %s does not allow its pods to exempt themselves (label %s=true)", cg.Namespace, AllowPodExemptionLabel)
 	}
 }
 
@@ -199,9 +209,7 @@ func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resourc
 	}
 	group := verdict{ratio: noAllocation(float64(s.Ratio[r]), p), usage: s.Usage[r], alloc: s.Allocation[r], shared: s}
 	groupKnown := s.Uncertain == "" || group.ratio > 1
-	if group.ratio > 1 && !(ownKnown && own.ratio > 1) && overAlone(s, r, p) {
-		// Another pod is over on its own: that one is acted on, and the group is judged
-		// again once it is back within. The others are not made to pay for it.
+	if group.ratio > 1 && !(ownKnown && own.ratio > 1) && !othersPay(s, r, p) {
 		return own, ownKnown
 	}
 	switch {
@@ -216,14 +224,17 @@ func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resourc
 	return own, ownKnown
 }
 
-// overAlone reports a pod of the group over its own allocation of r.
-func overAlone(s *sampler.Shared, r nr1.Resource, p Policy) bool {
+// othersPay says whether the pods of a group over together on r are acted on for it.
+// Not while one of them is over on its own: that one is acted on, and the group is
+// judged again once it is back within. Nor while one is exempt, or its exemption not
+// decided: what an exempt pod holds is not the others' to pay for.
+func othersPay(s *sampler.Shared, r nr1.Resource, p Policy) bool {
 	for _, m := range s.Members {
-		if noAllocation(float64(m.Ratio[r]), p) > 1 {
-			return true
+		if exempt, decided, _ := exemptionOf(m, p); exempt || !decided || noAllocation(float64(m.Ratio[r]), p) > 1 {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // noAllocation is a ratio over a zero allocation as the policy wants it judged.

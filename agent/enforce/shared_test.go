@@ -65,6 +65,22 @@ func TestPodsSharingAClaimAreJudgedTogether(t *testing.T) {
 			t.Error("nothing done on a pod holding 5 MB of 3")
 		}
 	})
+	t.Run("a pod exempt, or its exemption unknown: the others do not pay for the group", func(t *testing.T) {
+		pe := p
+		pe.ExemptNamespaces = []string{"exempt"}
+		for name, mark := range map[string]func(*sampler.CG){
+			"exempt":  func(c *sampler.CG) { c.Namespace = "exempt" },
+			"unknown": func(c *sampler.CG) { c.NamespaceUnknown = "the API server does not answer" },
+		} {
+			if by := run(pe, 120, func(s int) *sampler.Snapshot {
+				sn := sharing(t0.Add(time.Duration(s)*time.Second), twoMB, twoMB, nr1.Usage{4 * mb}, "")
+				mark(sn.CGs[0])
+				return sn
+			}); len(by) != 0 {
+				t.Errorf("%s: acted: %s", name, kinds(by))
+			}
+		}
+	})
 	t.Run("uncertain group under: the ladder neither moves nor resets", func(t *testing.T) {
 		st := NewState(t0.Add(-time.Hour))
 		over := sharing(t0, twoMB, twoMB, nr1.Usage{4 * mb}, "")
