@@ -280,24 +280,26 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	for _, icg := range inv.CGs {
 		snap.CGs = append(snap.CGs, &CG{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)})
 	}
-	sharedGroup := make([]int, len(snap.CGs))
-	for i := range sharedGroup {
-		sharedGroup[i] = -1
-	}
-	shared, members := shareClaims(snap.CGs)
-	for g, s := range shared {
-		for _, i := range members[g] {
-			snap.CGs[i].Shared, sharedGroup[i] = s, len(groups)
-		}
+	shared := shareClaims(snap.CGs)
+	sharedGroup := map[*Shared]int{}
+	for _, s := range shared {
+		sharedGroup[s] = len(groups)
 		groups = append(groups, group{shared: s})
+		for _, m := range s.Members {
+			m.Shared = s
+		}
 	}
 	for i, icg := range inv.CGs {
 		cg := snap.CGs[i]
 		cgGroup := len(groups)
 		groups = append(groups, group{cg: cg})
+		sg, ok := sharedGroup[cg.Shared]
+		if !ok {
+			sg = -1
+		}
 		for _, c := range icg.Containers {
 			if c.CgroupID != 0 {
-				o := owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name), sharedGroup: sharedGroup[i]}
+				o := owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name), sharedGroup: sg}
 				owners[c.CgroupID] = o
 				for _, id := range c.ChildCgroupIDs {
 					owners[id] = o

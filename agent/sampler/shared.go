@@ -29,8 +29,8 @@ type Shared struct {
 }
 
 // shareClaims groups the CGs (of a known allocation) that share a claim, directly or
-// through another, and returns each group of two or more, its members' indexes in cgs.
-func shareClaims(cgs []*CG) (groups []*Shared, members [][]int) {
+// through another, and returns each group of two or more.
+func shareClaims(cgs []*CG) []*Shared {
 	parent := make([]int, len(cgs))
 	for i := range parent {
 		parent[i] = i
@@ -55,32 +55,25 @@ func shareClaims(cgs []*CG) (groups []*Shared, members [][]int) {
 			holders[k] = append(holders[k], i)
 		}
 	}
-	byRoot := map[int]int{}
+	byRoot := map[int]*Shared{}
+	var groups []*Shared
 	for i, cg := range cgs {
 		if !cg.AllocationKnown || len(cg.Claims) == 0 {
 			continue
 		}
-		r := root(i)
-		g, ok := byRoot[r]
-		if !ok {
-			g = len(groups)
-			byRoot[r] = g
-			groups = append(groups, &Shared{})
-			members = append(members, nil)
+		s := byRoot[root(i)]
+		if s == nil {
+			s = &Shared{}
+			byRoot[root(i)] = s
+			groups = append(groups, s)
 		}
-		members[g] = append(members[g], i)
+		s.Members = append(s.Members, cg)
 	}
-	var out []*Shared
-	var outMembers [][]int
-	for g, s := range groups {
-		if len(members[g]) < 2 {
-			continue
-		}
+	groups = slices.DeleteFunc(groups, func(s *Shared) bool { return len(s.Members) < 2 })
+	for _, s := range groups {
 		given := map[string]bool{}
-		for _, i := range members[g] {
-			cg := cgs[i]
+		for _, cg := range s.Members {
 			s.Pods = append(s.Pods, cg.Namespace+"/"+cg.Name)
-			s.Members = append(s.Members, cg)
 			// What the pod was given besides its claims (a device-plugin resource) is its
 			// own; each claim counts once.
 			own := cg.Allocation
@@ -103,10 +96,8 @@ func shareClaims(cgs []*CG) (groups []*Shared, members [][]int) {
 			}
 		}
 		slices.Sort(s.Claims)
-		out = append(out, s)
-		outMembers = append(outMembers, members[g])
 	}
-	return out, outMembers
+	return groups
 }
 
 // settle computes the group's ratios once its usage is summed. Its docker partition
