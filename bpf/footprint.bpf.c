@@ -11,6 +11,8 @@
 
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
+#define S_IFSOCK 0140000
+#define AF_UNIX 1
 // An O_PATH fd names a file without opening it: no I/O, no mapping, nothing held.
 #define FMODE_PATH (1U << 14)
 
@@ -84,6 +86,12 @@ struct record {
 	__u32 kind;
 };
 
+// KIND_REGISTERED: a target registered in an io_uring of the process (fd: the ring's).
+// KIND_RING_MORE: the cgroup holds a ring whose registered files were not all read.
+// KIND_NETNS: the process holds a unix socket of a network namespace other than its own
+// (file: that namespace's inode number); user space reads its sockets from there.
+enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6 };
+
 // Force the record type into BTF for bpf2go.
 const struct record *unused_record __attribute__((unused));
 
@@ -112,6 +120,166 @@ static __always_inline void fill(struct record *r, struct task_struct *task, str
 	r->kind = kind;
 }
 
+// An anonymous inode named [io_uring]: an io_uring's file. Anonymous inodes carry no
+// file type, which makes the name worth reading only for them.
+static __always_inline bool is_ring(struct file *file, umode_t mode)
+{
+	static const char want[] = "[io_uring]";
+	char name[sizeof(want)] = {};
+
+	if ((mode & S_IFMT) != 0)
+		return false;
+	const unsigned char *p = BPF_CORE_READ(file, f_path.dentry, d_name.name);
+	if (bpf_probe_read_kernel_str(name, sizeof(name), p) != sizeof(want))
+		return false;
+	for (int i = 0; i < sizeof(want); i++)
+		if (name[i] != want[i])
+			return false;
+	return true;
+}
+
+// The network namespace of a unix socket's file, 0 for any other file.
+static __always_inline struct net *unix_net(struct file *file, umode_t mode)
+{
+	if ((mode & S_IFMT) != S_IFSOCK)
+		return 0;
+	struct socket *sock = BPF_CORE_READ(file, private_data);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	if (!sk || BPF_CORE_READ(sk, __sk_common.skc_family) != AF_UNIX)
+		return 0;
+	return BPF_CORE_READ(sk, __sk_common.skc_net.net);
+}
+
+// A ring's registered files are one object of the iterator with its fd: all their
+// records fit the seq buffer, or the fd is shown again. So at most MAX_RING_RECORDS are
+// written per ring, and the ring is marked seen for its cgroup only once all were written.
+#define MAX_RING_FILES (1 << 15) // IORING_MAX_FIXED_FILES
+#define MAX_RING_RECORDS 480
+#define FILE_PTR_FLAGS 7UL
+
+struct ring {
+	struct seq_file *seq;
+	struct io_rsrc_node **nodes;
+	struct io_fixed_file *files;
+	struct net *net;
+	__u64 cgroup_id;
+	__u32 pid;
+	__u32 fd;
+	__u32 nr;
+	int written;
+	int more;
+	int failed;
+};
+
+static long ring_file(__u32 i, struct ring *c)
+{
+	unsigned long ptr = 0;
+	struct record r = {};
+	struct file *file;
+	__u32 *target;
+
+	// Kernel pointers are copied out of the context first, as for sockets.
+	struct io_rsrc_node **nodes = c->nodes;
+	struct io_fixed_file *files = c->files;
+
+	if (i >= c->nr)
+		return 1;
+	if (nodes) {
+		struct io_rsrc_node *node = 0;
+
+		if (bpf_core_read(&node, sizeof(node), &nodes[i]) || !node)
+			return 0;
+		ptr = BPF_CORE_READ(node, file_ptr);
+	} else if (bpf_core_read(&ptr, sizeof(ptr), &files[i].file_ptr)) {
+		return 0;
+	}
+	file = (struct file *)(ptr & ~FILE_PTR_FLAGS);
+	if (!file)
+		return 0;
+	target = match(file);
+	if (!target) {
+		// A unix socket of a namespace no process may be in: what it holds in flight
+		// is not read.
+		struct net *net = unix_net(file, BPF_CORE_READ(file, f_inode, i_mode));
+		if (net && net != c->net)
+			c->more = 1;
+		return 0;
+	}
+	if (c->written >= MAX_RING_RECORDS) {
+		c->more = 1;
+		return 1;
+	}
+	r.cgroup_id = c->cgroup_id;
+	r.pid = c->pid;
+	r.fd = c->fd;
+	r.file = (__u64)file;
+	r.target = *target;
+	r.kind = KIND_REGISTERED;
+	if (bpf_seq_write(c->seq, &r, sizeof(r))) {
+		c->failed = 1;
+		return 1;
+	}
+	c->written++;
+	return 0;
+}
+
+static __always_inline void registered(struct bpf_iter__task_file *ctx, struct task_struct *task, struct file *ring)
+{
+	struct io_ring_ctx *rctx = BPF_CORE_READ(ring, private_data);
+	struct ring c = {};
+
+	c.seq = ctx->meta->seq;
+	c.cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	struct seen_key key = {.file = (__u64)ring, .cgroup_id = c.cgroup_id};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+	if (last && *last == scan)
+		return;
+	c.pid = BPF_CORE_READ(task, tgid);
+	c.fd = ctx->fd;
+	c.net = BPF_CORE_READ(task, nsproxy, net_ns);
+	if (bpf_core_field_exists(rctx->file_table.data)) {
+		c.nodes = BPF_CORE_READ(rctx, file_table.data.nodes);
+		c.nr = BPF_CORE_READ(rctx, file_table.data.nr);
+	} else if (bpf_core_field_exists(((struct io_ring_ctx___fixed *)rctx)->file_table.files)) {
+		struct io_ring_ctx___fixed *old = (void *)rctx;
+
+		c.files = BPF_CORE_READ(old, file_table.files);
+		c.nr = BPF_CORE_READ(old, nr_user_files);
+	} else {
+		c.more = 1; // a layout this program does not know
+	}
+	if (c.nodes || c.files)
+		bpf_loop(MAX_RING_FILES, ring_file, &c, 0);
+	if (c.failed)
+		return;
+	if (c.more) {
+		struct record r = {.cgroup_id = c.cgroup_id, .pid = c.pid, .fd = c.fd, .kind = KIND_RING_MORE};
+		if (bpf_seq_write(c.seq, &r, sizeof(r)))
+			return;
+	}
+	bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+}
+
+// A unix socket of another network namespace than its holder's, reported once per
+// namespace and scan: that namespace may have no process, and its sockets are read
+// only from inside it.
+static __always_inline void foreign(struct bpf_iter__task_file *ctx, struct task_struct *task, struct net *net)
+{
+	struct record r = {};
+
+	if (net == BPF_CORE_READ(task, nsproxy, net_ns))
+		return;
+	struct seen_key key = {.file = (__u64)net};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+	if (last && *last == scan)
+		return;
+	fill(&r, task, 0, 0, KIND_NETNS);
+	r.file = BPF_CORE_READ(net, ns.inum);
+	r.fd = ctx->fd;
+	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) == 0)
+		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+}
+
 SEC("iter/task_file")
 int nr1_task_file(struct bpf_iter__task_file *ctx)
 {
@@ -125,8 +293,16 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
 		return 0;
 	target = match(file);
-	if (!target)
+	if (!target) {
+		umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
+		struct net *net;
+
+		if (is_ring(file, mode))
+			registered(ctx, task, file);
+		else if ((net = unix_net(file, mode)))
+			foreign(ctx, task, net);
 		return 0;
+	}
 	fill(&r, task, file, *target, KIND_FD);
 	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
@@ -191,6 +367,7 @@ struct inflight {
 	struct scm_fp_list *fpl;
 	struct sk_buff *skb;
 	struct sk_buff *head;
+	struct net *net;
 	__u64 cgroup_id;
 	int count;
 	int written;
@@ -214,8 +391,16 @@ static long inflight_file(__u32 i, struct inflight *c)
 	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
 		return 0;
 	target = match(file);
-	if (!target)
+	if (!target) {
+		// A ring, or a unix socket of a namespace no process may be in, in flight: what
+		// they hold is not read here.
+		umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
+		struct net *net = unix_net(file, mode);
+
+		if ((net && net != c->net) || is_ring(file, mode))
+			c->more = 1;
 		return 0;
+	}
 	r.cgroup_id = c->cgroup_id;
 	r.file = (__u64)file;
 	r.target = *target;
@@ -265,6 +450,7 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 	c.head = (struct sk_buff *)&u->sk.sk_receive_queue;
 	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
 	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
+	c.net = BPF_CORE_READ(u, sk.__sk_common.skc_net.net);
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
 	if (c.skb && c.skb != c.head)
 		c.more = 1;

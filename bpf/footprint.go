@@ -24,6 +24,16 @@ const (
 	// KindInFlightMore: a socket of the record's cgroup holds more files in flight
 	// than one read of the iterator takes; those are not reported.
 	KindInFlightMore = 3
+	// KindRegistered: a target registered with an io_uring of the record's process (Fd
+	// is the ring's), held open by the ring with no fd of its own.
+	KindRegistered = 4
+	// KindRingMore: a ring of the record's cgroup holds files the iterator did not
+	// read (more than it reads, a socket of another namespace, a layout it does not know).
+	KindRingMore = 5
+	// KindNetNS: the record's process holds a unix socket (Fd) of a network namespace
+	// other than its own, whose inode number is in File: no process may be in it, and
+	// its sockets are seen only from inside it.
+	KindNetNS = 6
 )
 
 // Record is one open fd or one mapping of a target file, as the iterators report it.
@@ -108,8 +118,9 @@ func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 
 // Files runs the task_file iterator, calling fn for each open file description of a
 // target in each cgroup: the first fd the iterator meets (lowest PID, then lowest fd),
-// not the others sharing it. Records come in PID order; fn returning an error stops
-// the iterator with it.
+// not the others sharing it; for each target registered with an io_uring, once per ring
+// and cgroup; and once per unix socket namespace other than its holder's. Records come
+// in PID order; fn returning an error stops the iterator with it.
 func (f *Footprint) Files(fn func(*Record) error) error {
 	f.scan++
 	if err := f.objs.Scan.Set(f.scan); err != nil {

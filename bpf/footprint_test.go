@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/uring"
 )
 
 // loadOrSkip loads the iterators, skipping only when the kernel lacks what they need.
@@ -184,6 +188,115 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	}
 	if flying[0].Kind != KindInFlight || flying[0].CgroupId != files[0].CgroupId || flying[0].Pid != 0 {
 		t.Errorf("in-flight record %+v: want kind %d, the socket's cgroup %d, no PID", flying[0], KindInFlight, files[0].CgroupId)
+	}
+}
+
+// A file registered with an io_uring and closed is held by the ring alone: Files
+// reports each registered description once per ring and cgroup, with the ring's fd.
+func TestRegisteredFilesAreReported(t *testing.T) {
+	f := loadOrSkip(t)
+	path := filepath.Join(t.TempDir(), "queue")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): 4}); err != nil {
+		t.Fatal(err)
+	}
+	ring, err := uring.New()
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		t.Skipf("io_uring is not available here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ring)
+	var fds []int32
+	for range 2 {
+		fd, err := unix.Open(path, unix.O_RDONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = append(fds, int32(fd))
+	}
+	// The first description in two slots, the second in one: two descriptions held.
+	if err := uring.Register(ring, []int32{fds[0], fds[1], fds[0]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		unix.Close(int(fd))
+	}
+	pid := uint32(os.Getpid())
+	for scan := range 2 {
+		var got []Record
+		if err := f.Files(func(r *Record) error {
+			if r.Pid == pid && (r.Kind != KindNetNS) {
+				got = append(got, *r)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		descs := map[uint64]bool{}
+		for _, r := range got {
+			if r.Kind != KindRegistered || r.Target != 4 || r.Fd != uint32(ring) || r.CgroupId == 0 {
+				t.Errorf("scan %d: record %+v, want target 4 registered with ring %d", scan, r, ring)
+			}
+			descs[r.File] = true
+		}
+		if len(got) != 3 || len(descs) != 2 {
+			t.Errorf("scan %d: %d records of %d descriptions, want the ring's 3 slots of 2 descriptions", scan, len(got), len(descs))
+		}
+	}
+}
+
+// A unix socket made in a network namespace its maker left is named by the namespace's
+// inode: no process is in that namespace, and what its sockets hold in flight is read
+// only from inside it.
+func TestForeignNamespaceSocketsAreNamed(t *testing.T) {
+	f := loadOrSkip(t)
+	if err := f.SetTargets(map[TargetKey]uint32{}); err != nil {
+		t.Fatal(err)
+	}
+	type made struct {
+		sp  [2]int
+		ino uint64
+		err error
+	}
+	done := make(chan made, 1)
+	go func() {
+		// The thread ends with this goroutine, and its namespace with it: only the
+		// sockets keep the namespace.
+		runtime.LockOSThread()
+		var m made
+		if m.err = unix.Unshare(unix.CLONE_NEWNET); m.err == nil {
+			var st unix.Stat_t
+			if m.err = unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), &st); m.err == nil {
+				m.ino = st.Ino
+				var sp [2]int
+				sp, m.err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+				m.sp = sp
+			}
+		}
+		done <- m
+	}()
+	m := <-done
+	if m.err != nil {
+		t.Fatalf("making sockets in a new network namespace: %v", m.err)
+	}
+	defer unix.Close(m.sp[0])
+	defer unix.Close(m.sp[1])
+	pid := uint32(os.Getpid())
+	var named []Record
+	if err := f.Files(func(r *Record) error {
+		if r.Kind == KindNetNS && r.Pid == pid {
+			named = append(named, *r)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(named) != 1 || named[0].File != m.ino || (named[0].Fd != uint32(m.sp[0]) && named[0].Fd != uint32(m.sp[1])) {
+		t.Errorf("named %+v, want the namespace %d once, by one of fds %v", named, m.ino, m.sp)
 	}
 }
 

@@ -460,9 +460,14 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 			return fmt.Sprintf("a socket of %s holds more queue handles in flight than a scan reads", c.Name)
 		}
 	}
+	for _, id := range scan.RingUnread {
+		if c := containerOf(cg, id); c != nil {
+			return fmt.Sprintf("an io_uring of %s holds files the %s scan does not read", c.Name, scan.Source)
+		}
+	}
 	for _, id := range scan.Uncounted {
 		if c := containerOf(cg, id); c != nil {
-			return fmt.Sprintf("a process of %s maps a queue it has no fd on, whose description the %s scan cannot tell", c.Name, scan.Source)
+			return fmt.Sprintf("a process of %s holds queues with no fd on them (mapped, in an io_uring), which the %s scan cannot tell apart", c.Name, scan.Source)
 		}
 	}
 	if scan.Cutoff == 0 {

@@ -282,10 +282,16 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	// A process of the late CG maps a queue whose description procfs cannot tell.
 	scan.InFlightUnread, scan.Uncounted = nil, []uint64{12}
 	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
-	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "maps a queue it has no fd on") {
+	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "holds queues with no fd on them") {
 		t.Errorf("uncounted mapping: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
-	scan.Uncounted = nil
+	// An io_uring of the late CG holds files the scan did not read.
+	scan.Uncounted, scan.RingUnread = nil, []uint64{12}
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "io_uring of main") {
+		t.Errorf("ring unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
+	}
+	scan.RingUnread = nil
 	// The pass over what is in flight cut short: any CG may hold more.
 	scan.InFlightUnread, scan.InFlightCut = nil, true
 	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})

@@ -15,6 +15,8 @@ typedef __u32 __wsum;
 typedef __u16 umode_t;
 typedef __u32 dev_t;
 typedef _Bool bool;
+#define true 1
+#define false 0
 
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
@@ -51,10 +53,23 @@ struct files_struct {
 	struct fdtable *fdt;
 };
 
+struct ns_common {
+	unsigned int inum;
+};
+
+struct net {
+	struct ns_common ns;
+};
+
+struct nsproxy {
+	struct net *net_ns;
+};
+
 struct task_struct {
 	__s32 tgid;
 	struct css_set *cgroups;
 	struct files_struct *files;
+	struct nsproxy *nsproxy;
 };
 
 struct super_block {
@@ -68,9 +83,23 @@ struct inode {
 	struct super_block *i_sb;
 };
 
+struct qstr {
+	const unsigned char *name;
+};
+
+struct dentry {
+	struct qstr d_name;
+};
+
+struct path {
+	struct dentry *dentry;
+};
+
 struct file {
 	unsigned int f_mode;
 	struct inode *f_inode;
+	struct path f_path;
+	void *private_data;
 };
 
 struct vm_area_struct {
@@ -114,13 +143,60 @@ struct sock_cgroup_data {
 	struct cgroup *cgroup;
 };
 
+typedef struct {
+	struct net *net;
+} possible_net_t;
+
+struct sock_common {
+	unsigned short skc_family;
+	possible_net_t skc_net;
+};
+
 struct sock {
+	struct sock_common __sk_common;
 	struct sk_buff_head sk_receive_queue;
 	struct sock_cgroup_data sk_cgrp_data;
 };
 
 struct unix_sock {
 	struct sock sk;
+};
+
+struct socket {
+	struct sock *sk;
+};
+
+/* Files registered with an io_uring (IORING_REGISTER_FILES): the ring holds them open
+ * with no fd. Newer kernels keep a table of resource nodes, older ones of fixed files. Each
+ * entry is a struct file pointer whose low bits are flags. */
+struct io_rsrc_node {
+	unsigned long file_ptr;
+};
+
+struct io_rsrc_data {
+	unsigned int nr;
+	struct io_rsrc_node **nodes;
+};
+
+struct io_file_table {
+	struct io_rsrc_data data;
+};
+
+struct io_ring_ctx {
+	struct io_file_table file_table;
+};
+
+struct io_fixed_file {
+	unsigned long file_ptr;
+};
+
+struct io_file_table___fixed {
+	struct io_fixed_file *files;
+};
+
+struct io_ring_ctx___fixed {
+	struct io_file_table___fixed file_table;
+	unsigned int nr_user_files;
 };
 
 struct scm_fp_list {

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/uring"
 )
 
 // adversary holds NR1 files the ways a CG written to get more than it was given might,
@@ -24,6 +26,9 @@ type adversary struct {
 	inflightQueues int
 	// pathOnlyQueues opens so many O_PATH fds on the queue device: names, not handles.
 	pathOnlyQueues int
+	// ringQueues opens so many queue handles, registers them with an io_uring and closes
+	// its own fds: the ring alone holds them.
+	ringQueues int
 
 	fds      []int
 	sockets  [2]int
@@ -32,7 +37,7 @@ type adversary struct {
 }
 
 func (a *adversary) any() bool {
-	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0
+	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0
 }
 
 // hold takes everything asked, reporting it to out.
@@ -77,6 +82,11 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 			return err
 		}
 	}
+	if a.ringQueues > 0 {
+		if err := a.register(queuePath); err != nil {
+			return err
+		}
+	}
 	for range a.pathOnlyQueues {
 		fd, err := unix.Open(queuePath, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -84,8 +94,8 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		a.fds = append(a.fds, fd)
 	}
-	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d\n",
-		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues)
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues)
 	return nil
 }
 
@@ -117,6 +127,30 @@ func (a *adversary) sendInFlight(queuePath string) error {
 		sent += n
 	}
 	return nil
+}
+
+// register opens the queue handles, registers them with an io_uring and closes its own
+// fds. The ring's fd is kept until release.
+func (a *adversary) register(queuePath string) error {
+	ring, err := uring.New()
+	if err != nil {
+		return err
+	}
+	a.fds = append(a.fds, ring)
+	fds := make([]int32, 0, a.ringQueues)
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(int(fd))
+		}
+	}()
+	for range a.ringQueues {
+		fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", queuePath, err)
+		}
+		fds = append(fds, int32(fd)) //nolint:gosec // an fd fits
+	}
+	return uring.Register(ring, fds)
 }
 
 // release lets go of everything.

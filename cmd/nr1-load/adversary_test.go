@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,13 +13,13 @@ import (
 // in many mappings, handles only in flight, names without handles.
 func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	l := newLoad(t)
-	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3}
+	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: 5}
 	out := &strings.Builder{}
 	if err := a.hold(out, l.queues.path, l.compute.path); err != nil {
 		t.Fatal(err)
 	}
 	// 301 fds on the queue file (one open and its dups) and 3 O_PATH fds; the in-flight
-	// ones are not the process's fds any more.
+	// and registered ones are not the process's fds any more.
 	if n := openHandles(t, l.queues.path); n != 301+3 {
 		t.Errorf("%d fds on the queue file, want 304", n)
 	}
@@ -39,7 +40,11 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	if n, err := unix.IoctlGetInt(a.sockets[1], unix.SIOCINQ); err != nil || n == 0 {
 		t.Errorf("nothing queued on the receiving end (%d, %v)", n, err)
 	}
-	if !strings.Contains(out.String(), "adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3") {
+	// The registered ones are in the ring's table.
+	if n := registeredFiles(t, a.fds); n != 5 {
+		t.Errorf("%d files registered with the ring, want 5", n)
+	}
+	if !strings.Contains(out.String(), "adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=5") {
 		t.Errorf("report %q", out.String())
 	}
 	if err := a.release(); err != nil {
@@ -48,6 +53,32 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	if n := openHandles(t, l.queues.path); n != 0 || countMappings(t, l.compute.path) != 0 {
 		t.Errorf("after release: %d fds, %d mappings", n, countMappings(t, l.compute.path))
 	}
+}
+
+// registeredFiles reads how many files the io_uring among fds has registered.
+func registeredFiles(t *testing.T, fds []int) int {
+	t.Helper()
+	for _, fd := range fds {
+		if link, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); link != "anon_inode:[io_uring]" {
+			continue
+		}
+		b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "UserFiles:"); ok {
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil {
+					t.Fatalf("ring fdinfo %q", line)
+				}
+				return n
+			}
+		}
+		t.Fatalf("ring fdinfo without UserFiles: %s", b)
+	}
+	t.Fatal("no io_uring among the adversary's fds")
+	return 0
 }
 
 // countMappings counts this process's mappings of path.

@@ -76,7 +76,7 @@ func TestTrust(t *testing.T) {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
-	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %6s %6s %7s %7s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "OVER", "ACTED", "FALSE", "MISSED", "SCRAPES", "MAX RSS")
+	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %6s %7s %7s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "FALSE", "MISSED", "SCRAPES", "MAX RSS")
 	for _, r := range rows {
 		t.Log(r)
 	}
@@ -92,6 +92,7 @@ type trustRun struct {
 
 	mu       sync.Mutex
 	scrapes  int
+	moved    int // workers moved into a child cgroup
 	failed   []string
 	maxRSS   int64
 	rssLimit int64
@@ -127,6 +128,8 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 	var bg sync.WaitGroup
 	bg.Add(1)
 	go func() { defer bg.Done(); r.scrape(ctx) }()
+	bg.Add(1)
+	go func() { defer bg.Done(); r.moveWorkers(ctx) }()
 
 	// Faults at their moments; a StatefulSet's pod deleted once, to be re-created under
 	// its name.
@@ -548,7 +551,7 @@ func (r *trustRun) judge() string {
 	if r.maxRSS > r.rssLimit {
 		t.Errorf("the agent's RSS reached %d bytes, over its limit %d", r.maxRSS, r.rssLimit)
 	}
-	return fmt.Sprintf("%-13s %5d %6d %6d %5d %6d %6d %7d %7d %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), over, acted, falseActions, missed,
+	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %6d %7d %7d %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, falseActions, missed,
 		r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI))
 }
 

@@ -62,8 +62,13 @@ type Holder struct {
 	// Fork starts workers holding the same ranges and descriptors (nothing more); Dup
 	// opens one more queue and dup()s it so many times (one queue more, many fds);
 	// InFlight queues are opened, sent over a unix socket nobody reads and closed: held
-	// in flight by no fd.
-	Fork, Dup, InFlight int
+	// in flight by no fd. Ring queues are opened, registered with an io_uring and
+	// closed: held by the ring.
+	Fork, Dup, InFlight, Ring int
+	// MoveAt is when, after it started, the runner moves the holder's first forked
+	// worker into a child cgroup of the container's, as a container managing its own
+	// cgroup can; zero for never.
+	MoveAt time.Duration
 	// Exits after this long (an init container); zero for one that holds until stopped.
 	ExitAfter time.Duration
 	// Pod is which of a SharedClaim case's pods it runs in.
@@ -126,11 +131,16 @@ const overMargin = 1.25
 // Generate invents a plan of cases CGs and about faults faults for mode, from seed.
 func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int) Plan {
 	r := rand.New(rand.NewPCG(seed, uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
-	// What was added after seeds were kept comes from a stream of its own.
+	// What was added after seeds were kept comes from streams of its own, one per wave of
+	// additions.
 	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
-		p.Cases = append(p.Cases, genCase(r, later, mode, duration, i))
+		c := genCase(r, later, mode, duration, i)
+		rings(third, &c)
+		moves(third, &c, duration)
+		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
 	window := duration - 2*time.Minute
@@ -299,6 +309,32 @@ func inFlight(r *rand.Rand, c *Case) {
 	}
 }
 
+// rings gives a booking holder that holds until stopped some of the queues the others
+// left, to hold registered with an io_uring.
+func rings(r *rand.Rand, c *Case) {
+	left := int64(c.Booked[nr1.HypervisorQueue]) - c.Held(nr1.HypervisorQueue)
+	for i := range c.Holders {
+		h := &c.Holders[i]
+		if left <= 0 || !h.Books || h.Role == Init || r.IntN(3) != 0 {
+			continue
+		}
+		h.Ring = 1 + r.IntN(int(min(left, 3)))
+		left -= int64(h.Ring)
+	}
+}
+
+// moves picks, now and then, a forking holder whose worker the runner moves into a child
+// cgroup while the CG runs: what the CG holds is the same, from another cgroup.
+func moves(r *rand.Rand, c *Case, duration time.Duration) {
+	for i := range c.Holders {
+		h := &c.Holders[i]
+		if h.Fork == 0 || h.Role == Init || r.IntN(2) != 0 {
+			continue
+		}
+		h.MoveAt = 10*time.Second + time.Duration(r.Int64N(int64(max(duration-3*time.Minute, time.Minute))))
+	}
+}
+
 // overrun picks a holder that holds until stopped and how far over it goes.
 func overrun(r *rand.Rand, c *Case, duration time.Duration) *Overrun {
 	var candidates []int
@@ -341,7 +377,7 @@ func (c *Case) Queues() int64 {
 	var n int64
 	for _, h := range c.Holders {
 		if h.Role != Init {
-			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight)
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring)
 		}
 	}
 	return n
@@ -354,7 +390,7 @@ func (c *Case) Held(r nr1.Resource) int64 {
 	if r == nr1.HypervisorQueue {
 		var n int64
 		for _, h := range c.Holders {
-			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight)
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring)
 		}
 		return n
 	}
@@ -424,6 +460,9 @@ func (h Holder) Args(c *Case, index int) []string {
 	}
 	if h.InFlight > 0 {
 		a = append(a, "--inflight-queues="+strconv.Itoa(h.InFlight))
+	}
+	if h.Ring > 0 {
+		a = append(a, "--ring-queues="+strconv.Itoa(h.Ring))
 	}
 	if o := c.Over; o != nil && o.Holder == index {
 		key := "compute"

@@ -91,6 +91,12 @@ func TestShapesAreCovered(t *testing.T) {
 					if h.InFlight > 0 {
 						seen["in flight"] = true
 					}
+					if h.Ring > 0 {
+						seen["io_uring"] = true
+					}
+					if h.MoveAt > 0 {
+						seen["child cgroup"] = true
+					}
 				}
 				if len(c.Holders) > 1 && c.Holders[0].ComputeOffsetMB != c.Holders[1].ComputeOffsetMB {
 					seen["distinct ranges"] = true
@@ -100,7 +106,7 @@ func TestShapesAreCovered(t *testing.T) {
 	}
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
-		"fork", "dup", "in flight", "distinct ranges", "fault restart-kubelet", "fault restart-containerd", "fault delete-agent", "fault pause-kubelet",
+		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-containerd", "fault delete-agent", "fault pause-kubelet",
 		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)

@@ -124,6 +124,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	var foreign []bpf.Record
 	err = b.fp.Files(func(r *bpf.Record) error {
 		if s.Cutoff != 0 && int(r.Pid) >= s.Cutoff {
 			return errOutOfTime // beyond what the mappings' pass read
@@ -131,6 +132,14 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		if n++; n%1024 == 0 && ctx.Err() != nil {
 			s.Cutoff = int(r.Pid)
 			return errOutOfTime
+		}
+		switch r.Kind {
+		case bpf.KindNetNS:
+			foreign = append(foreign, *r)
+			return nil
+		case bpf.KindRingMore:
+			s.RingUnread = append(s.RingUnread, r.CgroupId)
+			return nil
 		}
 		h, err := handleOf(r, targets)
 		if err == nil {
@@ -151,8 +160,12 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		ictx, cancel = context.WithTimeout(ictx, max(deadline.Sub(start)/4, time.Millisecond))
 		defer cancel()
 	}
+	namespaces := netNamespaces(b.procRoot)
+	entered, unreadable := enterForeign(namespaces, foreign)
+	defer entered.Close()
+	s.InFlightUnread = append(s.InFlightUnread, unreadable...)
 	n = 0
-	err = b.fp.InFlight(ictx, netNamespaces(b.procRoot), func(r *bpf.Record) error {
+	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Record) error {
 		if n++; n%1024 == 0 && ictx.Err() != nil {
 			return errOutOfTime
 		}
@@ -172,7 +185,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
-	fillFdinfo(b.procRoot, b.targets, s.Handles)
+	fillFdinfo(b.procRoot, b.targets, s)
 	s.Took = time.Since(start)
 	return s, nil
 }
@@ -198,12 +211,17 @@ func mappingOf(r *bpf.Record, targets int) (Mapping, error) {
 	return Mapping{}, fmt.Errorf("a mapping record no mapping of %d targets can have: %+v", targets, *r)
 }
 
-// handleOf checks a task_file record: an fd of a target, with its open file description.
+// handleOf checks a task_file record: an fd of a target, with its open file
+// description, or a target registered with an io_uring (no fd of its own).
 func handleOf(r *bpf.Record, targets int) (Handle, error) {
-	if r.Kind != bpf.KindFD || int64(r.Target) >= int64(targets) || r.Pid == 0 || r.Pid > maxPID || r.Fd > math.MaxInt32 || r.File == 0 {
+	if (r.Kind != bpf.KindFD && r.Kind != bpf.KindRegistered) || int64(r.Target) >= int64(targets) || r.Pid == 0 || r.Pid > maxPID || r.Fd > math.MaxInt32 || r.File == 0 {
 		return Handle{}, fmt.Errorf("an fd record no fd of %d targets can have: %+v", targets, *r)
 	}
-	return Handle{CgroupID: r.CgroupId, PID: int(r.Pid), FD: int(r.Fd), Target: int(r.Target), Description: r.File}, nil
+	h := Handle{CgroupID: r.CgroupId, PID: int(r.Pid), FD: int(r.Fd), Target: int(r.Target), Description: r.File}
+	if r.Kind == bpf.KindRegistered {
+		h.FD = -1
+	}
+	return h, nil
 }
 
 // inFlightOf checks a unix iterator record: a file of a target in flight, with its open
@@ -215,27 +233,83 @@ func inFlightOf(r *bpf.Record, targets int) (Handle, error) {
 	return Handle{CgroupID: r.CgroupId, FD: -1, Target: int(r.Target), Description: r.File}, nil
 }
 
+// namespaces are network namespaces to read sockets in: paths to open, and the inode
+// numbers of those named.
+type namespaces struct {
+	paths []string
+	inos  map[uint64]bool
+	fds   []int
+}
+
+// Close closes the namespaces' fds taken from other processes.
+func (ns *namespaces) Close() {
+	for _, fd := range ns.fds {
+		_ = unix.Close(fd)
+	}
+}
+
 // netNamespaces names each network namespace a process is in, once (by one of its
 // processes): a unix socket is seen only from its own namespace, and each pod has its
 // own. A process gone while it is looked at is skipped.
-func netNamespaces(procRoot string) []string {
+func netNamespaces(procRoot string) *namespaces {
+	ns := &namespaces{inos: map[uint64]bool{}}
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
-		return nil
+		return ns
 	}
-	seen := map[string]bool{}
-	var out []string
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
 		p := filepath.Join(procRoot, e.Name(), "ns", "net")
-		id, err := os.Readlink(p)
-		if err != nil || seen[id] {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil || ns.inos[st.Ino] {
 			continue
 		}
-		seen[id] = true
-		out = append(out, p)
+		ns.inos[st.Ino] = true
+		ns.paths = append(ns.paths, p)
 	}
-	return out
+	return ns
+}
+
+// enterForeign takes a handle on each namespace of a socket some process holds that no
+// process is in: the socket is taken from its holder (pidfd_getfd) and asked for its
+// namespace (SIOCGSKNS). The holders' cgroups whose namespace could not be taken are
+// returned: what their sockets hold in flight is not read.
+func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, []uint64) {
+	out := &namespaces{inos: map[uint64]bool{}}
+	var unreadable []uint64
+	for _, r := range foreign {
+		if known.inos[r.File] || out.inos[r.File] {
+			continue
+		}
+		fd, err := socketNamespace(int(r.Pid), int(r.Fd))
+		if err != nil {
+			unreadable = append(unreadable, r.CgroupId)
+			continue
+		}
+		out.inos[r.File] = true
+		out.fds = append(out.fds, fd)
+		out.paths = append(out.paths, "/proc/self/fd/"+strconv.Itoa(fd))
+	}
+	return out, unreadable
+}
+
+// socketNamespace opens the network namespace of process pid's socket fd.
+func socketNamespace(pid, fd int) (int, error) {
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, fmt.Errorf("process %d: %w", pid, err)
+	}
+	defer unix.Close(pidfd)
+	sock, err := unix.PidfdGetfd(pidfd, fd, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket %d of process %d: %w", fd, pid, err)
+	}
+	defer unix.Close(sock)
+	ns, err := unix.IoctlRetInt(sock, unix.SIOCGSKNS)
+	if err != nil {
+		return -1, fmt.Errorf("network namespace of socket %d of process %d: %w", fd, pid, err)
+	}
+	return ns, nil
 }

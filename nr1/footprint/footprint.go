@@ -42,8 +42,9 @@ type Mapping struct {
 	Description uint64 `json:"description,omitempty"`
 }
 
-// Handle is one fd open on a target, or (PID 0, FD -1) one open file description of a
-// target in flight over a unix socket, for the receiving socket's cgroup.
+// Handle is one fd open on a target; or (FD -1) one open file description of a target
+// registered with an io_uring of process PID, or (PID 0, FD -1) in flight over a unix
+// socket, for the receiving socket's cgroup.
 type Handle struct {
 	CgroupID uint64 `json:"cgroupID"`
 	PID      int    `json:"pid"`
@@ -70,9 +71,12 @@ type Scan struct {
 	// InFlightUnread are the cgroups (v2 ids) one of whose sockets holds more target
 	// files in flight than the scan reads: their handles are a lower bound.
 	InFlightUnread []uint64 `json:"inFlightUnread,omitempty"`
-	// Uncounted are the cgroups (v2 ids) with a process mapping a target counted in
-	// handles without an fd on it, whose description the source cannot tell (procfs):
-	// their handles are a lower bound.
+	// RingUnread are the cgroups (v2 ids) with an io_uring holding files the scan did
+	// not read: their handles are a lower bound.
+	RingUnread []uint64 `json:"ringUnread,omitempty"`
+	// Uncounted are the cgroups (v2 ids) with a process holding a target counted in
+	// handles without an fd on it (a mapping, an io_uring), whose description the source
+	// cannot tell (procfs): their handles are a lower bound.
 	Uncounted []uint64 `json:"uncounted,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.

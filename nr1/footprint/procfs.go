@@ -82,7 +82,7 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 	s.Handles = slices.DeleteFunc(s.Handles, func(h Handle) bool {
 		return pathOnly(filepath.Join(p.root, strconv.Itoa(h.PID)), strconv.Itoa(h.FD))
 	})
-	fillFdinfo(p.root, p.targets, s.Handles)
+	fillFdinfo(p.root, p.targets, s)
 	s.Took = time.Since(start)
 	return s, nil
 }
@@ -242,6 +242,9 @@ func (p *Procfs) fds(st *scanState, s *Scan, base string, pid int, cg uint64) er
 			}
 			i, ok := p.targets.match(fst.Mode, fst.Dev, fst.Ino, fst.Rdev)
 			if !ok {
+				if fst.Mode&unix.S_IFMT == 0 && ringHoldsFiles(base, name) && !slices.Contains(s.Uncounted, cg) {
+					s.Uncounted = append(s.Uncounted, cg)
+				}
 				continue
 			}
 			desc, err := st.descs.describe(pid, fd, i)
@@ -366,23 +369,53 @@ func kcmpFile(pid1, pid2, fd1, fd2 int) (int, error) {
 	}
 }
 
-// fillFdinfo sets Value for handles of FdinfoKey targets. An fd closed since, or a value
-// the driver wrote in a form not understood, counts zero.
-func fillFdinfo(procRoot string, targets *Targets, handles []Handle) {
-	for i := range handles {
-		t := targets.At(handles[i].Target)
-		// In flight, no fd to read: the driver's figure for it is not known.
-		if t.Measure != FdinfoKey || handles[i].PID == 0 {
+// fillFdinfo sets Value for the handles of FdinfoKey targets in s. An fd closed since, or
+// a value the driver wrote in a form not understood, counts zero. A description with no
+// fd (in flight, in a ring) has no fdinfo: its cgroup's figure is a lower bound.
+func fillFdinfo(procRoot string, targets *Targets, s *Scan) {
+	for i := range s.Handles {
+		h := &s.Handles[i]
+		t := targets.At(h.Target)
+		if t.Measure != FdinfoKey {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(handles[i].PID), "fdinfo", strconv.Itoa(handles[i].FD)))
+		if h.FD < 0 {
+			if !slices.Contains(s.Uncounted, h.CgroupID) {
+				s.Uncounted = append(s.Uncounted, h.CgroupID)
+			}
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(h.PID), "fdinfo", strconv.Itoa(h.FD)))
 		if err != nil {
 			continue
 		}
 		if v, _, err := fdinfoValue(b, t.Key); err == nil {
-			handles[i].Value = v
+			h.Value = v
 		}
 	}
+}
+
+// ringHoldsFiles reports an io_uring fd with registered files. Procfs names them by
+// path only, which cannot tell a description apart nor always a target (a container's
+// own device node): the files a ring holds with no fd are not counted, and the holder's
+// cgroup is a lower bound. Anonymous inodes carry no file type, which makes the link
+// worth reading only for them.
+func ringHoldsFiles(base, fd string) bool {
+	link, err := os.Readlink(filepath.Join(base, "fd", fd))
+	if err != nil || link != "anon_inode:[io_uring]" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(base, "fdinfo", fd))
+	if err != nil {
+		return false
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte("UserFiles:")); ok {
+			n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+			return err != nil || n > 0
+		}
+	}
+	return false
 }
 
 // pathOnly reports an O_PATH fd: it names the file without opening it (no I/O, no

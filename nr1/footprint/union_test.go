@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neureality-sdk/nr1-agent/internal/uring"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/sim"
 )
@@ -46,6 +48,11 @@ type mapperSpec struct {
 	// InFlightNested then sends the socket holding the InFlight files in flight itself,
 	// over a second socket, and closes every fd of the first.
 	InFlightNested bool `json:"inFlightNested,omitempty"`
+	// InFlightElsewhere makes the socket holding the InFlight files in a network
+	// namespace the mapper then leaves: no process is in it.
+	InFlightElsewhere bool `json:"inFlightElsewhere,omitempty"`
+	// Ring files are opened, registered with an io_uring, and closed.
+	Ring []string `json:"ring,omitempty"`
 	// NewNetNS runs the mapper in a network namespace of its own, as a pod's.
 	NewNetNS bool `json:"-"`
 }
@@ -122,7 +129,7 @@ func mapper(spec string) {
 		if s.InFlightAfter > 0 {
 			typ = unix.SOCK_STREAM
 		}
-		sp, err := unix.Socketpair(unix.AF_UNIX, typ, 0)
+		sp, err := socketpair(typ, s.InFlightElsewhere)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -162,6 +169,12 @@ func mapper(spec string) {
 			_, _ = unix.Close(sp[0]), unix.Close(sp[1])
 		}
 	}
+	if len(s.Ring) > 0 {
+		if err := registerAndClose(s.Ring); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	if s.TinyMaps > 0 {
 		f, err := os.OpenFile(s.TinyFile, os.O_RDWR, 0)
 		if err != nil {
@@ -185,6 +198,51 @@ func mapper(spec string) {
 	}
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// socketpair makes a unix socket pair; elsewhere, in a network namespace of its own that
+// the calling (locked) thread leaves once the pair is made.
+func socketpair(typ int, elsewhere bool) ([2]int, error) {
+	if !elsewhere {
+		return unix.Socketpair(unix.AF_UNIX, typ, 0)
+	}
+	back, err := unix.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return [2]int{}, err
+	}
+	defer unix.Close(back)
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		return [2]int{}, fmt.Errorf("a network namespace for the socket: %w", err)
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, typ, 0)
+	if err := errors.Join(err, unix.Setns(back, unix.CLONE_NEWNET)); err != nil {
+		return [2]int{}, err
+	}
+	return sp, nil
+}
+
+// registerAndClose opens the files, registers them with an io_uring and closes them:
+// the ring alone holds them.
+func registerAndClose(names []string) error {
+	ring, err := uring.New()
+	if err != nil {
+		return err
+	}
+	var fds []int32
+	for _, name := range names {
+		fd, err := unix.Open(name, unix.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("opening %s: %w", name, err)
+		}
+		fds = append(fds, int32(fd))
+	}
+	if err := uring.Register(ring, fds); err != nil {
+		return err
+	}
+	for _, fd := range fds {
+		_ = unix.Close(int(fd))
+	}
+	return nil
 }
 
 // allSignals is the mask forked children block.
@@ -571,6 +629,54 @@ func TestInFlightPastTheMessagesReadIsALowerBound(t *testing.T) {
 	got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]
 	if got != 0 || !slices.Contains(s.InFlightUnread, p.ids[0]) {
 		t.Errorf("%d queues counted behind 4100 messages, unread cgroups %v; want none read, and the cgroup said to be unread", got, s.InFlightUnread)
+	}
+}
+
+// TestInFlightInANamespaceNoProcessIsIn: queue handles in flight on a socket made in a
+// network namespace its maker then left are held, and counted by the BPF source, which
+// reads that namespace's sockets through the socket the process still holds. A socket
+// of such a namespace that is itself in flight cannot be entered: its CG is said to be
+// a lower bound.
+func TestInFlightInANamespaceNoProcessIsIn(t *testing.T) {
+	p, _ := newCgroups(t, 2)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{queue, queue, queue}, InFlightElsewhere: true})
+	p.startMapper(t, 1, mapperSpec{InFlight: []string{queue, queue}, InFlightElsewhere: true, InFlightNested: true})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byCgroup(s, p.targets)
+	if q := got[p.ids[0]][nr1.HypervisorQueue]; q != 3 || slices.Contains(s.InFlightUnread, p.ids[0]) {
+		t.Errorf("%d queues counted in flight in a namespace no process is in (unread %v), want 3", q, s.InFlightUnread)
+	}
+	if !slices.Contains(s.InFlightUnread, p.ids[1]) {
+		t.Errorf("a socket of such a namespace in flight itself: unread cgroups %v, want %d named a lower bound", s.InFlightUnread, p.ids[1])
+	}
+}
+
+// TestRingHeldQueuesCount: queue handles registered with an io_uring and closed are held
+// by the ring: the BPF source counts each description once, however many slots and
+// forked children share the ring. procfs sees the ring but not which descriptions it
+// holds: its cgroup is named a lower bound.
+func TestRingHeldQueuesCount(t *testing.T) {
+	p, _ := newCgroups(t, 2)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{Ring: []string{queue, queue}, Forks: 2})
+	p.startMapper(t, 1, mapperSpec{Open: []string{queue}})
+	want := map[string]nr1.Base{"bpf": 2, "procfs": 0}
+	for _, s := range scanBoth(t, p) {
+		got := byCgroup(s, p.targets)
+		if q := got[p.ids[0]][nr1.HypervisorQueue]; q != want[s.Source] {
+			t.Errorf("%s: %d queues held by a ring, want %d", s.Source, q, want[s.Source])
+		}
+		if q := got[p.ids[1]][nr1.HypervisorQueue]; q != 1 {
+			t.Errorf("%s: %d queues held by an fd, want 1", s.Source, q)
+		}
+		lower := slices.Contains(s.Uncounted, p.ids[0])
+		if lower != (s.Source == "procfs") || slices.Contains(s.Uncounted, p.ids[1]) {
+			t.Errorf("%s: cgroups named a lower bound %v; want the ring's only from procfs", s.Source, s.Uncounted)
+		}
 	}
 }
 
