@@ -88,27 +88,38 @@ struct record {
 
 // KIND_REGISTERED: a target registered in an io_uring of the process (fd: the ring's).
 // KIND_RING_MORE: the cgroup holds a ring whose registered files were not all read.
-// KIND_NETNS: the process holds a unix socket of a network namespace other than its own
-// (file: that namespace's inode number); user space reads its sockets from there.
+// KIND_NETNS: the process holds a unix socket (fd) of a network namespace (file: its
+// inode number), the first met of that namespace's; user space reads the sockets of
+// those no process is in from inside them.
 enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6 };
 
 // Force the record type into BTF for bpf2go.
 const struct record *unused_record __attribute__((unused));
 
-static __always_inline __u32 *match(struct file *file)
+// match looks file up among the targets, and gives its inode's mode (0 without an inode).
+static __always_inline __u32 *match_mode(struct file *file, umode_t *mode)
 {
 	struct inode *inode = BPF_CORE_READ(file, f_inode);
 	struct target_key key = {};
 
+	*mode = 0;
 	if (!inode)
 		return 0;
-	if ((BPF_CORE_READ(inode, i_mode) & S_IFMT) == S_IFCHR) {
+	*mode = BPF_CORE_READ(inode, i_mode);
+	if ((*mode & S_IFMT) == S_IFCHR) {
 		key.rdev = BPF_CORE_READ(inode, i_rdev);
 	} else {
 		key.ino = BPF_CORE_READ(inode, i_ino);
 		key.dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	}
 	return bpf_map_lookup_elem(&targets, &key);
+}
+
+static __always_inline __u32 *match(struct file *file)
+{
+	umode_t mode;
+
+	return match_mode(file, &mode);
 }
 
 static __always_inline void fill(struct record *r, struct task_struct *task, struct file *file, __u32 target, __u32 kind)
@@ -120,8 +131,13 @@ static __always_inline void fill(struct record *r, struct task_struct *task, str
 	r->kind = kind;
 }
 
+// The file operations of io_uring's files, once a ring was seen: then one pointer
+// compared tells a ring from any other file.
+__u64 ring_fops = 0;
+
 // An anonymous inode named [io_uring]: an io_uring's file. Anonymous inodes carry no
-// file type, which makes the name worth reading only for them.
+// file type, which makes the name worth reading only for them, and only until a ring
+// was seen.
 static __always_inline bool is_ring(struct file *file, umode_t mode)
 {
 	static const char want[] = "[io_uring]";
@@ -129,12 +145,16 @@ static __always_inline bool is_ring(struct file *file, umode_t mode)
 
 	if ((mode & S_IFMT) != 0)
 		return false;
+	__u64 fops = (__u64)BPF_CORE_READ(file, f_op);
+	if (ring_fops)
+		return fops == ring_fops;
 	const unsigned char *p = BPF_CORE_READ(file, f_path.dentry, d_name.name);
 	if (bpf_probe_read_kernel_str(name, sizeof(name), p) != sizeof(want))
 		return false;
 	for (int i = 0; i < sizeof(want); i++)
 		if (name[i] != want[i])
 			return false;
+	ring_fops = fops;
 	return true;
 }
 
@@ -196,11 +216,12 @@ static long ring_file(__u32 i, struct ring *c)
 	file = (struct file *)(ptr & ~FILE_PTR_FLAGS);
 	if (!file)
 		return 0;
-	target = match(file);
+	umode_t mode;
+	target = match_mode(file, &mode);
 	if (!target) {
 		// A unix socket of a namespace no process may be in: what it holds in flight
 		// is not read.
-		struct net *net = unix_net(file, BPF_CORE_READ(file, f_inode, i_mode));
+		struct net *net = unix_net(file, mode);
 		if (net && net != c->net)
 			c->more = 1;
 		return 0;
@@ -260,17 +281,15 @@ static __always_inline void registered(struct bpf_iter__task_file *ctx, struct t
 	bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
 }
 
-// A unix socket of another network namespace than its holder's, reported once per
-// namespace and scan: that namespace may have no process, and its sockets are read
-// only from inside it.
-static __always_inline void foreign(struct bpf_iter__task_file *ctx, struct task_struct *task, struct net *net)
+// The network namespace of a unix socket, reported once per namespace and scan, with
+// the socket's holder: a namespace no process is in has its sockets read from inside it,
+// through a socket a process holds. User space knows which namespaces processes are in.
+static __always_inline void netns(struct bpf_iter__task_file *ctx, struct task_struct *task, struct net *net)
 {
 	struct record r = {};
-
-	if (net == BPF_CORE_READ(task, nsproxy, net_ns))
-		return;
 	struct seen_key key = {.file = (__u64)net};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+
 	if (last && *last == scan)
 		return;
 	fill(&r, task, 0, 0, KIND_NETNS);
@@ -292,15 +311,15 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 		return 0;
 	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
 		return 0;
-	target = match(file);
+	umode_t mode;
+	target = match_mode(file, &mode);
 	if (!target) {
-		umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
 		struct net *net;
 
 		if (is_ring(file, mode))
 			registered(ctx, task, file);
 		else if ((net = unix_net(file, mode)))
-			foreign(ctx, task, net);
+			netns(ctx, task, net);
 		return 0;
 	}
 	fill(&r, task, file, *target, KIND_FD);
@@ -390,11 +409,11 @@ static long inflight_file(__u32 i, struct inflight *c)
 		return 0;
 	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
 		return 0;
-	target = match(file);
+	umode_t mode;
+	target = match_mode(file, &mode);
 	if (!target) {
 		// A ring, or a unix socket of a namespace no process may be in, in flight: what
 		// they hold is not read here.
-		umode_t mode = BPF_CORE_READ(file, f_inode, i_mode);
 		struct net *net = unix_net(file, mode);
 
 		if ((net && net != c->net) || is_ring(file, mode))

@@ -30,9 +30,9 @@ const (
 	// KindRingMore: a ring of the record's cgroup holds files the iterator did not
 	// read (more than it reads, a socket of another namespace, a layout it does not know).
 	KindRingMore = 5
-	// KindNetNS: the record's process holds a unix socket (Fd) of a network namespace
-	// other than its own, whose inode number is in File: no process may be in it, and
-	// its sockets are seen only from inside it.
+	// KindNetNS: the record's process holds a unix socket (Fd) of the network namespace
+	// whose inode number is in File, the first met of that namespace's in this scan: a
+	// namespace no process is in is read from inside it, through that socket.
 	KindNetNS = 6
 )
 
@@ -119,7 +119,7 @@ func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 // Files runs the task_file iterator, calling fn for each open file description of a
 // target in each cgroup: the first fd the iterator meets (lowest PID, then lowest fd),
 // not the others sharing it; for each target registered with an io_uring, once per ring
-// and cgroup; and once per unix socket namespace other than its holder's. Records come
+// and cgroup; and once per network namespace of a unix socket. Records come
 // in PID order; fn returning an error stops the iterator with it.
 func (f *Footprint) Files(fn func(*Record) error) error {
 	f.scan++

@@ -73,6 +73,7 @@ const (
 	footprintProgNr1TaskVma        = "nr1_task_vma"
 	footprintProgNr1Unix           = "nr1_unix"
 	footprintVarChangesLost        = "changes_lost"
+	footprintVarRingFops           = "ring_fops"
 	footprintVarScan               = "scan"
 	footprintVarUnusedChange       = "unused_change"
 	footprintVarUnusedRecord       = "unused_record"
@@ -147,6 +148,7 @@ type footprintMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintVariableSpecs struct {
 	ChangesLost  *ebpf.VariableSpec `ebpf:"changes_lost"`
+	RingFops     *ebpf.VariableSpec `ebpf:"ring_fops"`
 	Scan         *ebpf.VariableSpec `ebpf:"scan"`
 	UnusedChange *ebpf.VariableSpec `ebpf:"unused_change"`
 	UnusedRecord *ebpf.VariableSpec `ebpf:"unused_record"`
@@ -194,6 +196,7 @@ func (m *footprintMaps) Close() error {
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintVariables struct {
 	ChangesLost  *ebpf.Variable `ebpf:"changes_lost"`
+	RingFops     *ebpf.Variable `ebpf:"ring_fops"`
 	Scan         *ebpf.Variable `ebpf:"scan"`
 	UnusedChange *ebpf.Variable `ebpf:"unused_change"`
 	UnusedRecord *ebpf.Variable `ebpf:"unused_record"`

@@ -249,10 +249,10 @@ func TestRegisteredFilesAreReported(t *testing.T) {
 	}
 }
 
-// A unix socket made in a network namespace its maker left is named by the namespace's
-// inode: no process is in that namespace, and what its sockets hold in flight is read
-// only from inside it.
-func TestForeignNamespaceSocketsAreNamed(t *testing.T) {
+// A unix socket made in a network namespace its maker left names the namespace by its
+// inode, once per scan: no process is in that namespace, and what its sockets hold in
+// flight is read only from inside it, through the socket.
+func TestSocketNamespacesAreNamed(t *testing.T) {
 	f := loadOrSkip(t)
 	if err := f.SetTargets(map[TargetKey]uint32{}); err != nil {
 		t.Fatal(err)
@@ -288,14 +288,14 @@ func TestForeignNamespaceSocketsAreNamed(t *testing.T) {
 	pid := uint32(os.Getpid())
 	var named []Record
 	if err := f.Files(func(r *Record) error {
-		if r.Kind == KindNetNS && r.Pid == pid {
+		if r.Kind == KindNetNS && r.File == m.ino {
 			named = append(named, *r)
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(named) != 1 || named[0].File != m.ino || (named[0].Fd != uint32(m.sp[0]) && named[0].Fd != uint32(m.sp[1])) {
+	if len(named) != 1 || named[0].Pid != pid || (named[0].Fd != uint32(m.sp[0]) && named[0].Fd != uint32(m.sp[1])) {
 		t.Errorf("named %+v, want the namespace %d once, by one of fds %v", named, m.ino, m.sp)
 	}
 }

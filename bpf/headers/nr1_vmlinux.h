@@ -96,6 +96,7 @@ struct path {
 };
 
 struct file {
+	const void *f_op;
 	unsigned int f_mode;
 	struct inode *f_inode;
 	struct path f_path;
