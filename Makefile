@@ -39,7 +39,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -98,6 +98,11 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 300000 inputs); crashe
 bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
+
+bench-ceiling: image ## the largest booking whose pod gets a status in device-plugin mode, with the kubelet's resource health on and off (stack brought up if not running; left up, resource health off)
+	@mkdir -p _output/bench
+	$(STACK) status | grep -q '^kubelet: running' || { $(STACK) up && $(STACK) deploy; }
+	eval "$$($(STACK) env)" && $(GO) test -tags e2e -run '^$$' -bench 'BenchmarkStatusCeiling' -benchtime 1x -timeout 30m -v ./deploy/e2e/ | tee _output/bench/ceiling.out
 
 bench-agent: image ## the whole agent on the local stack: CPU and memory with 100 CGs (both sampling designs, and DRA), detection latency over 50 trials, scheduling of 50 CGs per mode (stack brought up if not running; left up)
 	@mkdir -p _output/bench

@@ -18,8 +18,10 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
 	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/kubeletconf"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -93,6 +95,10 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	smp := sampler.New(inv, source, targets, partition, cfg.Sampling.Interval.Duration, clk, log)
 	changes := watchChanges(cfg, source, log)
 	act, pins, closeActuator := actuator(cfg, node, files, cri, cgroups, log)
+	var fit *statusfit.Checker
+	if cfg.Mode == config.ModeDevicePlugin {
+		fit = statusfit.New(func() (bool, string) { return kubeletconf.ResourceHealth(cfg.Paths.Procfs) }, act.Events, log)
+	}
 	defer closeActuator()
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
 	enforcement, err := checkpoint.Restore(clk.Now())
@@ -119,7 +125,16 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	state := &deviceState{capacity: capacity, monitor: monitor, manager: manager}
 	reg := prometheus.NewRegistry()
 	sampleDuration := sampler.NewSampleDuration()
-	smp.OnSample(func(s *sampler.Snapshot) { sampleDuration.Observe(s.Took.Seconds()) })
+	smp.OnSample(func(s *sampler.Snapshot) {
+		sampleDuration.Observe(s.Took.Seconds())
+		if fit != nil {
+			cgs := make([]*inventory.CG, len(s.CGs))
+			for i := range s.CGs {
+				cgs[i] = s.CGs[i].CG
+			}
+			fit.Check(cgs)
+		}
+	})
 	stages := map[string]metrics.Stage{
 		"device_health": monitor, "device_plugins": manager, "runtime": watcher, "allocation": tracker, "partition": partition, "sampler": smp,
 	}
@@ -131,6 +146,9 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		metrics.NewStageCollector(stages))
 	if changes != nil {
 		reg.MustRegister(sampler.NewChangeCollectors(changes, smp)...)
+	}
+	if fit != nil {
+		reg.MustRegister(fit.Collector())
 	}
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)

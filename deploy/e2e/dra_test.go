@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -374,6 +375,17 @@ func TestDRA(t *testing.T) {
 	t.Logf("through a kubelet and an agent restart and a damaged checkpoint: %d steady CGs undisturbed, %d CDI specs", len(steady), len(specs))
 
 	// Health: a fault taints the device and reaches the pods' status; recovery untaints.
+	// The pods' status is the kubelet's resource health, off on the local stack (one
+	// status entry per device-plugin unit): on for this part.
+	stack(t, "resource-health", "on")
+	healthOff := sync.OnceFunc(func() {
+		stack(t, "resource-health", "off")
+		eventually(t, 60*time.Second, "the node's slice after the kubelet's restart", func() error {
+			_, err := nodeSlice(c, node)
+			return err
+		})
+	})
+	t.Cleanup(healthOff)
 	sim := func(args ...string) {
 		run(t, filepath.Join(repo, "bin", "nr1-sim"), append([]string{"--dir", simDir()}, args...)...)
 	}
@@ -406,6 +418,7 @@ func TestDRA(t *testing.T) {
 	eventually(t, 60*time.Second, "resnet50's status shows the NR1 healthy", func() error {
 		return resourceHealth(c, rn, corev1.ResourceHealthStatusHealthy)
 	})
+	healthOff()
 }
 
 // resourceHealth says why no allocated resource of pod's containers has health want.

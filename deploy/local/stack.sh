@@ -13,6 +13,9 @@
 #                     again and wait until it is ready
 #   stack.sh pause-kubelet, resume-kubelet  freeze the kubelet (SIGSTOP), as a hung one,
 #                     and thaw it
+#   stack.sh resource-health on|off  switch the kubelet's resource health in pod status
+#                     (its feature gates; off unless NR1_RESOURCE_HEALTH=on at up) and
+#                     restart the kubelet
 #   stack.sh status   say what runs
 #   stack.sh env      print the environment to use kubectl/crictl against it
 #   stack.sh machine-state  print what up changes on the machine and down restores (the
@@ -79,6 +82,8 @@ stop_pid() {
 }
 
 write_configs() {
+  local health
+  health=$(gate "${NR1_RESOURCE_HEALTH:-off}")
   local ip=$1
   mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/kubelet"
   cat >"$STATE/containerd/config.toml" <<EOT
@@ -138,7 +143,29 @@ serializeImagePulls: false
 rotateCertificates: false
 nodeStatusUpdateFrequency: 2s
 syncFrequency: 5s
+# The kubelet's resource health (beta, on by default since 1.36) writes one pod status
+# entry per allocated device, and a device-plugin unit is one MB: a CG booking most of
+# the node would never get a status, and every unit booked costs the kubelet CPU.
+featureGates:
+  ResourceHealthStatus: $health
+  ResourceHealthStatusMessage: $health
 EOT
+}
+
+gate() {
+  case $1 in
+    on) echo true ;;
+    off) echo false ;;
+    *) die "resource health: $1 is neither on nor off" ;;
+  esac
+}
+
+# resource_health switches the kubelet's resource health feature gates and restarts it.
+resource_health() {
+  local value
+  value=$(gate "$1")
+  sed -i -E "s/^(  ResourceHealthStatus(Message)?:) .*/\1 $value/" "$STATE/kubelet/config.yaml"
+  restart_kubelet
 }
 
 import_images() {
@@ -416,6 +443,7 @@ case ${1:-} in
   start-apiserver) start_apiserver "$(node_ip)" ;;
   pause-kubelet) pause_kubelet ;;
   resume-kubelet) resume_kubelet ;;
+  resource-health) resource_health "${2:-}" ;;
   env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK NR1_AUDIT_LOG=$AUDIT_LOG" ;;
-  *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|status|env|machine-state" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|resource-health on|off|status|env|machine-state" >&2; exit 2 ;;
 esac

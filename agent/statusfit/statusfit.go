@@ -1,0 +1,141 @@
+// Package statusfit tells the operator of a CG whose pod status the kubelet cannot
+// write. In device-plugin mode one NR1 unit is one device, and with its resource health
+// on (the ResourceHealthStatus feature gate, on by default since Kubernetes 1.36) the
+// kubelet writes an entry per allocated device into the pod's status: past the API
+// server's limit on a request, the pod never shows a status, stays Pending in the API
+// and cannot be deleted cleanly. The check runs on each CG once, when the agent first
+// sees it (its sandbox, right after the kubelet allocated its devices).
+package statusfit
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// MaxRequestBytes is the API server's limit on a request's body: a status update past
+// it is refused ("Request entity too large").
+const MaxRequestBytes = 3 << 20
+
+// Sizes of the kubelet's status entries, as JSON: a device's is
+// {"resourceID":"abc","health":"Healthy"}, and a comma (the device plugin's IDs have at
+// most three characters); a resource's is {"name":"…","resources":[]}, and a comma.
+const (
+	deviceBytes   = len(`{"resourceID":"abc","health":"Healthy"},`)
+	resourceBytes = len(`{"name":"","resources":[]},`)
+)
+
+// Reason is the Event's reason.
+const Reason = "NR1StatusTooLarge"
+
+// StatusBytes is the most the kubelet's entries for a CG's device-plugin units take in
+// its pod status: one per unit of each container the kubelet lists (its regular
+// containers and sidecars).
+func StatusBytes(cg *inventory.CG) int64 {
+	var n int64
+	for _, c := range cg.Containers {
+		if c.AllocationSource != inventory.FromPodResources {
+			continue
+		}
+		for _, r := range nr1.All {
+			if u := int64(c.Allocation[r]); u > 0 {
+				n += int64(resourceBytes+len(r.Name())) + u*int64(deviceBytes)
+			}
+		}
+	}
+	return n
+}
+
+// Gates says whether the kubelet writes resource health into pod statuses, and why it
+// is thought so.
+type Gates func() (on bool, why string)
+
+// Events records an Event on a pod.
+type Events interface {
+	Event(namespace, pod, uid, eventType, reason, message string)
+}
+
+// Checker checks each CG once.
+type Checker struct {
+	gates  Gates
+	events Events // nil: only logged
+	log    *slog.Logger
+	gauge  prometheus.Gauge
+
+	mu      sync.Mutex
+	checked map[string]bool // CG UID → its status cannot be written
+}
+
+// New returns a checker; events may be nil.
+func New(gates Gates, events Events, log *slog.Logger) *Checker {
+	return &Checker{gates: gates, events: events, log: log, checked: map[string]bool{},
+		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nr1_cgs_status_too_large",
+			Help: "CGs on the node whose NR1 device-plugin booking makes a pod status the kubelet cannot write (its resource health on, an entry per unit): their pods show no status",
+		}),
+	}
+}
+
+// Collector is the gauge of CGs whose status cannot be written.
+func (c *Checker) Collector() prometheus.Collector { return c.gauge }
+
+// Check checks the CGs not checked yet whose allocation is known, and forgets those gone.
+func (c *Checker) Check(cgs []*inventory.CG) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	present := make(map[string]bool, len(cgs))
+	for _, cg := range cgs {
+		present[cg.UID] = true
+		if _, done := c.checked[cg.UID]; done || !cg.AllocationKnown {
+			continue
+		}
+		c.checked[cg.UID] = c.check(cg)
+	}
+	over := 0
+	for uid, tooLarge := range c.checked {
+		switch {
+		case !present[uid]:
+			delete(c.checked, uid)
+		case tooLarge:
+			over++
+		}
+	}
+	c.gauge.Set(float64(over))
+}
+
+func (c *Checker) check(cg *inventory.CG) bool {
+	size := StatusBytes(cg)
+	if size <= MaxRequestBytes {
+		return false
+	}
+	on, why := c.gates()
+	if !on {
+		return false
+	}
+	msg := fmt.Sprintf("this pod books %s through the device plugin, one device per unit: the kubelet's resource health is on (%s), "+
+		"so its status would carry an entry per device, about %.1f MiB, over the API server's %d MiB limit; the pod will show no status and cannot be deleted cleanly. "+
+		"Turn the kubelet's feature gates ResourceHealthStatus and ResourceHealthStatusMessage off, or offer the NR1 through DRA (mode: dra)",
+		booking(cg.Allocation), why, float64(size)/(1<<20), MaxRequestBytes>>20)
+	c.log.Warn("a CG's pod status cannot be written", "namespace", cg.Namespace, "pod", cg.Name, "statusBytes", size, "gates", why)
+	if c.events != nil {
+		c.events.Event(cg.Namespace, cg.Name, cg.UID, "Warning", Reason, msg)
+	}
+	return true
+}
+
+// booking names what a CG books, e.g. "100000 MB of compute_dma_memory, 1 queue of ai_hypervisor_queue".
+func booking(a nr1.Amounts) string {
+	var parts []string
+	for _, r := range nr1.All {
+		if a[r] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s of %s", a[r], r.Unit(), r.Short()))
+		}
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,87 @@
+package statusfit
+
+import (
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+type recorded struct{ uid, reason, message string }
+
+type events struct{ got []recorded }
+
+func (e *events) Event(_, _, uid, _, reason, message string) {
+	e.got = append(e.got, recorded{uid, reason, message})
+}
+
+func cg(uid string, known bool, containers ...*inventory.Container) *inventory.CG {
+	c := &inventory.CG{UID: uid, Namespace: "ns", Name: uid, AllocationKnown: known, Containers: containers}
+	for _, ctr := range containers {
+		if ctr.AllocationSource == inventory.FromPodResources {
+			for _, r := range nr1.All {
+				c.Allocation[r] += ctr.Allocation[r]
+			}
+		}
+	}
+	return c
+}
+
+func listed(a nr1.Amounts) *inventory.Container {
+	return &inventory.Container{Name: "health-handler", Allocation: a, AllocationSource: inventory.FromPodResources}
+}
+
+// The ResNet-50 CG's entries are about 94 KiB, 100,000 MB of compute DMA's 3.8 MiB. An
+// init container the kubelet does not list has no entries in the status.
+func TestStatusBytes(t *testing.T) {
+	resnet := StatusBytes(cg("rn", true, listed(nr1.Amounts{3, 0, 2392, 7})))
+	if want := int64(2402*deviceBytes + 3*resourceBytes + len(nr1.ComputeDMAMemory.Name()) + len(nr1.DockerPartition.Name()) + len(nr1.HypervisorQueue.Name())); resnet != want {
+		t.Errorf("ResNet-50: %d bytes, want %d", resnet, want)
+	}
+	big := cg("big", true, listed(nr1.Amounts{100000, 0, 0, 1}), &inventory.Container{Name: "init", Allocation: nr1.Amounts{100000}, AllocationSource: inventory.FromAnnotations})
+	if n := StatusBytes(big); n <= MaxRequestBytes || n > 4200000 {
+		t.Errorf("100,000 MB: %d bytes, want just over 4 MB", n)
+	}
+}
+
+func TestCheckTellsOncePerCG(t *testing.T) {
+	ev := &events{}
+	gates := "on"
+	c := New(func() (bool, string) { return gates == "on", "ResourceHealthStatus=" + gates }, ev, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	big := cg("big", false, listed(nr1.Amounts{100000, 0, 2394, 1}))
+	small := cg("small", true, listed(nr1.Amounts{3, 0, 2392, 7}))
+	c.Check([]*inventory.CG{big, small})
+	if len(ev.got) != 0 {
+		t.Fatalf("told before the allocation was known: %+v", ev.got)
+	}
+	big.AllocationKnown = true
+	for range 3 {
+		c.Check([]*inventory.CG{big, small})
+	}
+	if len(ev.got) != 1 || ev.got[0].uid != "big" || ev.got[0].reason != Reason {
+		t.Fatalf("events %+v, want one %s on big", ev.got, Reason)
+	}
+	for _, want := range []string{"100000 MB of compute_dma_memory", "ResourceHealthStatus=on", "3 MiB", "ResourceHealthStatus and ResourceHealthStatusMessage off", "mode: dra"} {
+		if !strings.Contains(ev.got[0].message, want) {
+			t.Errorf("message %q does not say %q", ev.got[0].message, want)
+		}
+	}
+	if n := testutil.ToFloat64(c.Collector()); n != 1 {
+		t.Errorf("gauge %v with the big CG running, want 1", n)
+	}
+	c.Check([]*inventory.CG{small})
+	if n := testutil.ToFloat64(c.Collector()); n != 0 {
+		t.Errorf("gauge %v once it is gone, want 0", n)
+	}
+	// With the kubelet's resource health off, nothing is said.
+	gates = "off"
+	c.Check([]*inventory.CG{cg("big2", true, listed(nr1.Amounts{100000}))})
+	if len(ev.got) != 1 || testutil.ToFloat64(c.Collector()) != 0 {
+		t.Errorf("told with resource health off: %+v", ev.got)
+	}
+}
