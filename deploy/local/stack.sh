@@ -164,7 +164,11 @@ gate() {
 resource_health() {
   local value
   value=$(gate "$1")
-  sed -i -E "s/^(  ResourceHealthStatus(Message)?:) .*/\1 $value/" "$STATE/kubelet/config.yaml"
+  if grep -q '^featureGates:' "$STATE/kubelet/config.yaml"; then
+    sed -i -E "s/^(  ResourceHealthStatus(Message)?:) .*/\1 $value/" "$STATE/kubelet/config.yaml"
+  else
+    printf 'featureGates:\n  ResourceHealthStatus: %s\n  ResourceHealthStatusMessage: %s\n' "$value" "$value" >>"$STATE/kubelet/config.yaml"
+  fi
   restart_kubelet
 }
 
