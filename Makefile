@@ -104,7 +104,7 @@ bench-ceiling: image ## the largest booking whose pod gets a status in device-pl
 	$(STACK) status | grep -q '^kubelet: running' || { $(STACK) up && $(STACK) deploy; }
 	eval "$$($(STACK) env)" && $(GO) test -tags e2e -run '^$$' -bench 'BenchmarkStatusCeiling' -benchtime 1x -timeout 30m -v ./deploy/e2e/ | tee _output/bench/ceiling.out
 
-bench-agent: image ## the whole agent on the local stack: CPU and memory with 100 CGs (both sampling designs, and DRA), detection latency over 50 trials, scheduling of 50 CGs per mode (stack brought up if not running; left up)
+bench-agent: image ## the node's NR1 bill on the local stack: the agent's CPU and memory, and the kubelet's, API server's and etcd's CPU above a baseline of 100 pods booking nothing, with 100 CGs booking a little or the whole node in each mode; detection latency over 50 trials, scheduling of 50 CGs per mode (stack brought up if not running; left up)
 	@mkdir -p _output/bench
 	$(STACK) status | grep -q '^kubelet: running' || { $(STACK) up && $(STACK) deploy; }
 	eval "$$($(STACK) env)" && NR1_COST_PROFILE=$(CURDIR)/_output/bench/agent-cpu.pprof \

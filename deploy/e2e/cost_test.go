@@ -26,31 +26,43 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
-// The cost benchmark's namespaces: its CGs booking through the device plugin, and
-// through DRA claims.
-const (
-	costNS    = "nr1-cost"
-	costDRANS = "nr1-cost-dra"
-)
+// The bill benchmark's namespace.
+const costNS = "nr1-cost"
 
-// costDesigns are the sampling designs, and the design on change with the NR1 offered
-// through DRA (the same CGs booking the same amounts, through claims).
-var costDesigns = append(designs[:len(designs):len(designs)], design{"dra", true, "30s", "dra"})
+// billCase is a state of the node whose bill is measured: its pods book nothing (the
+// baseline), a little each, or the node's whole capacity between them, through the device
+// plugin or DRA claims.
+type billCase struct {
+	name    string
+	dra     bool
+	booking string // "none", "small" or "full"
+}
 
-// BenchmarkAgentCost is the whole agent as its node pays for it: the CPU of its process
-// (user + system: the kernel's work for its iterators and syscalls included) and its
-// resident memory, with NR1_COST_CGS (default 100) CGs running that book the node's
-// whole allocatable capacity between them, as a full node has it (the kubelet's
-// pod-resources answer is then one entry per booked unit), each holding a part of what
-// it booked, and nothing scraping or reading the agent. Each iteration is one window
-// of NR1_COST_WINDOW (default 20s); the metrics are the medians over the windows
-// (-benchtime=5x: five), for each design (sampling at the interval only, or also on
-// change; and on change with the NR1 offered through DRA, the same CGs claiming the same
-// amounts) with the same CGs. The kubelet's CPU over the same windows is reported beside
-// it: the agent's pod-resources reads cost the kubelet too. With NR1_COST_PROFILE set,
-// a CPU profile of the agent (10 s, after the windows) is written there, one per design.
+var billCases = []billCase{
+	{"baseline", false, "none"},
+	{"small-devicePlugin", false, "small"}, {"full-devicePlugin", false, "full"},
+	{"small-dra", true, "small"}, {"full-dra", true, "full"},
+}
+
+// billProcesses are what the node runs for Kubernetes, whose CPU is the node's bill
+// beside the agent's own.
+var billProcesses = []string{"kubelet", "kube-apiserver", "etcd"}
+
+// BenchmarkAgentCost is the node's NR1 bill: the CPU of the agent's process (user +
+// system: the kernel's work for its iterators and syscalls included) and its resident
+// memory, and the CPU of the kubelet, the API server and etcd, with NR1_COST_CGS
+// (default 100) pods running: first pods booking nothing (the baseline), then CGs each
+// booking a little (1 MB / 0 / 100 MB / 1 queue), then CGs booking the node's whole
+// allocatable capacity between them, through the device plugin and then through DRA
+// claims, each holding a part of what it booked, with nothing scraping or reading the
+// agent. Each iteration is one window of NR1_COST_WINDOW (default 20s); the metrics are
+// the medians over the windows (-benchtime=5x: five). bill-%core is the agent's CPU and
+// what the kubelet, the API server and etcd spend above the baseline. With
+// NR1_COST_PROFILE set, CPU profiles of the agent and of the kubelet (10 s, after the
+// windows) are written beside it, one per case.
 //
-// make bench-agent runs it on the local stack.
+// make bench-agent runs it on the local stack (the kubelet's resource health off, as the
+// stack runs it); NR1_COST_CASES=full-devicePlugin,… runs some of the cases.
 func BenchmarkAgentCost(b *testing.B) {
 	c := client(b)
 	n := envInt(b, "NR1_COST_CGS", 100)
@@ -58,23 +70,37 @@ func BenchmarkAgentCost(b *testing.B) {
 	if err != nil {
 		b.Fatalf("NR1_COST_WINDOW: %v", err)
 	}
-	newNamespace(b, c, costNS)
-	booked, held := costCGs(b, c, n, costNS, false)
-	for _, d := range costDesigns {
-		b.Run("design="+d.name, func(b *testing.B) {
-			ns := costNS
-			if d.mode == "dra" {
-				// The same CGs, claiming through DRA: the device plugin's are gone first,
-				// and the agent in DRA mode prepares the new ones' claims.
-				deleteNamespace(b, c, costNS)
-				withDesign(b, c, d)
-				ns = costDRANS
-				newNamespace(b, c, ns)
-				costCGs(b, c, n, ns, true)
-			} else {
-				withDesign(b, c, d)
+	only := map[string]bool{}
+	for name := range strings.SplitSeq(os.Getenv("NR1_COST_CASES"), ",") {
+		if name != "" {
+			only[name] = true
+		}
+	}
+	var baseline map[string]float64
+	for _, bc := range billCases {
+		if len(only) > 0 && !only[bc.name] && bc.name != "baseline" {
+			continue
+		}
+		b.Run(bc.name, func(b *testing.B) {
+			if bc.dra {
+				node := nodeName(b, c)
+				b.Cleanup(func() { deleteNodeSlices(b, c, node) })
 			}
-			agentCost(b, c, n, ns, booked, held, window)
+			withDesign(b, c, design{name: bc.name, onChange: true, allocationRefresh: "30s", mode: map[bool]string{true: "dra"}[bc.dra]})
+			newNamespace(b, c, costNS)
+			b.Cleanup(func() { deleteNamespace(b, c, costNS) })
+			booked, held := costCGs(b, c, n, costNS, bc)
+			spent := agentCost(b, c, n, costNS, bc, booked, held, window)
+			if bc.name == "baseline" {
+				baseline = spent
+				return
+			}
+			bill := spent["agent"]
+			for _, p := range billProcesses {
+				b.ReportMetric(spent[p]-baseline[p], p+"-above-baseline-%core")
+				bill += spent[p] - baseline[p]
+			}
+			b.ReportMetric(bill, "bill-%core")
 		})
 	}
 }
@@ -92,88 +118,120 @@ func deleteNamespace(tb testing.TB, c kubernetes.Interface, name string) {
 	})
 }
 
-// agentCost measures the agent in windows, once it measures every CG.
-func agentCost(b *testing.B, c kubernetes.Interface, n int, ns string, booked, held nr1.Amounts, window time.Duration) {
-	agent := waitAgentSees(b, c, n, ns, booked, held)
+// agentCost measures the agent and the node's Kubernetes processes in windows, once the
+// agent measures every CG, and returns the median %core of each ("agent" and
+// billProcesses).
+func agentCost(b *testing.B, c kubernetes.Interface, n int, ns string, bc billCase, booked, held nr1.Amounts, window time.Duration) map[string]float64 {
+	agent := waitAgentSees(b, c, n, ns, bc.booking != "none", booked, held)
 	id, err := agentContainerID(agent)
 	if err != nil {
 		b.Fatal(err)
 	}
-	agentPID, err := pidOfContainer(id)
-	if err != nil {
+	pids := map[string]int{}
+	if pids["agent"], err = pidOfContainer(id); err != nil {
 		b.Fatal(err)
 	}
-	kubeletPID := pidOf(b, "kubelet")
+	for _, p := range billProcesses {
+		pids[p] = pidOf(b, p)
+	}
 	// What the node pays for the agent as it runs, not as it starts: its warm-ups (the
 	// agent's 10 s, each container's 2 s), sampled at the interval, are over.
-	up := processAge(b, agentPID)
+	up := processAge(b, pids["agent"])
 	if up < settle {
 		time.Sleep(settle - up)
 	}
-	b.Logf("%d CGs running, each booking %v and holding %v; agent pid %d (up %v), kubelet pid %d; windows of %v", n, booked, held, agentPID, max(up, settle).Round(time.Second), kubeletPID, window)
+	b.Logf("%s: %d pods running, each booking %v and holding %v; processes %v; windows of %v", bc.name, n, booked, held, pids, window)
 
-	var agentCPU, kubeletCPU, rss, anon []float64
+	cpu := map[string][]float64{}
+	var rss, anon []float64
 	for b.Loop() {
-		a0, k0, t0 := cpuTicks(b, agentPID), cpuTicks(b, kubeletPID), time.Now()
+		t0, before := time.Now(), map[string]int64{}
+		for name, pid := range pids {
+			before[name] = cpuTicks(b, pid)
+		}
 		time.Sleep(window)
-		a1, k1, t1 := cpuTicks(b, agentPID), cpuTicks(b, kubeletPID), time.Now()
-		secs := t1.Sub(t0).Seconds()
-		agentCPU = append(agentCPU, 100*float64(a1-a0)/clockTicks/secs)
-		kubeletCPU = append(kubeletCPU, 100*float64(k1-k0)/clockTicks/secs)
-		rss = append(rss, float64(statusKiB(b, agentPID, "VmRSS"))/1024)
+		secs := time.Since(t0).Seconds()
+		for name, pid := range pids {
+			cpu[name] = append(cpu[name], 100*float64(cpuTicks(b, pid)-before[name])/clockTicks/secs)
+		}
+		rss = append(rss, float64(statusKiB(b, pids["agent"], "VmRSS"))/1024)
 		// The anonymous part (heap, stacks) is what the node cannot take back; the rest
 		// is the binary's pages, page cache the kernel reclaims under pressure.
-		anon = append(anon, float64(statusKiB(b, agentPID, "RssAnon"))/1024)
+		anon = append(anon, float64(statusKiB(b, pids["agent"], "RssAnon"))/1024)
 	}
-	b.ReportMetric(median(agentCPU), "agent-%core")
+	out := map[string]float64{}
+	for name, v := range cpu {
+		out[name] = median(v)
+		b.ReportMetric(out[name], name+"-%core")
+	}
 	b.ReportMetric(median(rss), "agent-RSS-MiB")
-	b.ReportMetric(float64(statusKiB(b, agentPID, "VmHWM"))/1024, "agent-peak-RSS-MiB")
+	b.ReportMetric(float64(statusKiB(b, pids["agent"], "VmHWM"))/1024, "agent-peak-RSS-MiB")
 	b.ReportMetric(median(anon), "agent-RSS-anon-MiB")
-	b.ReportMetric(median(kubeletCPU), "kubelet-%core")
-	b.Logf("agent %%core per window %.2f; kubelet %%core %.2f; agent RSS MiB %.1f (anonymous %.1f)", agentCPU, kubeletCPU, rss, anon)
+	b.Logf("%%core per window: %v; agent RSS MiB %.1f (anonymous %.1f)", cpu, rss, anon)
 	if path := os.Getenv("NR1_COST_PROFILE"); path != "" {
-		path = strings.TrimSuffix(path, ".pprof") + "-" + strings.TrimPrefix(b.Name()[strings.LastIndex(b.Name(), "/")+1:], "design=") + ".pprof"
-		if err := agentProfile(agent, path); err != nil {
-			b.Errorf("profile: %v", err)
-		} else {
-			b.Logf("CPU profile of the agent with %d CGs: %s (go tool pprof -top %s)", n, path, path)
+		base := strings.TrimSuffix(path, ".pprof")
+		if err := agentProfile(agent, base+"-"+bc.name+".pprof"); err != nil {
+			b.Errorf("agent profile: %v", err)
 		}
+		if err := kubeletProfile(c, nodeName(b, c), base+"-kubelet-"+bc.name+".pprof"); err != nil {
+			b.Errorf("kubelet profile: %v", err)
+		}
+		b.Logf("CPU profiles with %d pods (%s): %s-%s.pprof, %s-kubelet-%s.pprof", n, bc.name, base, bc.name, base, bc.name)
 	}
+	return out
 }
 
-// costCGs runs n CGs in ns that book the node's allocatable capacity between them,
-// through the device plugin's extended resources or a DRA claim each, each holding a
-// little (2 MB of compute DMA, 1 MB of CPU DMA, 2 queues and its image), and returns what
-// each books and holds.
-func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, viaDRA bool) (booked, held nr1.Amounts) {
-	held = nr1.Amounts{2, 1, 0, 2}
-	// The docker partition is the image and a writable layer.
-	held[nr1.DockerPartition] = nr1LoadImageMB(b) + 1
-	node, err := c.CoreV1().Nodes().Get(context.Background(), nodeName(b, c), metav1.GetOptions{})
+// kubeletProfile writes a 10 s CPU profile of the kubelet, read through the API server's
+// node proxy.
+func kubeletProfile(c kubernetes.Interface, node, path string) error {
+	b, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "debug", "pprof", "profile").
+		Param("seconds", "10").Timeout(time.Minute).DoRaw(context.Background())
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	for _, r := range nr1.All {
-		q := node.Status.Capacity[corev1.ResourceName(r.Name())]
-		booked[r] = nr1.Units(q.Value() / int64(n))
-		if booked[r] < held[r] {
-			b.Fatalf("%s: the node's %s split %d ways is %d each, less than the %d each CG holds", r.Name(), q.String(), n, booked[r], held[r])
+	return os.WriteFile(path, b, 0o600)
+}
+
+// costCGs runs n pods in ns: booking nothing, a little each (1 MB / 0 / 100 MB / 1
+// queue), or the node's allocatable capacity between them, through the device plugin's
+// extended resources or a DRA claim each, each CG holding a little (2 MB of compute DMA,
+// 1 MB of CPU DMA, 2 queues and its image; a small one 1 / 0 / its image / 1), and
+// returns what each books and holds.
+func costCGs(b *testing.B, c kubernetes.Interface, n int, ns string, bc billCase) (booked, held nr1.Amounts) {
+	image := nr1LoadImageMB(b) + 1 // the image and a writable layer
+	switch bc.booking {
+	case "small":
+		booked, held = nr1.Amounts{1, 0, 100, 1}, nr1.Amounts{1, 0, image, 1}
+	case "full":
+		held = nr1.Amounts{2, 1, image, 2}
+		node, err := c.CoreV1().Nodes().Get(context.Background(), nodeName(b, c), metav1.GetOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range nr1.All {
+			q := node.Status.Capacity[corev1.ResourceName(r.Name())]
+			booked[r] = nr1.Units(q.Value() / int64(n))
+			if booked[r] < held[r] {
+				b.Fatalf("%s: the node's %s split %d ways is %d each, less than the %d each CG holds", r.Name(), q.String(), n, booked[r], held[r])
+			}
 		}
 	}
 	var template *string
-	if viaDRA {
+	if bc.dra && bc.booking != "none" {
 		template = createTemplate(b, c, manifest.ClaimTemplate(ns, "cg", booked))
 	}
 	for i := range n {
 		pod := bookingCG(ns, fmt.Sprintf("cg-%03d", i), booked, held, template)
+		if bc.booking == "none" {
+			pod.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+		}
 		if _, err := c.CoreV1().Pods(ns).Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
-			b.Fatalf("CG %d: %v", i, err)
+			b.Fatalf("pod %d: %v", i, err)
 		}
 	}
 	return booked, held
 }
 
-// createTemplate creates a ResourceClaimTemplate and returns its name.
 func createTemplate(tb testing.TB, c kubernetes.Interface, tmpl *resourceapi.ResourceClaimTemplate) *string {
 	tb.Helper()
 	if _, err := c.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(context.Background(), tmpl, metav1.CreateOptions{}); err != nil {
@@ -204,7 +262,7 @@ func bookingCG(ns, name string, booked, held nr1.Amounts, template *string) *cor
 
 // waitAgentSees waits until every CG runs and the agent knows each one's booking and
 // measures what it holds.
-func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, ns string, booked, held nr1.Amounts) *corev1.Pod {
+func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, ns string, cgs bool, booked, held nr1.Amounts) *corev1.Pod {
 	var agent *corev1.Pod
 	eventually(b, time.Duration(n)*6*time.Second, fmt.Sprintf("%d CGs running and measured", n), func() error {
 		pods, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
@@ -220,7 +278,7 @@ func waitAgentSees(b *testing.B, c kubernetes.Interface, n int, ns string, booke
 		if running < n {
 			return fmt.Errorf("%d of %d running", running, n)
 		}
-		if agent, err = readyAgent(c); err != nil {
+		if agent, err = readyAgent(c); err != nil || !cgs {
 			return err
 		}
 		var s debugSnapshot

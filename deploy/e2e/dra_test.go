@@ -146,7 +146,7 @@ func nodeSlice(c kubernetes.Interface, node string) (*resourceapi.ResourceSlice,
 
 // deleteNodeSlices deletes the driver's ResourceSlices of node: a node moved back to the
 // device plugin keeps them otherwise (README, "Device plugin or DRA").
-func deleteNodeSlices(t *testing.T, c kubernetes.Interface, node string) {
+func deleteNodeSlices(t testing.TB, c kubernetes.Interface, node string) {
 	err := c.ResourceV1().ResourceSlices().DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{
 		FieldSelector: "spec.driver=" + dra.DriverName + ",spec.nodeName=" + node})
 	if err != nil {
