@@ -87,6 +87,7 @@ func bigCG(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, booked nr1.Amo
 		return errors.Join(errors.New("still there"), err)
 	})
 	t.Logf("%s deleted in %v", p.Name, time.Since(start).Round(100*time.Millisecond))
+	waitReleased(t, p.Namespace, p.Name)
 }
 
 // TestStatusTooLargeIsTold: with the kubelet's resource health on, a CG booking 100,000
@@ -104,6 +105,11 @@ func TestStatusTooLargeIsTold(t *testing.T) {
 	pod := createPod(t, c, bookingCG(ns, "big", nr1.Amounts{100000, 0, nr1LoadImageMB(t) + 2, 1}, nr1.Amounts{}, nil))
 	ev := waitReason(t, c, pod, statusfit.Reason, 60*time.Second)
 	t.Logf("%s: %s", ev.Reason, ev.Message)
+	// What it told of is so: the kubelet started the CG and cannot write its status.
+	time.Sleep(10 * time.Second)
+	if p, err := c.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodPending || len(p.Status.ContainerStatuses) != 0 {
+		t.Errorf("told of a status the kubelet could not write, and the API shows %v (%v)", p.Status, err)
+	}
 	for _, want := range []string{"ResourceHealthStatus=true in the kubelet's --config", "ResourceHealthStatus and ResourceHealthStatusMessage off"} {
 		if !strings.Contains(ev.Message, want) {
 			t.Errorf("the Event does not say %q", want)
@@ -113,4 +119,5 @@ func TestStatusTooLargeIsTold(t *testing.T) {
 	if err := c.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
+	waitReleased(t, ns, pod.Name)
 }

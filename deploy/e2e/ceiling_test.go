@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -36,7 +37,10 @@ func BenchmarkStatusCeiling(b *testing.B) {
 	newNamespace(b, c, bigNS)
 	image := nr1LoadImageMB(b) + 2
 	for b.Loop() {
+		// Nothing ended left allocated in the kubelet's checkpoint (see waitReleased).
+		waitReleased(b, bigNS, "ceiling")
 		runStack(b, "resource-health", "on")
+		waitAllocatable(b, c, node.Name, capacity)
 		lo, hi := int64(0), capacity+1 // lo gets a status; hi does not (or is past capacity)
 		var size int
 		for hi-lo > capacity/100 {
@@ -53,6 +57,7 @@ func BenchmarkStatusCeiling(b *testing.B) {
 		b.ReportMetric(float64(size>>10), "pod-KiB-at-ceiling")
 		b.ReportMetric(100*float64(lo)/float64(capacity), "ceiling-%-of-node")
 		runStack(b, "resource-health", "off")
+		waitAllocatable(b, c, node.Name, capacity)
 		ok, n := statusWritten(b, c, nr1.Amounts{nr1.Units(capacity), 0, image, 1})
 		b.Logf("resource health off: the node's whole %d MB Running: %v, pod %d KiB", capacity, ok, n>>10)
 		if !ok {
@@ -118,5 +123,46 @@ func tryStatus(tb testing.TB, c kubernetes.Interface, booked nr1.Amounts) (ok bo
 		}
 		return nil
 	})
+	waitReleased(tb, bigNS, pod.Name)
 	return ok, size, refused
+}
+
+// waitReleased waits until the kubelet no longer lists the pod namespace/name in its
+// pod-resources answer. Each List also makes the kubelet free the devices of pods that
+// ended: a kubelet restarted with the resource health on looks up, for each device, the
+// pod holding it among every allocation in its checkpoint, which with a big CG's
+// allocation left there takes it minutes, its device manager locked.
+func waitReleased(tb testing.TB, namespace, name string) {
+	tb.Helper()
+	pr, err := allocation.Dial("/var/lib/kubelet/pod-resources/kubelet.sock", nr1.Amounts{1 << 20, 1 << 20, 1 << 20, 1 << 20})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer pr.Close()
+	eventually(tb, 60*time.Second, namespace+"/"+name+"'s devices released by the kubelet", func() error {
+		t, err := pr.List(context.Background())
+		if err != nil {
+			return err
+		}
+		if _, listed := t.Pod(namespace, name); listed {
+			return errors.New("still listed")
+		}
+		return nil
+	})
+}
+
+// waitAllocatable waits until the node offers its whole compute DMA again, the device
+// plugin registered with a restarted kubelet.
+func waitAllocatable(tb testing.TB, c kubernetes.Interface, node string, capacity int64) {
+	tb.Helper()
+	eventually(tb, 60*time.Second, "the node's compute DMA allocatable again", func() error {
+		n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if q := n.Status.Allocatable[corev1.ResourceName(nr1.ComputeDMAMemory.Name())]; q.Value() != capacity {
+			return fmt.Errorf("allocatable %s", q.String())
+		}
+		return nil
+	})
 }
