@@ -30,8 +30,14 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 256);
 	__type(key, struct target_key);
-	__type(value, __u32); // the target's index in user space's list
+	__type(value, __u32); // the target's index in user space's list, and TARGET_BYTES
 } targets SEC(".maps");
+
+// A target counted in mapped bytes: what counts of its mappings is their ranges, whatever
+// description maps them. A target counted in handles keeps the description apart.
+#define TARGET_BYTES (1U << 31)
+
+static __always_inline __u32 index_of(__u32 target) { return target & ~TARGET_BYTES; }
 
 // An open file description already reported for a cgroup in this scan is not reported
 // again: a process that dup()s one fd 400000 times, or forks 1000 children that inherit
@@ -51,11 +57,13 @@ struct {
 } seen SEC(".maps");
 
 // A mapping already reported for a cgroup in this scan (the same description, offset
-// and length) is not reported again: 1000 children forked with 60 mappings each, or one
-// fd mapped 60000 times at one offset, cost the records of one of them. User space
-// counts the union of ranges and distinct descriptions, which the copies add nothing to.
+// and length; for a target counted in bytes, the same target, offset and length) is not
+// reported again: 1000 children forked with 60 mappings each, one fd mapped 60000 times
+// at one offset, or a DMA file opened and mapped again 60000 times, cost the records of
+// one of them. User space counts the union of ranges and distinct descriptions, which
+// the copies add nothing to.
 struct seen_vma_key {
-	__u64 file;
+	__u64 file; // the description, or for a target counted in bytes its index
 	__u64 cgroup_id;
 	__u64 pgoff;
 	__u64 size;
@@ -127,7 +135,7 @@ static __always_inline void fill(struct record *r, struct task_struct *task, str
 	r->cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 	r->pid = BPF_CORE_READ(task, tgid);
 	r->file = (__u64)file;
-	r->target = target;
+	r->target = index_of(target);
 	r->kind = kind;
 }
 
@@ -234,7 +242,7 @@ static long ring_file(__u32 i, struct ring *c)
 	r.pid = c->pid;
 	r.fd = c->fd;
 	r.file = (__u64)file;
-	r.target = *target;
+	r.target = index_of(*target);
 	r.kind = KIND_REGISTERED;
 	if (bpf_seq_write(c->seq, &r, sizeof(r))) {
 		c->failed = 1;
@@ -357,6 +365,8 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 	r.size = BPF_CORE_READ(vma, vm_end) - r.start;
 	r.pgoff = BPF_CORE_READ(vma, vm_pgoff);
 	struct seen_vma_key key = {.file = r.file, .cgroup_id = r.cgroup_id, .pgoff = r.pgoff, .size = r.size};
+	if (*target & TARGET_BYTES)
+		key.file = r.target;
 	__u32 *last = bpf_map_lookup_elem(&seen_vma, &key);
 	if (last && *last == scan)
 		return 0;
@@ -422,7 +432,7 @@ static long inflight_file(__u32 i, struct inflight *c)
 	}
 	r.cgroup_id = c->cgroup_id;
 	r.file = (__u64)file;
-	r.target = *target;
+	r.target = index_of(*target);
 	r.kind = KIND_INFLIGHT;
 	// Held as an fd too in this cgroup: reported by task_file already.
 	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
@@ -550,7 +560,7 @@ static __always_inline void report(__u32 target)
 	}
 	c->cgroup_id = bpf_get_current_cgroup_id();
 	c->pid = bpf_get_current_pid_tgid() >> 32;
-	c->target = target;
+	c->target = index_of(target);
 	bpf_ringbuf_submit(c, 0);
 }
 

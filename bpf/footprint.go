@@ -92,7 +92,13 @@ func (f *Footprint) Close() error {
 	return errors.Join(f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())
 }
 
-// SetTargets replaces the target files; the value is the caller's index of the target.
+// TargetBytes marks a target counted in mapped bytes in SetTargets' values: its
+// mappings are reported once per cgroup, offset and length, whatever description maps
+// them; a target counted in handles has each description's reported.
+const TargetBytes = 1 << 31
+
+// SetTargets replaces the target files; the value is the caller's index of the target,
+// with TargetBytes for one counted in mapped bytes. Records carry the index alone.
 func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 	var (
 		key  TargetKey

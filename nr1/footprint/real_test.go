@@ -58,6 +58,7 @@ func TestSourcesAgreeOnARealPopulation(t *testing.T) {
 				}
 			}
 		}
+		ps.Mappings = firstOfEach(p.targets, ps.Mappings)
 		bs.Normalize()
 		ps.Normalize()
 		if !reflect.DeepEqual(bs.Mappings, ps.Mappings) {

@@ -83,7 +83,11 @@ func (t *Targets) At(i int) Target { return t.list[i] }
 func (t *Targets) Keys() map[bpf.TargetKey]uint32 {
 	out := make(map[bpf.TargetKey]uint32, len(t.list))
 	for i, tg := range t.list {
-		out[tg.key()] = uint32(i)
+		v := uint32(i)
+		if tg.Measure == MappedBytes {
+			v |= bpf.TargetBytes
+		}
+		out[tg.key()] = v
 	}
 	return out
 }

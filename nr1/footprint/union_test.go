@@ -404,9 +404,9 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 			}
 		}
 		// The records behind: what summing mapping sizes reported. procfs reports every
-		// process's; the BPF source a mapping once per cgroup, not each forked child's
-		// copy, yet each of two opens mapped.
-		wantRaw := map[string][3]uint64{"procfs": {15 * mb, 6 * mb, 17 * mb}, "bpf": {3 * mb, 6 * mb, 7 * mb}}[s.Source]
+		// process's; the BPF source a range of a DMA file once per cgroup, not each forked
+		// child's copy nor each open's.
+		wantRaw := map[string][3]uint64{"procfs": {15 * mb, 6 * mb, 17 * mb}, "bpf": {3 * mb, 3 * mb, 7 * mb}}[s.Source]
 		if gotRaw := [3]uint64{raw[forked], raw[twice], raw[distinct]}; gotRaw != wantRaw {
 			t.Errorf("%s: mapping sizes summed %v MB; want %v (records missing?)", s.Source, div(gotRaw, mb), div(wantRaw, mb))
 		}
@@ -421,7 +421,7 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 	// The two sources agree on this test's cgroups; processes elsewhere on the host
 	// holding tun's device may come and go between the two scans.
 	bm, pm := ofGroups(bs, group), ofGroups(ps, group)
-	pm.Mappings = firstOfEach(pm.Mappings)
+	pm.Mappings = firstOfEach(p.targets, pm.Mappings)
 	if !reflect.DeepEqual(bm.Mappings, pm.Mappings) {
 		t.Errorf("mappings differ:\nbpf    %+v\nprocfs %+v", bm.Mappings, pm.Mappings)
 	}
@@ -430,9 +430,11 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 	}
 }
 
-// firstOfEach keeps the first (in PID order) of the mappings a cgroup's processes share
-// by inheritance (same address and range), as the BPF source reports them.
-func firstOfEach(ms []Mapping) []Mapping {
+// firstOfEach keeps, of procfs's mappings, those the BPF source reports: the first (in
+// PID order, then address) of each cgroup's mappings of a target's range — of one
+// description for a target counted in handles (inherited by forked children: the same
+// address), of any for one counted in bytes.
+func firstOfEach(targets *Targets, ms []Mapping) []Mapping {
 	type key struct {
 		cgroup                uint64
 		target                int
@@ -442,6 +444,9 @@ func firstOfEach(ms []Mapping) []Mapping {
 	var out []Mapping
 	for _, m := range ms {
 		k := key{m.CgroupID, m.Target, m.Start, m.Offset, m.Size}
+		if targets.At(m.Target).Measure == MappedBytes {
+			k.start = 0
+		}
 		if !seen[k] {
 			seen[k] = true
 			out = append(out, m)
@@ -750,6 +755,47 @@ func TestInheritedMappingsAreOneRecord(t *testing.T) {
 	page := nr1.Base(os.Getpagesize())
 	if got := byCgroup(s, p.targets)[p.ids[0]]; got != (nr1.Usage{64 * page}) || len(mine) != 64 {
 		t.Errorf("the children hold %v in %d records, want 64 pages in 64 records", got, len(mine))
+	}
+}
+
+// TestReopenedMappingsAreOneRecordPerRange: a DMA file opened and mapped again 300
+// times at the same range, each open closed (300 descriptions, one range), is one record
+// from the BPF source, as it is one MB held; a queue mapped so stays a record per
+// description, each one queue held.
+func TestReopenedMappingsAreOneRecordPerRange(t *testing.T) {
+	p, dir := newCgroups(t, 1)
+	queue := filepath.Join(dir, "mappable-queue")
+	if err := os.WriteFile(queue, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	p.targets, err = resolve([]TargetSpec{
+		{Resource: nr1.ComputeDMAMemory, Path: p.sim.File(sim.ComputeDMA), Measure: MappedBytes},
+		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dma := mapperRange{p.sim.File(sim.ComputeDMA), 0, 1}
+	p.startMapper(t, 0, mapperSpec{Maps: append(slices.Repeat([]mapperRange{dma}, 300), slices.Repeat([]mapperRange{{queue, 0, 1}}, 3)...)})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dmaRecords, queueRecords int
+	for _, m := range ofGroups(s, map[uint64]bool{p.ids[0]: true}).Mappings {
+		switch p.targets.At(m.Target).Resource {
+		case nr1.ComputeDMAMemory:
+			dmaRecords++
+		case nr1.HypervisorQueue:
+			queueRecords++
+		}
+	}
+	if dmaRecords != 1 || queueRecords != 3 {
+		t.Errorf("%d records of the DMA range mapped by 300 opens (want 1), %d of the queue mapped by 3 (want 3)", dmaRecords, queueRecords)
+	}
+	if got := byCgroup(s, p.targets)[p.ids[0]]; got[nr1.ComputeDMAMemory] != 1<<20 || got[nr1.HypervisorQueue] != 3 {
+		t.Errorf("held %v, want 1 MB and 3 queues", got)
 	}
 }
 
