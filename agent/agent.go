@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 		reg.MustRegister(sampler.NewChangeCollectors(changes, smp)...)
 	}
 	if fit != nil {
-		reg.MustRegister(fit.Collector())
+		reg.MustRegister(fit.Collectors()...)
 	}
 	server := metrics.NewServer(cfg.MetricsAddr, reg, log, state.allRegistered, runtimeConnected(watcher), sampled(smp))
 	server.Live(enforcer.Healthy)

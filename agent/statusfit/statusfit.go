@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,34 +62,55 @@ type Events interface {
 	Event(namespace, pod, uid, eventType, reason, message string)
 }
 
+// gatesMaxAge is how long the kubelet's gates read are trusted: they change only with a
+// kubelet restart, and reading them looks through every process.
+const gatesMaxAge = 5 * time.Minute
+
 // Checker checks each CG once.
 type Checker struct {
 	gates  Gates
 	events Events // nil: only logged
 	log    *slog.Logger
 	gauge  prometheus.Gauge
+	health prometheus.Gauge
+	now    func() time.Time
 
 	mu      sync.Mutex
 	checked map[string]bool // CG UID → its status cannot be written
+	read    time.Time       // when the gates were last read for the health gauge
+	on      bool            // what they said
 }
 
 // New returns a checker; events may be nil.
 func New(gates Gates, events Events, log *slog.Logger) *Checker {
-	return &Checker{gates: gates, events: events, log: log, checked: map[string]bool{},
+	return &Checker{gates: gates, events: events, log: log, checked: map[string]bool{}, now: time.Now,
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nr1_cgs_status_too_large",
 			Help: "CGs on the node whose NR1 device-plugin booking makes a pod status the kubelet cannot write (its resource health on, an entry per unit): their pods show no status",
 		}),
+		health: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nr1_kubelet_resource_health",
+			Help: "1 when the kubelet writes resource health into pod statuses (its ResourceHealthStatus feature gate on, or not set: its default since 1.36), an entry per NR1 device-plugin unit; 0 when it is off",
+		}),
 	}
 }
 
-// Collector is the gauge of CGs whose status cannot be written.
-func (c *Checker) Collector() prometheus.Collector { return c.gauge }
+// Collectors are the gauges of CGs whose status cannot be written and of the kubelet's
+// resource health.
+func (c *Checker) Collectors() []prometheus.Collector { return []prometheus.Collector{c.gauge, c.health} }
 
 // Check checks the CGs not checked yet whose allocation is known, and forgets those gone.
 func (c *Checker) Check(cgs []*inventory.CG) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if now := c.now(); c.read.IsZero() || now.Sub(c.read) >= gatesMaxAge {
+		on, why := c.gates()
+		if on && (c.read.IsZero() || !c.on) {
+			c.log.Warn("the kubelet writes a pod status entry per NR1 unit: a CG booking most of the node gets no status, and a kubelet restart with the node booked stalls its device manager; turn its resource health off (README, Big CGs) or use DRA mode", "gates", why)
+		}
+		c.read, c.on = now, on
+		c.health.Set(map[bool]float64{true: 1, false: 0}[on])
+	}
 	present := make(map[string]bool, len(cgs))
 	for _, cg := range cgs {
 		present[cg.UID] = true

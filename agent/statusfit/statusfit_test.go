@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -71,17 +72,26 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 			t.Errorf("message %q does not say %q", ev.got[0].message, want)
 		}
 	}
-	if n := testutil.ToFloat64(c.Collector()); n != 1 {
+	tooLarge, health := c.Collectors()[0], c.Collectors()[1]
+	if n := testutil.ToFloat64(tooLarge); n != 1 {
 		t.Errorf("gauge %v with the big CG running, want 1", n)
 	}
+	if n := testutil.ToFloat64(health); n != 1 {
+		t.Errorf("resource health gauge %v, want 1", n)
+	}
 	c.Check([]*inventory.CG{small})
-	if n := testutil.ToFloat64(c.Collector()); n != 0 {
+	if n := testutil.ToFloat64(tooLarge); n != 0 {
 		t.Errorf("gauge %v once it is gone, want 0", n)
 	}
-	// With the kubelet's resource health off, nothing is said.
+	// With the kubelet's resource health off, nothing is said; the gates are read again
+	// once they are old.
 	gates = "off"
+	c.now = func() time.Time { return time.Now().Add(gatesMaxAge) }
 	c.Check([]*inventory.CG{cg("big2", true, listed(nr1.Amounts{100000}))})
-	if len(ev.got) != 1 || testutil.ToFloat64(c.Collector()) != 0 {
+	if len(ev.got) != 1 || testutil.ToFloat64(tooLarge) != 0 {
 		t.Errorf("told with resource health off: %+v", ev.got)
+	}
+	if n := testutil.ToFloat64(health); n != 0 {
+		t.Errorf("resource health gauge %v once the gates say off, want 0", n)
 	}
 }
