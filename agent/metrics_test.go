@@ -16,6 +16,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 )
 
@@ -28,6 +29,7 @@ func exported(t *testing.T) map[string]bool {
 		(&runtime.Watcher{}).ReconnectsCounter(), (&inventory.Builder{}).MismatchesCounter(),
 		metrics.NewBuildInfo("v"), metrics.NewStageCollector(nil),
 	}
+	collectors = append(collectors, statusfit.New(nil, nil, nil).Collectors()...)
 	names := map[string]bool{}
 	nameRE := regexp.MustCompile(`fqName: "([^"]+)"`)
 	for _, c := range collectors {
