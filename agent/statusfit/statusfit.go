@@ -97,7 +97,9 @@ func New(gates Gates, events Events, log *slog.Logger) *Checker {
 
 // Collectors are the gauges of CGs whose status cannot be written and of the kubelet's
 // resource health.
-func (c *Checker) Collectors() []prometheus.Collector { return []prometheus.Collector{c.gauge, c.health} }
+func (c *Checker) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.gauge, c.health}
+}
 
 // Check checks the CGs not checked yet whose allocation is known, and forgets those gone.
 func (c *Checker) Check(cgs []*inventory.CG) {
