@@ -64,7 +64,7 @@ type Events interface {
 
 // gatesMaxAge is how long the kubelet's gates read are trusted: they change only with a
 // kubelet restart, and reading them looks through every process.
-const gatesMaxAge = 5 * time.Minute
+const gatesMaxAge = time.Minute
 
 // Checker checks each CG once.
 type Checker struct {
