@@ -24,6 +24,11 @@ import (
 // it is refused ("Request entity too large").
 const MaxRequestBytes = 3 << 20
 
+// Budget is what the entries may take of a status update: the rest of it (conditions,
+// the containers' states, the patch's own keys) takes a few KiB, and a CG told of too
+// soon is better than one not told.
+const Budget = MaxRequestBytes - 64<<10
+
 // Sizes of the kubelet's status entries, as JSON: a device's is
 // {"resourceID":"abc","health":"Healthy"}, and a comma (the device plugin's IDs have at
 // most three characters); a resource's is {"name":"…","resources":[]}, and a comma.
@@ -135,7 +140,7 @@ func (c *Checker) Check(cgs []*inventory.CG) {
 
 func (c *Checker) check(cg *inventory.CG) bool {
 	size := StatusBytes(cg)
-	if size <= MaxRequestBytes {
+	if size <= Budget {
 		return false
 	}
 	on, why := c.gates()
@@ -143,7 +148,7 @@ func (c *Checker) check(cg *inventory.CG) bool {
 		return false
 	}
 	msg := fmt.Sprintf("this pod books %s through the device plugin, one device per unit: the kubelet's resource health is on (%s), "+
-		"so its status would carry an entry per device, about %.1f MiB, over the API server's %d MiB limit; the pod will show no status and cannot be deleted cleanly. "+
+		"so its status would carry an entry per device, about %.2f MiB, more than fits the API server's %d MiB limit on a status update; the pod will show no status and cannot be deleted cleanly. "+
 		"Turn the kubelet's feature gates ResourceHealthStatus and ResourceHealthStatusMessage off, or offer the NR1 through DRA (mode: dra)",
 		booking(cg.Allocation), why, float64(size)/(1<<20), MaxRequestBytes>>20)
 	c.log.Warn("a CG's pod status cannot be written", "namespace", cg.Namespace, "pod", cg.Name, "statusBytes", size, "gates", why)

@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/neureality-sdk/nr1-agent/agent/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -45,7 +47,7 @@ func BenchmarkStatusCeiling(b *testing.B) {
 		var size int
 		for hi-lo > capacity/100 {
 			mid := (lo + hi) / 2
-			ok, n := statusWritten(b, c, nr1.Amounts{nr1.Units(mid), 0, image, 1})
+			ok, n := statusWritten(b, c, booked(image)(mid))
 			b.Logf("resource health on: %d MB of compute DMA %s", mid, map[bool]string{true: fmt.Sprintf("Running, pod %d KiB", n>>10), false: "never gets a status"}[ok])
 			if ok {
 				lo, size = mid, n
@@ -54,6 +56,13 @@ func BenchmarkStatusCeiling(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(lo), "ceiling-MB")
+		// The agent tells of a booking past what it estimates fits: never later than the
+		// first booking that does not.
+		told := toldAbove(booked(image))
+		b.ReportMetric(float64(told), "agent-tells-above-MB")
+		if told >= hi {
+			b.Errorf("the agent tells of bookings above %d MB, but %d MB already gets no status", told, hi)
+		}
 		b.ReportMetric(float64(size>>10), "pod-KiB-at-ceiling")
 		b.ReportMetric(100*float64(lo)/float64(capacity), "ceiling-%-of-node")
 		runStack(b, "resource-health", "off")
@@ -165,4 +174,24 @@ func waitAllocatable(tb testing.TB, c kubernetes.Interface, node string, capacit
 		}
 		return nil
 	})
+}
+
+// booked is the ceiling's CG booking mb of compute DMA, its image and a queue.
+func booked(image nr1.Units) func(mb int64) nr1.Amounts {
+	return func(mb int64) nr1.Amounts { return nr1.Amounts{nr1.Units(mb), 0, image, 1} }
+}
+
+// toldAbove is the largest compute DMA booking the agent does not tell of.
+func toldAbove(booking func(mb int64) nr1.Amounts) int64 {
+	lo, hi := int64(0), int64(1)<<24
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		cg := &inventory.CG{Containers: []*inventory.Container{{Allocation: booking(mid), AllocationSource: inventory.FromPodResources}}}
+		if statusfit.StatusBytes(cg) <= statusfit.Budget {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
