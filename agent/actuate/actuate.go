@@ -51,8 +51,9 @@ const (
 	ReasonFailed        = "NR1EnforcementFailed"
 )
 
-// Actuator carries out actions. Any of its parts may be nil: an action it cannot carry
-// out is logged and reported as an error, never silently dropped.
+// Actuator carries out actions. Any of its parts may be nil: a throttle, kill or eviction
+// needing a missing part fails with ErrUnavailable (logged, retried, reported); without
+// Events the actions are only logged; with no throttler there is no throttle to lift.
 type Actuator struct {
 	Events      Events
 	Evictor     Evictor

@@ -31,8 +31,10 @@ const BadAnnotation Kind = "bad-annotation"
 
 // Decide returns the actions due now. It acts only on what it can attribute with
 // certainty: a fresh sample, a connected runtime, fresh allocations known for the CG,
-// and CGs whose containers are past warm-up. What it cannot judge it leaves as it is,
-// but a throttle whose reason is gone is always lifted.
+// and CGs whose containers are past warm-up. What it cannot judge it leaves as it is:
+// without a fresh sample, a connected runtime or fresh allocations, or in the agent's
+// warm-up, it decides nothing (every ladder's clock pauses); otherwise a throttle whose
+// reason is gone is lifted.
 func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action {
 	if snap == nil || now.Sub(snap.Taken) > p.MaxSampleAge.Duration || !snap.RuntimeConnected ||
 		snap.AllocationRead.IsZero() || now.Sub(snap.AllocationRead) > p.MaxAllocationAge.Duration ||

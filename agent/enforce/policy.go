@@ -92,7 +92,7 @@ type Policy struct {
 	// NoAllocation is what usage by a CG with no allocation of the resource means:
 	// "enforce" (over a zero allocation) or "ignore".
 	NoAllocation string `json:"noAllocation"`
-	// KillScope is "container" (the container holding most of the resource) or "cg".
+	// KillScope is "container" (the container most over its own allocation) or "cg".
 	KillScope string `json:"killScope"`
 	// KillTimeout is the grace StopContainer gives before SIGKILL.
 	KillTimeout Duration `json:"killTimeout"`

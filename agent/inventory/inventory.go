@@ -87,8 +87,8 @@ type Container struct {
 	// ChildCgroupIDs are the v2 ids of cgroups the container made below its own: what
 	// their processes hold is the container's.
 	ChildCgroupIDs []uint64 `json:"childCgroupIDs,omitempty"`
-	// PIDs are its processes where they were read (Processes): for /debug/cgs, or a
-	// scan that ran out of time; empty in a sample.
+	// PIDs are its processes where /debug/cgs read them (Processes); empty in a
+	// sample.
 	PIDs []int `json:"pids,omitempty"`
 	// Allocation is what this container was given, from AllocationSource.
 	Allocation nr1.Amounts `json:"allocation"`

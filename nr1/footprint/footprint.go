@@ -1,8 +1,10 @@
 // Package footprint measures what processes hold of the NR1 device files: the bytes of
 // their mappings and their open file descriptions, with the detail behind each figure.
 // A scan reports records per process and cgroup; Tally sums them per group of the
-// caller's choosing. Two sources give identical records: BPF iterators (cheap) and
-// procfs (the fallback).
+// caller's choosing. Two sources: BPF iterators (cheap; they also see files held with no
+// fd, in flight on a unix socket or registered with an io_uring) and procfs (the
+// fallback, which names as a lower bound the cgroups holding what it cannot count). On
+// fds and mappings they give the same records.
 package footprint
 
 import (
