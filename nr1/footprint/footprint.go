@@ -4,7 +4,8 @@
 // caller's choosing. Two sources: BPF iterators (cheap; they also see files held with no
 // fd, in flight on a unix socket or registered with an io_uring) and procfs (the
 // fallback, which names as a lower bound the cgroups holding what it cannot count). On
-// fds and mappings they give the same records.
+// fds and mappings they count the same; BPF reports fewer records (one per description,
+// or per range of a file counted in bytes, and cgroup).
 package footprint
 
 import (
