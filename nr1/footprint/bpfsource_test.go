@@ -66,6 +66,7 @@ func FuzzBPFRecord(f *testing.F) {
 		{Start: 0xfffffffffffff000, Size: 0x2000, Pid: 1, Kind: bpf.KindVMA},
 		{Size: 4096, Pgoff: math.MaxUint64, Pid: 1, Kind: bpf.KindVMA},
 		{File: 1, Pid: 1, Target: 7, Kind: bpf.KindFD},
+		{CgroupId: 8812, File: 0xffff8d4a1c3e2f00, Pid: 4242, Fd: 9, Target: 2, Kind: bpf.KindRegistered},
 	} {
 		b, _ := binary.Append(nil, binary.NativeEndian, &r)
 		f.Add(b)
@@ -91,7 +92,8 @@ func FuzzBPFRecord(f *testing.F) {
 			}
 		}
 		if h, err := handleOf(&r, targets); err == nil {
-			if h.Target < 0 || h.Target >= targets || h.FD < 0 || h.PID <= 0 || h.Description == 0 {
+			// An fd, or (FD -1) a file registered with a ring of the process.
+			if h.Target < 0 || h.Target >= targets || h.FD < -1 || (h.FD == -1) != (r.Kind == bpf.KindRegistered) || h.PID <= 0 || h.Description == 0 {
 				t.Fatalf("accepted %+v as %+v", r, h)
 			}
 			// An fd and its dup are one open file description.
