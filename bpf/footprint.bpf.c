@@ -181,7 +181,9 @@ static __always_inline struct net *unix_net(struct file *file, umode_t mode)
 // A ring's registered files are one object of the iterator with its fd: all their
 // records fit the seq buffer, or the fd is shown again. So at most MAX_RING_RECORDS are
 // written per ring, and the ring is marked seen for its cgroup only once all were written.
-#define MAX_RING_FILES (1 << 15) // IORING_MAX_FIXED_FILES
+// A ring's table holds up to 1 << 20 files (IORING_MAX_FIXED_FILES): the first
+// MAX_RING_FILES slots are read, and a larger table leaves its cgroup unread.
+#define MAX_RING_FILES (1 << 16)
 #define MAX_RING_RECORDS 480
 #define FILE_PTR_FLAGS 7UL
 
@@ -252,19 +254,21 @@ static long ring_file(__u32 i, struct ring *c)
 	return 0;
 }
 
-static __always_inline void registered(struct bpf_iter__task_file *ctx, struct task_struct *task, struct file *ring)
+// registered reports the targets registered with ring, a file the task holds by fd or by
+// a mapping (a ring whose fd was closed is kept by the mapping of its queues).
+static __always_inline void registered(struct seq_file *seq, struct task_struct *task, struct file *ring, __u32 fd)
 {
 	struct io_ring_ctx *rctx = BPF_CORE_READ(ring, private_data);
 	struct ring c = {};
 
-	c.seq = ctx->meta->seq;
+	c.seq = seq;
 	c.cgroup_id = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 	struct seen_key key = {.file = (__u64)ring, .cgroup_id = c.cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
 	if (last && *last == scan)
 		return;
 	c.pid = BPF_CORE_READ(task, tgid);
-	c.fd = ctx->fd;
+	c.fd = fd;
 	c.net = BPF_CORE_READ(task, nsproxy, net_ns);
 	if (bpf_core_field_exists(rctx->file_table.data)) {
 		c.nodes = BPF_CORE_READ(rctx, file_table.data.nodes);
@@ -279,6 +283,8 @@ static __always_inline void registered(struct bpf_iter__task_file *ctx, struct t
 	}
 	if (c.nodes || c.files)
 		bpf_loop(MAX_RING_FILES, ring_file, &c, 0);
+	if (c.nr > MAX_RING_FILES)
+		c.more = 1;
 	if (c.failed)
 		return;
 	if (c.more) {
@@ -325,7 +331,7 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 		struct net *net;
 
 		if (is_ring(file, mode))
-			registered(ctx, task, file);
+			registered(ctx->meta->seq, task, file, ctx->fd);
 		else if ((net = unix_net(file, mode)))
 			netns(ctx, task, net);
 		return 0;
@@ -357,9 +363,13 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 	file = BPF_CORE_READ(vma, vm_file);
 	if (!file)
 		return 0;
-	target = match(file);
-	if (!target)
+	umode_t mode;
+	target = match_mode(file, &mode);
+	if (!target) {
+		if (is_ring(file, mode))
+			registered(ctx->meta->seq, task, file, 0);
 		return 0;
+	}
 	fill(&r, task, file, *target, KIND_VMA);
 	r.start = BPF_CORE_READ(vma, vm_start);
 	r.size = BPF_CORE_READ(vma, vm_end) - r.start;

@@ -214,7 +214,8 @@ func openIn(ns string, it *link.Iter) (io.ReadCloser, error) {
 // VMAs runs the task_vma iterator, calling fn for each mapping of a target in each
 // cgroup, in PID order, until fn returns an error: the first the iterator meets of those
 // of one description, offset and length (a forked child's, one mapped again), not the
-// others.
+// others; and for the targets registered with an io_uring a process maps (its fd may be
+// closed: the mapping keeps the ring), as Files does.
 func (f *Footprint) VMAs(fn func(*Record) error) error {
 	f.scan++
 	if err := f.objs.Scan.Set(f.scan); err != nil {

@@ -50,7 +50,7 @@ func Read(procRoot string) (*Gates, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet %d: %w", pid, err)
 	}
-	flags := parseFlags(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
+	flags, gateFlags := parseFlags(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
 	g := &Gates{PID: pid, Values: map[string]bool{}, Source: map[string]string{}}
 	in := func(path string) string { return hostPath(procRoot, pid, path) }
 	if path := flags["config"]; path != "" {
@@ -76,8 +76,12 @@ func Read(procRoot string) (*Gates, error) {
 			}
 		}
 	}
-	if v, ok := flags["feature-gates"]; ok {
+	// Each --feature-gates given is merged over those before it.
+	for _, v := range gateFlags {
 		for kv := range strings.SplitSeq(v, ",") {
+			if strings.TrimSpace(kv) == "" {
+				continue
+			}
 			name, value, _ := strings.Cut(strings.TrimSpace(kv), "=")
 			on, err := strconv.ParseBool(strings.TrimSpace(value))
 			if name == "" || err != nil {
@@ -131,8 +135,9 @@ func kubeletPID(procRoot string) (int, error) {
 }
 
 // parseFlags reads --name=value and --name value flags; a flag given twice keeps the
-// last, as the kubelet's flag parsing does.
-func parseFlags(args []string) map[string]string {
+// last, as the kubelet's flag parsing does, except --feature-gates, whose every value is
+// returned in order: the kubelet merges them.
+func parseFlags(args []string) (flags map[string]string, gates []string) {
 	out := map[string]string{}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -145,8 +150,11 @@ func parseFlags(args []string) map[string]string {
 			i++
 		}
 		out[name] = value
+		if name == "feature-gates" {
+			gates = append(gates, value)
+		}
 	}
-	return out
+	return out, gates
 }
 
 // hostPath is path as the kubelet sees it: through its root, from its working directory

@@ -59,6 +59,8 @@ func TestResourceHealth(t *testing.T) {
 		{"the flag over the files", []string{"--config=/etc/k.yaml", "--feature-gates=Other=true,ResourceHealthStatus=true"},
 			map[string]string{"/etc/k.yaml": "featureGates: {ResourceHealthStatus: false}\n"},
 			true, "ResourceHealthStatus=true in the kubelet's --feature-gates"},
+		{"each --feature-gates merged over the ones before, empty items skipped", []string{"--feature-gates=ResourceHealthStatus=false,", "--feature-gates", "Other=true"},
+			nil, false, "ResourceHealthStatus=false in the kubelet's --feature-gates"},
 		{"not set: the default", []string{"--config=/etc/k.yaml"}, map[string]string{"/etc/k.yaml": "kind: KubeletConfiguration\n"},
 			true, "not set for the kubelet, and is on by default"},
 		{"a config file that cannot be read: the default", []string{"--config=/etc/missing.yaml"}, nil,

@@ -453,7 +453,7 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 		}
 	}
 	if scan.InFlightCut {
-		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound"
+		return "the pass over handles in flight on sockets did not read them all (out of time, or a network namespace it could not enter): what its sockets hold is a lower bound"
 	}
 	for _, id := range scan.InFlightUnread {
 		if c := containerOf(cg, id); c != nil {

@@ -29,11 +29,12 @@ const MaxRequestBytes = 3 << 20
 // soon is better than one not told.
 const Budget = MaxRequestBytes - 64<<10
 
-// Sizes of the kubelet's status entries, as JSON: a device's is
-// {"resourceID":"abc","health":"Healthy"}, and a comma (the device plugin's IDs have at
-// most three characters); a resource's is {"name":"…","resources":[]}, and a comma.
+// Sizes of the kubelet's status entries, as JSON: a device's is at most
+// {"resourceID":"abc","health":"Unhealthy"}, and a comma (the device plugin's IDs have at
+// most three characters; a device that turns unhealthy makes its entry two bytes
+// longer); a resource's is {"name":"…","resources":[]}, and a comma.
 const (
-	deviceBytes   = len(`{"resourceID":"abc","health":"Healthy"},`)
+	deviceBytes   = len(`{"resourceID":"abc","health":"Unhealthy"},`)
 	resourceBytes = len(`{"name":"","resources":[]},`)
 )
 

@@ -214,7 +214,7 @@ func kubeletProfile(path string) error {
 }
 
 // costCGs runs n pods in ns: booking nothing, a little each (1 MB / 0 / 100 MB / 1
-// queue), or the node's allocatable capacity between them, through the device plugin's
+// queue), or the node's capacity between them, through the device plugin's
 // extended resources or a DRA claim each, each CG holding a little (2 MB of compute DMA,
 // 1 MB of CPU DMA, 2 queues and its image; a small one 1 / 0 / its image / 1), and
 // returns what each books and holds.

@@ -75,7 +75,7 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	var got []uint64
 	pid := uint32(os.Getpid()) //nolint:gosec // a PID fits
 	if err := fp.Files(func(r *bpf.Record) error {
-		if r.Pid == pid && r.Target == probeTarget {
+		if r.Kind == bpf.KindFD && r.Pid == pid && r.Target == probeTarget {
 			got = append(got, r.CgroupId)
 		}
 		return nil
@@ -112,6 +112,17 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		if n++; n%1024 == 0 && vctx.Err() != nil {
 			s.Cutoff = int(r.Pid)
 			return errOutOfTime
+		}
+		switch r.Kind {
+		case bpf.KindRegistered: // with a ring held by a mapping of its queues
+			h, err := handleOf(r, targets)
+			if err == nil {
+				s.Handles = append(s.Handles, h)
+			}
+			return err
+		case bpf.KindRingMore:
+			s.RingUnread = append(s.RingUnread, r.CgroupId)
+			return nil
 		}
 		m, err := mappingOf(r, targets)
 		if err == nil {
@@ -162,9 +173,11 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		defer cancel()
 	}
 	namespaces := netNamespaces(b.procRoot)
-	entered, unreadable := enterForeign(namespaces, foreign)
+	entered, all := enterForeign(namespaces, foreign)
 	defer entered.Close()
-	s.InFlightUnread = append(s.InFlightUnread, unreadable...)
+	if !all {
+		s.InFlightCut = true
+	}
 	n = 0
 	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Record) error {
 		if n++; n%1024 == 0 && ictx.Err() != nil {
@@ -280,29 +293,32 @@ func netNamespaces(procRoot string) *namespaces {
 
 // enterForeign takes a handle on each namespace of a socket some process holds that no
 // process is in: the socket is taken from its holder (pidfd_getfd) and asked for its
-// namespace (SIOCGSKNS). The holders' cgroups whose namespace could not be taken are
-// returned: what their sockets hold in flight is not read.
-func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, []uint64) {
+// namespace (SIOCGSKNS), which must be the one the kernel named (the holder or its fd
+// may be gone and their numbers reused). It says whether every one was taken: the
+// kernel names one holder per namespace, and any process's sockets may be in one not
+// taken, so then no CG's handles in flight are known in full.
+func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, bool) {
 	out := &namespaces{inos: map[uint64]bool{}}
-	var unreadable []uint64
+	all := true
 	for _, r := range foreign {
 		if known.inos[r.File] || out.inos[r.File] {
 			continue
 		}
-		fd, err := socketNamespace(int(r.Pid), int(r.Fd))
+		fd, err := socketNamespace(int(r.Pid), int(r.Fd), r.File)
 		if err != nil {
-			unreadable = append(unreadable, r.CgroupId)
+			all = false
 			continue
 		}
 		out.inos[r.File] = true
 		out.fds = append(out.fds, fd)
 		out.paths = append(out.paths, "/proc/self/fd/"+strconv.Itoa(fd))
 	}
-	return out, unreadable
+	return out, all
 }
 
-// socketNamespace opens the network namespace of process pid's socket fd.
-func socketNamespace(pid, fd int) (int, error) {
+// socketNamespace opens the network namespace of process pid's socket fd, which must be
+// the namespace of inode ino.
+func socketNamespace(pid, fd int, ino uint64) (int, error) {
 	pidfd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return -1, fmt.Errorf("process %d: %w", pid, err)
@@ -316,6 +332,11 @@ func socketNamespace(pid, fd int) (int, error) {
 	ns, err := unix.IoctlRetInt(sock, unix.SIOCGSKNS)
 	if err != nil {
 		return -1, fmt.Errorf("network namespace of socket %d of process %d: %w", fd, pid, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(ns, &st); err != nil || st.Ino != ino {
+		_ = unix.Close(ns)
+		return -1, fmt.Errorf("socket %d of process %d: not of network namespace %d (%v)", fd, pid, ino, err)
 	}
 	return ns, nil
 }

@@ -81,8 +81,9 @@ type Scan struct {
 	// handles without an fd on it (a mapping, an io_uring), whose description the source
 	// cannot tell (procfs): their handles are a lower bound.
 	Uncounted []uint64 `json:"uncounted,omitempty"`
-	// InFlightCut says the pass over what sockets hold in flight ran out of its time
-	// before it read every network namespace: every cgroup's handles are a lower bound.
+	// InFlightCut says the pass over what sockets hold in flight did not read every
+	// network namespace (out of its time, or one it could not enter): every cgroup's
+	// handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`
 }
 

@@ -94,6 +94,9 @@ type scanState struct {
 	descs describer
 	// fdTargets are the targets the process being read has fds on.
 	fdTargets map[int]bool
+	// ringMapped and ringFD say the process maps an io_uring's queues, and has an fd on
+	// one.
+	ringMapped, ringFD bool
 }
 
 // errOutOfTime stops a process's scan part way when the scan's time is up.
@@ -111,6 +114,7 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 		return err
 	}
 	mapped := len(s.Mappings)
+	st.ringMapped, st.ringFD = false, false
 	if err := p.maps(st, s, base, pid, cg); err != nil {
 		return err
 	}
@@ -132,6 +136,10 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 			}
 			break
 		}
+	}
+	// A ring kept by a mapping alone: what it holds is not in any fdinfo here.
+	if st.ringMapped && !st.ringFD && !slices.Contains(s.Uncounted, cg) {
+		s.Uncounted = append(s.Uncounted, cg)
 	}
 	return nil
 }
@@ -183,6 +191,9 @@ func (p *Procfs) maps(st *scanState, s *Scan, base string, pid int, cg uint64) e
 		i, ok := p.targets.matchRegular(m.major, m.minor, m.ino)
 		if !ok && charMappings {
 			i, ok = p.mappedChar(base, m)
+		}
+		if !ok && bytes.HasSuffix(line, []byte(" anon_inode:[io_uring]")) {
+			st.ringMapped = true
 		}
 		if ok {
 			s.Mappings = append(s.Mappings, Mapping{CgroupID: cg, PID: pid, Target: i, Start: m.start, Size: m.end - m.start, Offset: m.offset})
@@ -242,8 +253,11 @@ func (p *Procfs) fds(st *scanState, s *Scan, base string, pid int, cg uint64) er
 			}
 			i, ok := p.targets.match(fst.Mode, fst.Dev, fst.Ino, fst.Rdev)
 			if !ok {
-				if fst.Mode&unix.S_IFMT == 0 && ringHoldsFiles(base, name) && !slices.Contains(s.Uncounted, cg) {
-					s.Uncounted = append(s.Uncounted, cg)
+				if fst.Mode&unix.S_IFMT == 0 && isRing(base, name) {
+					st.ringFD = true
+					if ringHoldsFiles(base, name) && !slices.Contains(s.Uncounted, cg) {
+						s.Uncounted = append(s.Uncounted, cg)
+					}
 				}
 				continue
 			}
@@ -395,19 +409,22 @@ func fillFdinfo(procRoot string, targets *Targets, s *Scan) {
 	}
 }
 
-// ringHoldsFiles reports an io_uring fd with registered files. Procfs names them by
+// isRing reports an fd on an io_uring.
+func isRing(base, fd string) bool {
+	link, err := os.Readlink(filepath.Join(base, "fd", fd))
+	return err == nil && link == "anon_inode:[io_uring]"
+}
+
+// ringHoldsFiles reports an io_uring fd with registered files, or one whose fdinfo does
+// not say (a ring in use prints nothing while its lock is held). Procfs names them by
 // path only, which cannot tell a description apart nor always a target (a container's
 // own device node): the files a ring holds with no fd are not counted, and the holder's
 // cgroup is a lower bound. Anonymous inodes carry no file type, which makes the link
 // worth reading only for them.
 func ringHoldsFiles(base, fd string) bool {
-	link, err := os.Readlink(filepath.Join(base, "fd", fd))
-	if err != nil || link != "anon_inode:[io_uring]" {
-		return false
-	}
 	b, err := os.ReadFile(filepath.Join(base, "fdinfo", fd))
 	if err != nil {
-		return false
+		return !gone(err)
 	}
 	for line := range bytes.Lines(b) {
 		if v, ok := bytes.CutPrefix(line, []byte("UserFiles:")); ok {
@@ -415,7 +432,7 @@ func ringHoldsFiles(base, fd string) bool {
 			return err != nil || n > 0
 		}
 	}
-	return false
+	return true
 }
 
 // pathOnly reports an O_PATH fd: it names the file without opening it (no I/O, no

@@ -51,8 +51,10 @@ type mapperSpec struct {
 	// InFlightElsewhere makes the socket holding the InFlight files in a network
 	// namespace the mapper then leaves: no process is in it.
 	InFlightElsewhere bool `json:"inFlightElsewhere,omitempty"`
-	// Ring files are opened, registered with an io_uring, and closed.
-	Ring []string `json:"ring,omitempty"`
+	// Ring files are opened, registered with an io_uring, and closed; with RingMapped the
+	// ring's queues are mapped and its fd closed too: the mapping keeps the ring.
+	Ring       []string `json:"ring,omitempty"`
+	RingMapped bool     `json:"ringMapped,omitempty"`
 	// NewNetNS runs the mapper in a network namespace of its own, as a pod's.
 	NewNetNS bool `json:"-"`
 }
@@ -170,7 +172,7 @@ func mapper(spec string) {
 		}
 	}
 	if len(s.Ring) > 0 {
-		if err := registerAndClose(s.Ring); err != nil {
+		if err := registerAndClose(s.Ring, s.RingMapped); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -222,11 +224,18 @@ func socketpair(typ int, elsewhere bool) ([2]int, error) {
 }
 
 // registerAndClose opens the files, registers them with an io_uring and closes them:
-// the ring alone holds them.
-func registerAndClose(names []string) error {
+// the ring alone holds them; mapped, the ring's submission queue is mapped and the
+// ring's fd closed: the mapping alone holds the ring.
+func registerAndClose(names []string, mapped bool) error {
 	ring, err := uring.New()
 	if err != nil {
 		return err
+	}
+	if mapped {
+		defer func() { _ = unix.Close(ring) }()
+		if _, err := unix.Mmap(ring, 0, os.Getpagesize(), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+			return fmt.Errorf("mapping the ring: %w", err)
+		}
 	}
 	var fds []int32
 	for _, name := range names {
@@ -662,18 +671,24 @@ func TestInFlightInANamespaceNoProcessIsIn(t *testing.T) {
 
 // TestRingHeldQueuesCount: queue handles registered with an io_uring and closed are held
 // by the ring: the BPF source counts each description once, however many slots and
-// forked children share the ring. procfs sees the ring but not which descriptions it
-// holds: its cgroup is named a lower bound.
+// forked children share the ring, and through the mapping of its queue when the ring's
+// fd is closed too. procfs sees the ring (its fd or its mapping) but not which
+// descriptions it holds: its cgroup is named a lower bound.
 func TestRingHeldQueuesCount(t *testing.T) {
-	p, _ := newCgroups(t, 2)
+	p, _ := newCgroups(t, 3)
 	queue := p.sim.File(sim.HypervisorQ)
 	p.startMapper(t, 0, mapperSpec{Ring: []string{queue, queue}, Forks: 2})
 	p.startMapper(t, 1, mapperSpec{Open: []string{queue}})
+	p.startMapper(t, 2, mapperSpec{Ring: []string{queue, queue, queue}, RingMapped: true})
 	want := map[string]nr1.Base{"bpf": 2, "procfs": 0}
 	for _, s := range scanBoth(t, p) {
 		got := byCgroup(s, p.targets)
 		if q := got[p.ids[0]][nr1.HypervisorQueue]; q != want[s.Source] {
 			t.Errorf("%s: %d queues held by a ring, want %d", s.Source, q, want[s.Source])
+		}
+		// A ring whose fd is closed, kept by the mapping of its queue.
+		if q, lower := got[p.ids[2]][nr1.HypervisorQueue], slices.Contains(s.Uncounted, p.ids[2]); (s.Source == "bpf" && (q != 3 || lower)) || (s.Source == "procfs" && !lower) {
+			t.Errorf("%s: %d queues held by a mapped ring, named a lower bound %v; want 3 from bpf, a lower bound from procfs", s.Source, q, lower)
 		}
 		if q := got[p.ids[1]][nr1.HypervisorQueue]; q != 1 {
 			t.Errorf("%s: %d queues held by an fd, want 1", s.Source, q)
