@@ -334,9 +334,13 @@ func socketNamespace(pid, fd int, ino uint64) (int, error) {
 		return -1, fmt.Errorf("network namespace of socket %d of process %d: %w", fd, pid, err)
 	}
 	var st unix.Stat_t
-	if err := unix.Fstat(ns, &st); err != nil || st.Ino != ino {
+	if err := unix.Fstat(ns, &st); err != nil {
 		_ = unix.Close(ns)
-		return -1, fmt.Errorf("socket %d of process %d: not of network namespace %d (%v)", fd, pid, ino, err)
+		return -1, fmt.Errorf("network namespace of socket %d of process %d: %w", fd, pid, err)
+	}
+	if st.Ino != ino {
+		_ = unix.Close(ns)
+		return -1, fmt.Errorf("socket %d of process %d: of network namespace %d, not %d (the fd or the process was reused)", fd, pid, st.Ino, ino)
 	}
 	return ns, nil
 }
