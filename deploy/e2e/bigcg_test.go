@@ -99,6 +99,8 @@ func TestStatusTooLargeIsTold(t *testing.T) {
 	t.Cleanup(func() {
 		runStack(t, "resource-health", "off")
 		mustReadyAgent(t, c)
+		// The tests after this one find the kubelet offering the NR1 again.
+		waitAllocatable(t, c, nodeName(t, c), simCapacity[corev1.ResourceName(nr1.ComputeDMAMemory.Name())])
 	})
 	ns := bigNS + "-told"
 	newNamespace(t, c, ns)

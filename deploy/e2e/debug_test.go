@@ -158,37 +158,8 @@ func TestDebugOnlyOnLoopback(t *testing.T) {
 	if err != nil {
 		t.Fatal("kubectl not on PATH (run through make e2e)")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	pf := exec.CommandContext(ctx, kubectl, "-n", agent.Namespace, "port-forward", "pod/"+agent.Name, ":"+debugPort)
-	out, err := pf.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf.Stderr = os.Stderr
-	if err := pf.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cancel(); _ = pf.Wait() }()
-	local := make(chan string, 1)
-	go func() {
-		// "Forwarding from 127.0.0.1:40113 -> 9471"
-		re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				local <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	var port string
-	select {
-	case port = <-local:
-	case <-time.After(30 * time.Second):
-		t.Fatal("kubectl port-forward did not start within 30s")
-	}
+	port, stop := portForward(t, kubectl, agent.Namespace, agent.Name, debugPort)
+	defer stop()
 	var s debugSnapshot
 	if err := getJSON("http://127.0.0.1:"+port+"/debug/cgs?limit=500", &s); err != nil {
 		t.Fatalf("/debug/cgs through kubectl port-forward: %v", err)
@@ -206,4 +177,53 @@ func TestDebugOnlyOnLoopback(t *testing.T) {
 		t.Errorf("/debug/pprof/heap through kubectl port-forward: %s %.80q", resp.Status, b)
 	}
 	t.Logf("/debug/cgs and /debug/pprof reached through kubectl port-forward (local port %s); %d CGs", port, len(s.CGs))
+}
+
+// portForward runs kubectl port-forward to the pod's port and returns the local port. A
+// kubelet restarted just before may not know the pod yet ("pod does not exist"): a
+// forward that ends before it starts is tried again, for a minute.
+func portForward(t *testing.T, kubectl, namespace, pod, port string) (local string, stop func()) {
+	t.Helper()
+	// "Forwarding from 127.0.0.1:40113 -> 9471"
+	re := regexp.MustCompile(`Forwarding from 127\.0\.0\.1:(\d+) ->`)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithCancel(context.Background())
+		pf := exec.CommandContext(ctx, kubectl, "-n", namespace, "port-forward", "pod/"+pod, ":"+port)
+		out, err := pf.StdoutPipe()
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		pf.Stderr = os.Stderr
+		if err := pf.Start(); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		started := make(chan string, 1)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if m := re.FindStringSubmatch(sc.Text()); m != nil {
+					started <- m[1]
+					break
+				}
+			}
+			_, _ = io.Copy(io.Discard, out)
+		}()
+		select {
+		case local = <-started:
+			return local, func() { cancel(); _ = pf.Wait() }
+		case <-ended:
+		case <-time.After(30 * time.Second):
+		}
+		cancel()
+		_ = pf.Wait()
+		if time.Now().After(deadline) {
+			t.Fatal("kubectl port-forward did not start within a minute")
+		}
+		time.Sleep(2 * time.Second)
+	}
 }
