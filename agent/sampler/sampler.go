@@ -453,11 +453,11 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 		}
 	}
 	if scan.InFlightCut {
-		return "the pass over handles in flight on sockets did not read them all (out of time, or a network namespace it could not enter): what its sockets hold is a lower bound"
+		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound"
 	}
 	for _, id := range scan.InFlightUnread {
 		if c := containerOf(cg, id); c != nil {
-			return fmt.Sprintf("a socket of %s holds more queue handles in flight than a scan reads", c.Name)
+			return fmt.Sprintf("a socket of %s holds queue handles in flight that a scan does not read (more than it reads, or in a network namespace it could not enter)", c.Name)
 		}
 	}
 	for _, id := range scan.RingUnread {

@@ -173,11 +173,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		defer cancel()
 	}
 	namespaces := netNamespaces(b.procRoot)
-	entered, all := enterForeign(namespaces, foreign)
+	entered, unreadable := enterForeign(namespaces, foreign)
 	defer entered.Close()
-	if !all {
-		s.InFlightCut = true
-	}
+	s.InFlightUnread = append(s.InFlightUnread, unreadable...)
 	n = 0
 	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Record) error {
 		if n++; n%1024 == 0 && ictx.Err() != nil {
@@ -294,26 +292,26 @@ func netNamespaces(procRoot string) *namespaces {
 // enterForeign takes a handle on each namespace of a socket some process holds that no
 // process is in: the socket is taken from its holder (pidfd_getfd) and asked for its
 // namespace (SIOCGSKNS), which must be the one the kernel named (the holder or its fd
-// may be gone and their numbers reused). It says whether every one was taken: the
-// kernel names one holder per namespace, and any process's sockets may be in one not
-// taken, so then no CG's handles in flight are known in full.
-func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, bool) {
+// may be gone and their numbers reused). The cgroups of the holders whose namespace
+// could not be taken are returned, a lower bound: one process's failing socket is its
+// own CG's problem, not every CG's on the node.
+func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, []uint64) {
 	out := &namespaces{inos: map[uint64]bool{}}
-	all := true
+	var unreadable []uint64
 	for _, r := range foreign {
 		if known.inos[r.File] || out.inos[r.File] {
 			continue
 		}
 		fd, err := socketNamespace(int(r.Pid), int(r.Fd), r.File)
 		if err != nil {
-			all = false
+			unreadable = append(unreadable, r.CgroupId)
 			continue
 		}
 		out.inos[r.File] = true
 		out.fds = append(out.fds, fd)
 		out.paths = append(out.paths, "/proc/self/fd/"+strconv.Itoa(fd))
 	}
-	return out, all
+	return out, unreadable
 }
 
 // socketNamespace opens the network namespace of process pid's socket fd, which must be

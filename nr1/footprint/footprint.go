@@ -72,7 +72,8 @@ type Scan struct {
 	// were read completely, and the records of the others are missing or partial.
 	Cutoff int `json:"cutoff,omitempty"`
 	// InFlightUnread are the cgroups (v2 ids) one of whose sockets holds more target
-	// files in flight than the scan reads: their handles are a lower bound.
+	// files in flight than the scan reads, or is of a network namespace the scan could
+	// not enter: their handles are a lower bound.
 	InFlightUnread []uint64 `json:"inFlightUnread,omitempty"`
 	// RingUnread are the cgroups (v2 ids) with an io_uring holding files the scan did
 	// not read: their handles are a lower bound.
@@ -81,9 +82,8 @@ type Scan struct {
 	// handles without an fd on it (a mapping, an io_uring), whose description the source
 	// cannot tell (procfs): their handles are a lower bound.
 	Uncounted []uint64 `json:"uncounted,omitempty"`
-	// InFlightCut says the pass over what sockets hold in flight did not read every
-	// network namespace (out of its time, or one it could not enter): every cgroup's
-	// handles are a lower bound.
+	// InFlightCut says the pass over what sockets hold in flight ran out of its time
+	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`
 }
 
