@@ -83,8 +83,9 @@ type Checker struct {
 
 	mu      sync.Mutex
 	checked map[string]bool // CG UID → its status cannot be written
-	read    time.Time       // when the gates were last read for the health gauge
-	on      bool            // what they said
+	read    time.Time       // when the gates were last read
+	on      bool            // what they said, and why
+	why     string
 }
 
 // New returns a checker; events may be nil.
@@ -116,7 +117,7 @@ func (c *Checker) Check(cgs []*inventory.CG) {
 		if on && (c.read.IsZero() || !c.on) {
 			c.log.Warn("the kubelet writes a pod status entry per NR1 unit: a CG booking most of the node gets no status, and a kubelet restart with the node booked stalls its device manager; turn its resource health off (README, Big CGs) or use DRA mode", "gates", why)
 		}
-		c.read, c.on = now, on
+		c.read, c.on, c.why = now, on, why
 		c.health.Set(map[bool]float64{true: 1, false: 0}[on])
 	}
 	present := make(map[string]bool, len(cgs))
@@ -144,15 +145,14 @@ func (c *Checker) check(cg *inventory.CG) bool {
 	if size <= Budget {
 		return false
 	}
-	on, why := c.gates()
-	if !on {
+	if !c.on {
 		return false
 	}
 	msg := fmt.Sprintf("this pod books %s through the device plugin, one device per unit: the kubelet's resource health is on (%s), "+
 		"so its status would carry an entry per device, about %.2f MiB, more than fits the API server's %d MiB limit on a status update; the pod will show no status and cannot be deleted cleanly. "+
 		"Turn the kubelet's feature gates ResourceHealthStatus and ResourceHealthStatusMessage off, or offer the NR1 through DRA (mode: dra)",
-		booking(cg.Allocation), why, float64(size)/(1<<20), MaxRequestBytes>>20)
-	c.log.Warn("a CG's pod status cannot be written", "namespace", cg.Namespace, "pod", cg.Name, "statusBytes", size, "gates", why)
+		booking(cg.Allocation), c.why, float64(size)/(1<<20), MaxRequestBytes>>20)
+	c.log.Warn("a CG's pod status cannot be written", "namespace", cg.Namespace, "pod", cg.Name, "statusBytes", size, "gates", c.why)
 	if c.events != nil {
 		c.events.Event(cg.Namespace, cg.Name, cg.UID, "Warning", Reason, msg)
 	}

@@ -708,19 +708,7 @@ func TestRingHeldQueuesCount(t *testing.T) {
 // mapping in a process without an fd on the file names its cgroup as a lower bound.
 func TestMappedThenClosedQueueIsHeld(t *testing.T) {
 	p, dir := newCgroups(t, 4)
-	// A queue that can be mapped: the simulated one is tun's device, which cannot.
-	queue := filepath.Join(dir, "mappable-queue")
-	if err := os.WriteFile(queue, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	p.targets, err = resolve([]TargetSpec{
-		{Resource: nr1.ComputeDMAMemory, Path: p.sim.File(sim.ComputeDMA), Measure: MappedBytes},
-		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queue := withMappableQueue(t, p, dir)
 	const (
 		inherited = 0 // mapped, closed, two children forked with it
 		twice     = 1 // opened and mapped twice, both closed
@@ -779,18 +767,7 @@ func TestInheritedMappingsAreOneRecord(t *testing.T) {
 // description, each one queue held.
 func TestReopenedMappingsAreOneRecordPerRange(t *testing.T) {
 	p, dir := newCgroups(t, 1)
-	queue := filepath.Join(dir, "mappable-queue")
-	if err := os.WriteFile(queue, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var err error
-	p.targets, err = resolve([]TargetSpec{
-		{Resource: nr1.ComputeDMAMemory, Path: p.sim.File(sim.ComputeDMA), Measure: MappedBytes},
-		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	queue := withMappableQueue(t, p, dir)
 	dma := mapperRange{p.sim.File(sim.ComputeDMA), 0, 1}
 	p.startMapper(t, 0, mapperSpec{Maps: append(slices.Repeat([]mapperRange{dma}, 300), slices.Repeat([]mapperRange{{queue, 0, 1}}, 3)...)})
 	s, err := newBPFOrSkip(t, p).Scan(context.Background())
@@ -812,6 +789,25 @@ func TestReopenedMappingsAreOneRecordPerRange(t *testing.T) {
 	if got := byCgroup(s, p.targets)[p.ids[0]]; got[nr1.ComputeDMAMemory] != 1<<20 || got[nr1.HypervisorQueue] != 3 {
 		t.Errorf("held %v, want 1 MB and 3 queues", got)
 	}
+}
+
+// withMappableQueue makes p's targets the compute DMA file and a queue that can be
+// mapped (the simulated one is tun's device, which cannot), a file in dir, and returns it.
+func withMappableQueue(t *testing.T, p *population, dir string) string {
+	t.Helper()
+	queue := filepath.Join(dir, "mappable-queue")
+	if err := os.WriteFile(queue, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	p.targets, err = resolve([]TargetSpec{
+		{Resource: nr1.ComputeDMAMemory, Path: p.sim.File(sim.ComputeDMA), Measure: MappedBytes},
+		{Resource: nr1.HypervisorQueue, Path: queue, Measure: OpenHandles},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return queue
 }
 
 // scanBoth is a scan of p's targets by each source, BPF's first.
