@@ -112,13 +112,8 @@ func (c *Checker) Collectors() []prometheus.Collector {
 func (c *Checker) Check(cgs []*inventory.CG) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now := c.now(); c.read.IsZero() || now.Sub(c.read) >= gatesMaxAge {
-		on, why := c.gates()
-		if on && (c.read.IsZero() || !c.on) {
-			c.log.Warn("the kubelet writes a pod status entry per NR1 unit: a CG booking most of the node gets no status, and a kubelet restart with the node booked stalls its device manager; turn its resource health off (README, Big CGs) or use DRA mode", "gates", why)
-		}
-		c.read, c.on, c.why = now, on, why
-		c.health.Set(map[bool]float64{true: 1, false: 0}[on])
+	if c.read.IsZero() || c.now().Sub(c.read) >= gatesMaxAge {
+		c.readGates()
 	}
 	present := make(map[string]bool, len(cgs))
 	for _, cg := range cgs {
@@ -140,11 +135,24 @@ func (c *Checker) Check(cgs []*inventory.CG) {
 	c.gauge.Set(float64(over))
 }
 
+// readGates reads the kubelet's gates into the gauge and the checker.
+func (c *Checker) readGates() {
+	on, why := c.gates()
+	if on && (c.read.IsZero() || !c.on) {
+		c.log.Warn("the kubelet writes a pod status entry per NR1 unit: a CG booking most of the node gets no status, and a kubelet restart with the node booked stalls its device manager; turn its resource health off (README, Big CGs) or use DRA mode", "gates", why)
+	}
+	c.read, c.on, c.why = c.now(), on, why
+	c.health.Set(map[bool]float64{true: 1, false: 0}[on])
+}
+
 func (c *Checker) check(cg *inventory.CG) bool {
 	size := StatusBytes(cg)
 	if size <= Budget {
 		return false
 	}
+	// Read afresh for a CG past the budget (rare): the kubelet may have been restarted
+	// with other gates since the last reading.
+	c.readGates()
 	if !c.on {
 		return false
 	}

@@ -94,4 +94,11 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 	if n := testutil.ToFloat64(health); n != 0 {
 		t.Errorf("resource health gauge %v once the gates say off, want 0", n)
 	}
+	// The kubelet restarted with the gate on, within the minute the last reading is kept:
+	// a CG past the budget is checked against the gates read afresh.
+	gates = "on"
+	c.Check([]*inventory.CG{cg("big3", true, listed(nr1.Amounts{100000}))})
+	if len(ev.got) != 2 || ev.got[1].uid != "big3" || testutil.ToFloat64(health) != 1 {
+		t.Errorf("a big CG after the gates turned on: events %+v, gauge %v", ev.got, testutil.ToFloat64(health))
+	}
 }
