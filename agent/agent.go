@@ -22,6 +22,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
 	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -108,7 +109,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	if pins != nil {
 		enforcement.SyncThrottles(pins)
 	}
-	enforcer := enforce.NewManager(smp, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
+	enforcer := enforce.NewManager(judged{smp}, cfg.Enforcement, act, enforcement, checkpoint, clk, log)
 	if changes != nil {
 		wakes := []func() <-chan struct{}{func() <-chan struct{} { _, ch := watcher.Load(); return ch }, enforcer.TurnedBusy, tracker.StartsFailing}
 		if onDemand {
@@ -128,7 +129,7 @@ func Run(ctx context.Context, cfg *config.Config, version string, log *slog.Logg
 	smp.OnSample(func(s *sampler.Snapshot) {
 		sampleDuration.Observe(s.Took.Seconds())
 		if fit != nil {
-			cgs := make([]*inventory.CG, len(s.CGs))
+			cgs := make([]*view.CG, len(s.CGs))
 			for i := range s.CGs {
 				cgs[i] = s.CGs[i].CG
 			}
@@ -229,4 +230,16 @@ func (s *deviceState) allRegistered() error {
 		return fmt.Errorf("NR1 not registered with the kubelet: %v", missing)
 	}
 	return nil
+}
+
+// judged is the sampler's latest sample as the policy reads it: without the records
+// behind each CG's usage, which are shown and never judged.
+type judged struct{ samples sampler.Samples }
+
+func (j judged) Load() (*view.Sample, <-chan struct{}) {
+	s, changed := j.samples.Load()
+	if s == nil {
+		return nil, changed
+	}
+	return s.Sample, changed
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 
 // One /debug/cgs answer holds a bounded page, whatever the node runs.
@@ -19,10 +20,16 @@ const (
 // debugView is one page of the latest sample: the CGs selected, from offset, and how
 // many were selected in all.
 type debugView struct {
-	*sampler.Snapshot
-	CGs    []*sampler.CG `json:"cgs"`
-	Total  int           `json:"cgsTotal"`
-	Offset int           `json:"offset"`
+	*view.Sample
+	CGs    []debugCG `json:"cgs"`
+	Total  int       `json:"cgsTotal"`
+	Offset int       `json:"offset"`
+}
+
+// debugCG is one CG of the sample with the records behind its usage.
+type debugCG struct {
+	*view.Measured
+	*sampler.Detail
 }
 
 // debugCGs serves /debug/cgs: the latest sample, with every CG's allocation, usage,
@@ -48,7 +55,7 @@ func debugCGs(samples sampler.Samples) http.Handler {
 			http.Error(w, "no sample taken yet", http.StatusServiceUnavailable)
 			return
 		}
-		v := debugView{Snapshot: snap, Offset: offset, CGs: []*sampler.CG{}}
+		v := debugView{Sample: snap.Sample, Offset: offset, CGs: []debugCG{}}
 		for _, cg := range snap.CGs {
 			if ns := q.Get("namespace"); ns != "" && cg.Namespace != ns {
 				continue
@@ -57,7 +64,7 @@ func debugCGs(samples sampler.Samples) http.Handler {
 				continue
 			}
 			if v.Total >= offset && len(v.CGs) < limit {
-				v.CGs = append(v.CGs, withProcesses(cg))
+				v.CGs = append(v.CGs, debugCG{withProcesses(cg), snap.Detail[cg.UID]})
 			}
 			v.Total++
 		}
@@ -70,13 +77,13 @@ func debugCGs(samples sampler.Samples) http.Handler {
 
 // withProcesses is cg with its containers' processes read now: a sample does not read
 // them (only a scan out of time needs them), and a sample is never modified.
-func withProcesses(cg *sampler.CG) *sampler.CG {
+func withProcesses(cg *view.Measured) *view.Measured {
 	out, icg := *cg, *cg.CG
-	icg.Containers = make([]*inventory.Container, len(cg.Containers))
+	icg.Containers = make([]*view.Container, len(cg.Containers))
 	for i, c := range cg.Containers {
 		cc := *c
 		// A container gone since the sample has none.
-		cc.PIDs, _ = c.Processes()
+		cc.PIDs, _ = inventory.Processes(c)
 		icg.Containers[i] = &cc
 	}
 	out.CG = &icg

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 
 type fixedSamples struct{ s *sampler.Snapshot }
@@ -19,13 +19,15 @@ func (f fixedSamples) Load() (*sampler.Snapshot, <-chan struct{}) { return f.s, 
 // /debug/cgs answers one bounded page, whatever the node runs, and selects by
 // namespace and pod.
 func TestDebugCGsPages(t *testing.T) {
-	snap := &sampler.Snapshot{Source: "bpf"}
+	snap := &sampler.Snapshot{Sample: &view.Sample{Source: "bpf"}, Detail: map[string]*sampler.Detail{}}
 	for i := range 120 {
 		ns := "a"
 		if i%2 == 1 {
 			ns = "b"
 		}
-		snap.CGs = append(snap.CGs, &sampler.CG{CG: &inventory.CG{Namespace: ns, Name: fmt.Sprintf("cg-%03d", i)}})
+		uid := fmt.Sprint(i)
+		snap.CGs = append(snap.CGs, &view.Measured{CG: &view.CG{UID: uid, Namespace: ns, Name: fmt.Sprintf("cg-%03d", i)}})
+		snap.Detail[uid] = &sampler.Detail{MappingsTotal: i}
 	}
 	h := debugCGs(fixedSamples{snap})
 	get := func(query string) (int, debugPage) {
@@ -52,7 +54,7 @@ func TestDebugCGsPages(t *testing.T) {
 	} {
 		code, p := get(c.query)
 		if code != http.StatusOK || p.Total != c.total || len(p.CGs) != c.n || p.Source != "bpf" ||
-			p.CGs[0].Name != c.first || p.CGs[len(p.CGs)-1].Name != c.last {
+			p.CGs[0].Name != c.first || p.CGs[len(p.CGs)-1].Name != c.last || p.CGs[0].MappingsTotal != snap.Detail[p.CGs[0].UID].MappingsTotal {
 			t.Errorf("%q: %d, total %d, %d CGs; want total %d, %d CGs %s…%s", c.query, code, p.Total, len(p.CGs), c.total, c.n, c.first, c.last)
 		}
 	}
@@ -72,8 +74,8 @@ func TestDebugCGsPages(t *testing.T) {
 // agent reads its own from them and shows none.
 func TestDebugCGsShowNoAnnotations(t *testing.T) {
 	const secret = "s3cr3t-in-an-annotation"
-	cg := &inventory.CG{Namespace: "a", Name: "cg", Annotations: map[string]string{"team/token": secret}}
-	snap := &sampler.Snapshot{CGs: []*sampler.CG{{CG: cg}}}
+	cg := &view.CG{Namespace: "a", Name: "cg", Annotations: map[string]string{"team/token": secret}}
+	snap := &sampler.Snapshot{Sample: &view.Sample{CGs: []*view.Measured{{CG: cg}}}}
 	rec := httptest.NewRecorder()
 	debugCGs(fixedSamples{snap}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/cgs", nil))
 	if rec.Code != http.StatusOK || strings.Contains(rec.Body.String(), secret) || strings.Contains(rec.Body.String(), "team/token") {
@@ -85,7 +87,9 @@ func TestDebugCGsShowNoAnnotations(t *testing.T) {
 type debugPage struct {
 	Source string `json:"source"`
 	CGs    []struct {
-		Name string `json:"name"`
+		UID           string `json:"uid"`
+		Name          string `json:"name"`
+		MappingsTotal int    `json:"mappingsTotal"`
 	} `json:"cgs"`
 	Total  int `json:"cgsTotal"`
 	Offset int `json:"offset"`

@@ -5,8 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -31,18 +30,18 @@ type Action struct {
 	// most over its own allocation, or all of them by policy.
 	Containers []ContainerRef `json:"containers,omitempty"`
 	// LiftThrottle, on a kill or eviction, lifts the CG's throttle once it is done.
-	LiftThrottle bool             `json:"liftThrottle,omitempty"`
-	Resource     nr1.Resource     `json:"resource"`
-	Usage        nr1.Base         `json:"usage"`
-	Allocation   nr1.Units        `json:"allocation"`
-	Ratio        sampler.Fraction `json:"ratio"`
-	Message      string           `json:"message"`
+	LiftThrottle bool          `json:"liftThrottle,omitempty"`
+	Resource     nr1.Resource  `json:"resource"`
+	Usage        nr1.Base      `json:"usage"`
+	Allocation   nr1.Units     `json:"allocation"`
+	Ratio        view.Fraction `json:"ratio"`
+	Message      string        `json:"message"`
 	// Sampled is when the sample that called for it began; Decided when it was decided.
 	Sampled time.Time `json:"sampled"`
 	Decided time.Time `json:"decided"`
 }
 
-func action(k Kind, r nr1.Resource, cg *sampler.CG, p Policy, hard bool, msg string) Action {
+func action(k Kind, r nr1.Resource, cg *view.Measured, p Policy, hard bool, msg string) Action {
 	a := Action{Kind: k, DryRun: p.Mode == DryRun, Hard: hard, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
 		Resource: r, Usage: cg.Usage[r], Allocation: cg.Allocation[r], Ratio: cg.Ratio[r], Message: msg}
 	a.PodCgroup = podCgroup(cg)
@@ -53,7 +52,7 @@ func action(k Kind, r nr1.Resource, cg *sampler.CG, p Policy, hard bool, msg str
 }
 
 // lift is the action lifting a CG's throttle.
-func lift(cg *sampler.CG, c *cgState, msg string) Action {
+func lift(cg *view.Measured, c *cgState, msg string) Action {
 	a := Action{Kind: Unthrottle, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name, PodCgroup: podCgroup(cg), Message: msg}
 	if a.PodCgroup == "" {
 		a.PodCgroup = c.PodCgroup
@@ -65,9 +64,9 @@ func lift(cg *sampler.CG, c *cgState, msg string) Action {
 // it is named for the pod (pod<UID> with the cgroupfs driver, …-pod<UID>.slice with
 // systemd's). A shallow cgroupsPath that stays inside the hierarchy must not make the
 // agent throttle or freeze kubepods as a whole; without it, nothing is throttled.
-func podCgroup(cg *sampler.CG) string {
+func podCgroup(cg *view.Measured) string {
 	for _, c := range cg.Containers {
-		if c.State != runtime.Running || c.Cgroup.V2 == "" {
+		if c.State != view.Running || c.Cgroup.V2 == "" {
 			continue
 		}
 		parent := parentDir(c.Cgroup.V2)
@@ -82,14 +81,14 @@ func podCgroup(cg *sampler.CG) string {
 // targets are the running containers a kill of r stops: every one by policy, or the one
 // most over its own allocation of r. Excess, not holding, decides: a health-handler
 // within what it was given is not stopped for a sidecar's extra queue.
-func targets(cg *sampler.CG, r nr1.Resource, p Policy) []ContainerRef {
+func targets(cg *view.Measured, r nr1.Resource, p Policy) []ContainerRef {
 	var (
 		out               []ContainerRef
 		best              *ContainerRef
 		bestExcess, bestU nr1.Base
 	)
 	for _, c := range cg.Containers {
-		if c.State != runtime.Running {
+		if c.State != view.Running {
 			continue
 		}
 		ref := ContainerRef{ID: c.ID, Name: c.Name}

@@ -7,8 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -35,7 +34,7 @@ const BadAnnotation Kind = "bad-annotation"
 // without a fresh sample, a connected runtime or fresh allocations, or in the agent's
 // warm-up, it decides nothing (every ladder's clock pauses); otherwise a throttle whose
 // reason is gone is lifted.
-func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action {
+func Decide(now time.Time, snap *view.Sample, st *State, p Policy) []Action {
 	if snap == nil || now.Sub(snap.Taken) > p.MaxSampleAge.Duration || !snap.RuntimeConnected ||
 		snap.AllocationRead.IsZero() || now.Sub(snap.AllocationRead) > p.MaxAllocationAge.Duration ||
 		now.Sub(st.Started) < p.Warmup.Duration {
@@ -73,7 +72,7 @@ func Decide(now time.Time, snap *sampler.Snapshot, st *State, p Policy) []Action
 	return out
 }
 
-func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, p Policy) []Action {
+func decideCG(now time.Time, snap *view.Sample, cg *view.Measured, st *State, p Policy) []Action {
 	c := st.cgs[cg.UID]
 	exempt, decided, out := exemption(cg, st, p)
 	if exempt || p.Mode == DryRun {
@@ -132,7 +131,7 @@ func decideCG(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, st *State, 
 // exemption its namespace does not allow. Exemption is the administrator's: by the
 // configuration's lists or the namespace's labels. While those labels are unknown, only
 // the lists can decide.
-func exemption(cg *sampler.CG, st *State, p Policy) (exempt, decided bool, out []Action) {
+func exemption(cg *view.Measured, st *State, p Policy) (exempt, decided bool, out []Action) {
 	exempt, decided, why := exemptionOf(cg, p)
 	if why != "" {
 		out = ignored(cg, st, cg.Annotations[AnnotationKey], why)
@@ -142,7 +141,7 @@ func exemption(cg *sampler.CG, st *State, p Policy) (exempt, decided bool, out [
 
 // exemptionOf is exemption without reporting: why the pod's annotation is ignored, if
 // it is.
-func exemptionOf(cg *sampler.CG, p Policy) (exempt, decided bool, ignoredWhy string) {
+func exemptionOf(cg *view.Measured, p Policy) (exempt, decided bool, ignoredWhy string) {
 	if slices.Contains(p.ExemptNamespaces, cg.Namespace) {
 		return true, true, ""
 	}
@@ -166,7 +165,7 @@ func exemptionOf(cg *sampler.CG, p Policy) (exempt, decided bool, ignoredWhy str
 
 // ignored reports an ignored annotation, once per value: the pod's owner needs to hear
 // it once, not at every sample.
-func ignored(cg *sampler.CG, st *State, v, why string) []Action {
+func ignored(cg *view.Measured, st *State, v, why string) []Action {
 	if st.badAnno[cg.UID] == v {
 		return nil
 	}
@@ -181,13 +180,13 @@ type verdict struct {
 	ratio  float64
 	usage  nr1.Base
 	alloc  nr1.Units
-	shared *sampler.Shared // the group judged; nil for the CG's own figures
+	shared *view.Shared // the group judged; nil for the CG's own figures
 }
 
 // judged returns how the CG stands on r and whether it may be acted on. A CG sharing
 // DRA claims with other pods is over when it is, or when they all together are: each may
 // use a shared claim whole, not each of them at once.
-func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resource, p Policy) (verdict, bool) {
+func judged(now time.Time, snap *view.Sample, cg *view.Measured, r nr1.Resource, p Policy) (verdict, bool) {
 	own := verdict{ratio: float64(cg.Ratio[r]), usage: cg.Usage[r], alloc: cg.Allocation[r]}
 	ownKnown := true
 	if r == nr1.DockerPartition {
@@ -230,7 +229,7 @@ func judged(now time.Time, snap *sampler.Snapshot, cg *sampler.CG, r nr1.Resourc
 // Not while one of them is over on its own: that one is acted on, and the group is
 // judged again once it is back within. Nor while one is exempt, or its exemption not
 // decided: what an exempt pod holds is not the others' to pay for.
-func othersPay(s *sampler.Shared, r nr1.Resource, p Policy) bool {
+func othersPay(s *view.Shared, r nr1.Resource, p Policy) bool {
 	for _, m := range s.Members {
 		if exempt, decided, _ := exemptionOf(m, p); exempt || !decided || noAllocation(float64(m.Ratio[r]), p) > 1 {
 			return false
@@ -256,9 +255,9 @@ func podCgroupOf(c *cgState) string {
 
 // restartedSince reports a container started after t: a killed container the kubelet
 // restarted is a new chance, with a new ladder.
-func restartedSince(cg *sampler.CG, t time.Time) bool {
+func restartedSince(cg *view.Measured, t time.Time) bool {
 	for _, c := range cg.Containers {
-		if c.State == runtime.Running && c.StartedAt.After(t) {
+		if c.State == view.Running && c.StartedAt.After(t) {
 			return true
 		}
 	}
@@ -269,9 +268,9 @@ func restartedSince(cg *sampler.CG, t time.Time) bool {
 // ago. One that started after now, by the runtime's date, did so before the node's clock
 // was set back: it is past its warm-up, or a step of a day would keep its CG unjudged
 // for a day.
-func inWarmup(now time.Time, cg *sampler.CG, p Policy) bool {
+func inWarmup(now time.Time, cg *view.Measured, p Policy) bool {
 	for _, c := range cg.Containers {
-		if age := now.Sub(c.StartedAt); c.State == runtime.Running && age >= 0 && age < p.ContainerWarmup.Duration {
+		if age := now.Sub(c.StartedAt); c.State == view.Running && age >= 0 && age < p.ContainerWarmup.Duration {
 			return true
 		}
 	}
@@ -314,7 +313,7 @@ func (c *cgState) resume(now time.Time, r nr1.Resource, started time.Time) {
 }
 
 // over1 advances the ladder of r for a CG over its allocation.
-func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *sampler.CG, p Policy) []Action {
+func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *view.Measured, p Policy) []Action {
 	c.Under[r] = time.Time{}
 	if c.Over[r].IsZero() {
 		c.Over[r] = now
@@ -343,7 +342,7 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *sampler.CG
 		c.Done[r]++
 		c.Hard[r] = hard
 		a := action(step.Action, r, cg, p, hard, "")
-		a.Usage, a.Allocation, a.Ratio = v.usage, v.alloc, sampler.Fraction(v.ratio)
+		a.Usage, a.Allocation, a.Ratio = v.usage, v.alloc, view.Fraction(v.ratio)
 		a.Message = fmt.Sprintf("%s holds %s of %s, allocated %d %s (ratio %.2f), over for %s: %s",
 			cg.Name, human(r, v.usage), r.Name(), v.alloc, r.Unit(), v.ratio, elapsed.Round(time.Second), step.Action)
 		if v.shared != nil {
@@ -376,7 +375,7 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *sampler.CG
 
 // fallback kills a CG whose eviction on a hard breach was refused, once the policy's
 // bound has passed; a refused eviction that was not hard is tried again after it.
-func (c *cgState) fallback(now time.Time, r nr1.Resource, cg *sampler.CG, p Policy) []Action {
+func (c *cgState) fallback(now time.Time, r nr1.Resource, cg *view.Measured, p Policy) []Action {
 	if c.Refused.IsZero() || r != c.RefusedOn || now.Sub(c.Refused) < p.EvictFallback.Duration {
 		return nil
 	}

@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -20,25 +17,25 @@ const mb = 1 << 20
 
 // cg is a ResNet-50 CG (3 / 0 / 2392 / 7) holding usage (base units), its containers
 // started long before t0.
-func cg(uid string, usage nr1.Usage) *sampler.CG {
-	c := &sampler.CG{CG: &inventory.CG{
+func cg(uid string, usage nr1.Usage) *view.Measured {
+	c := &view.Measured{CG: &view.CG{
 		UID: uid, Namespace: "default", Name: "cg-" + uid, AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
-		Containers: []*inventory.Container{
-			{ID: uid + "-hh", Name: "health-handler", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Cgroup: cgroup.Paths{V2: "/cg/pod" + uid + "/hh"}},
-			{ID: uid + "-g", Name: "graph", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Cgroup: cgroup.Paths{V2: "/cg/pod" + uid + "/g"}},
+		Containers: []*view.Container{
+			{ID: uid + "-hh", Name: "health-handler", State: view.Running, StartedAt: t0.Add(-time.Hour), Cgroup: view.Cgroup{V2: "/cg/pod" + uid + "/hh"}},
+			{ID: uid + "-g", Name: "graph", State: view.Running, StartedAt: t0.Add(-time.Hour), Cgroup: view.Cgroup{V2: "/cg/pod" + uid + "/g"}},
 		},
 	}, Usage: usage, PerContainer: map[string]nr1.Usage{"health-handler": {}, "graph": usage}}
-	c.Ratio = sampler.Ratios(usage, c.Allocation)
+	c.Ratio = view.Ratios(usage, c.Allocation)
 	return c
 }
 
-func snap(at time.Time, cgs ...*sampler.CG) *sampler.Snapshot {
-	return &sampler.Snapshot{Taken: at, Inputs: inventory.Inputs{RuntimeConnected: true, AllocationRead: at}, PartitionRead: at, CGs: cgs}
+func snap(at time.Time, cgs ...*view.Measured) *view.Sample {
+	return &view.Sample{Taken: at, Inputs: view.Inputs{RuntimeConnected: true, AllocationRead: at}, PartitionRead: at, CGs: cgs}
 }
 
 // run feeds Decide one sample per second from t0, each built by at(second), and
 // returns the actions by second.
-func run(p Policy, seconds int, at func(s int) *sampler.Snapshot) map[int][]Action {
+func run(p Policy, seconds int, at func(s int) *view.Sample) map[int][]Action {
 	st := NewState(t0.Add(-time.Hour))
 	out := map[int][]Action{}
 	for s := 0; s <= seconds; s++ {
@@ -74,14 +71,14 @@ func TestDecide(t *testing.T) {
 	slightlyUnder := nr1.Usage{29 * mb / 10, 0, 0, 0}
 	def := DefaultPolicy()
 	def.Warmup = Duration{Duration: 0}
-	steady := func(u nr1.Usage) func(int) *sampler.Snapshot {
-		return func(s int) *sampler.Snapshot { return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u)) }
+	steady := func(u nr1.Usage) func(int) *view.Sample {
+		return func(s int) *view.Sample { return snap(t0.Add(time.Duration(s)*time.Second), cg("a", u)) }
 	}
 	tests := []struct {
 		name    string
 		policy  func(Policy) Policy
 		seconds int
-		at      func(int) *sampler.Snapshot
+		at      func(int) *view.Sample
 		want    string
 	}{
 		{name: "ladder: warn, throttle after 5 s, kill after 15 s", seconds: 30, at: steady(over),
@@ -96,7 +93,7 @@ func TestDecide(t *testing.T) {
 			policy: func(p Policy) Policy { p.Warmup = Duration{Duration: time.Hour + 10*time.Second}; return p },
 			want:   "10:warn/compute_dma_memory 15:throttle/compute_dma_memory 25:kill/compute_dma_memory"},
 		{name: "hysteresis: a dip not held long enough keeps the ladder going", seconds: 30,
-			at: func(s int) *sampler.Snapshot {
+			at: func(s int) *view.Sample {
 				u := over
 				if s == 3 || s == 4 {
 					u = slightlyUnder // under, but not by the 5 % margin for 10 s
@@ -105,7 +102,7 @@ func TestDecide(t *testing.T) {
 			},
 			want: "0:warn/compute_dma_memory 5:throttle/compute_dma_memory 15:kill/compute_dma_memory"},
 		{name: "hysteresis: back under for the hold lifts the throttle and restarts the ladder", seconds: 40,
-			at: func(s int) *sampler.Snapshot {
+			at: func(s int) *view.Sample {
 				u := over
 				if s >= 8 && s < 20 {
 					u = nr1.Usage{1 * mb, 0, 0, 0}
@@ -120,17 +117,17 @@ func TestDecide(t *testing.T) {
 		{name: "usage without allocation, ignored by policy", seconds: 30, at: steady(nr1.Usage{0, 1 * mb, 0, 0}),
 			policy: func(p Policy) Policy { p.NoAllocation = "ignore"; return p }, want: ""},
 		{name: "a pod with no NR1 allocation: its image is no partition breach", seconds: 30,
-			at: func(s int) *sampler.Snapshot {
+			at: func(s int) *view.Sample {
 				c := cg("a", nr1.Usage{0, 0, 50 * mb, 0})
 				c.Allocation = nr1.Amounts{}
-				c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+				c.Ratio = view.Ratios(c.Usage, c.Allocation)
 				return snap(t0.Add(time.Duration(s)*time.Second), c)
 			}, want: ""},
 		{name: "a pod with no NR1 allocation holding a queue is over", seconds: 30,
-			at: func(s int) *sampler.Snapshot {
+			at: func(s int) *view.Sample {
 				c := cg("a", nr1.Usage{0, 0, 50 * mb, 1})
 				c.Allocation = nr1.Amounts{}
-				c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+				c.Ratio = view.Ratios(c.Usage, c.Allocation)
 				return snap(t0.Add(time.Duration(s)*time.Second), c)
 			}, want: "0:warn/ai_hypervisor_queue(hard) 0:kill/ai_hypervisor_queue(hard)"},
 		{name: "docker partition: evicted after 20 s", seconds: 30, at: steady(nr1.Usage{0, 0, 2500 * mb, 0}),
@@ -153,15 +150,15 @@ func TestUncertainAttributionDoesNothing(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
 	st := NewState(t0.Add(-time.Hour))
-	overCG := func() *sampler.CG { return cg("a", nr1.Usage{0, 0, 0, 20}) }
+	overCG := func() *view.Measured { return cg("a", nr1.Usage{0, 0, 0, 20}) }
 	unknown := overCG()
 	unknown.AllocationKnown = false
 	young := overCG()
 	young.Containers[0].StartedAt = t0.Add(-time.Second)
-	cases := map[string]*sampler.Snapshot{
+	cases := map[string]*view.Sample{
 		"stale sample":           snap(t0.Add(-time.Minute), overCG()),
-		"runtime disconnected":   {Taken: t0, Inputs: inventory.Inputs{AllocationRead: t0}, CGs: []*sampler.CG{overCG()}},
-		"allocations never read": {Taken: t0, Inputs: inventory.Inputs{RuntimeConnected: true}, CGs: []*sampler.CG{overCG()}},
+		"runtime disconnected":   {Taken: t0, Inputs: view.Inputs{AllocationRead: t0}, CGs: []*view.Measured{overCG()}},
+		"allocations never read": {Taken: t0, Inputs: view.Inputs{RuntimeConnected: true}, CGs: []*view.Measured{overCG()}},
 		"allocation not known":   snap(t0, unknown),
 		"container just started": snap(t0, young),
 		"no sample":              nil,
@@ -176,7 +173,7 @@ func TestUncertainAttributionDoesNothing(t *testing.T) {
 func TestRateLimitDefersActions(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup, p.MaxActionsPerMinute = Duration{Duration: 0}, 3
-	var cgs []*sampler.CG
+	var cgs []*view.Measured
 	for i := range 5 {
 		cgs = append(cgs, cg(fmt.Sprint(i), nr1.Usage{0, 0, 0, 20}))
 	}
@@ -303,7 +300,7 @@ func TestGoneCGLosesItsThrottle(t *testing.T) {
 func TestUncertainUsageIsALowerBound(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
-	uncertain := func(u nr1.Usage) *sampler.CG {
+	uncertain := func(u nr1.Usage) *view.Measured {
 		c := cg("a", u)
 		c.UsageUncertain = "the procfs scan ran out of time"
 		return c
@@ -399,29 +396,29 @@ func TestLadderClockPausesWhileUnseen(t *testing.T) {
 	p := DefaultPolicy()
 	p.Warmup = Duration{Duration: 0}
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	for name, unseen := range map[string]func(s int) *sampler.Snapshot{
-		"allocation unknown": func(s int) *sampler.Snapshot {
+	for name, unseen := range map[string]func(s int) *view.Sample{
+		"allocation unknown": func(s int) *view.Sample {
 			c := cg("a", over)
 			c.AllocationKnown, c.AllocationUnknown = false, "pod not in the kubelet's pod-resources answer"
 			return snap(at(s), c)
 		},
-		"no samples":    func(int) *sampler.Snapshot { return nil },
-		"stale samples": func(s int) *sampler.Snapshot { return snap(at(s-10), cg("a", over)) },
-		"runtime away": func(s int) *sampler.Snapshot {
+		"no samples":    func(int) *view.Sample { return nil },
+		"stale samples": func(s int) *view.Sample { return snap(at(s-10), cg("a", over)) },
+		"runtime away": func(s int) *view.Sample {
 			sn := snap(at(s), cg("a", over))
 			sn.RuntimeConnected = false
 			return sn
 		},
-		"usage unknown": func(s int) *sampler.Snapshot {
+		"usage unknown": func(s int) *view.Sample {
 			c := cg("a", over)
 			c.UsageUncertain = "scan ran out of time"
 			c.Usage = nr1.Usage{}
-			c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+			c.Ratio = view.Ratios(c.Usage, c.Allocation)
 			return snap(at(s), c)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := kinds(run(p, 100, func(s int) *sampler.Snapshot {
+			got := kinds(run(p, 100, func(s int) *view.Sample {
 				if s >= 3 && s < 63 {
 					return unseen(s)
 				}

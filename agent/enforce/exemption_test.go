@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -82,7 +82,7 @@ func TestUnknownNamespaceLabelsFreezeTheLadder(t *testing.T) {
 		}
 		c := teamCG(labels, "")
 		c.Usage = nr1.Usage{4 * mb, 0, 0, 0}
-		c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+		c.Ratio = view.Ratios(c.Usage, c.Allocation)
 		for _, a := range Decide(at(s), snap(at(s), c), st, p) {
 			got = append(got, fmt.Sprintf("%d:%s", s, a.Kind))
 		}
@@ -106,7 +106,7 @@ func TestDryRunLiftsThrottlesOfUndecidedCGs(t *testing.T) {
 
 // teamCG is CG "a" of namespace team, 20 queues of 7 (past the hard ratio), with its
 // namespace's labels (unknown when they hold the key "unknown") and the annotation.
-func teamCG(labels map[string]string, annotation string) *sampler.CG {
+func teamCG(labels map[string]string, annotation string) *view.Measured {
 	c := cg("a", nr1.Usage{0, 0, 0, 20})
 	c.Namespace = "team"
 	if _, ok := labels["unknown"]; ok {

@@ -6,9 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -24,21 +22,21 @@ func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 // docker-partition measurement.
 func TestStaleReadingsDoNothing(t *testing.T) {
 	p := noWarmup()
-	hog := func() *sampler.CG { return cg("a", nr1.Usage{0, 0, 5000 * mb, 20}) }
+	hog := func() *view.Measured { return cg("a", nr1.Usage{0, 0, 5000 * mb, 20}) }
 	oldAlloc := snap(t0, hog())
 	oldAlloc.AllocationRead = t0.Add(-p.MaxAllocationAge.Duration - time.Second)
 	if a := Decide(t0, oldAlloc, NewState(t0.Add(-time.Hour)), p); len(a) != 0 {
 		t.Errorf("allocations older than their age limit: %v", a)
 	}
 
-	partitionOnly := func() *sampler.CG { return cg("a", nr1.Usage{0, 0, 5000 * mb, 0}) }
+	partitionOnly := func() *view.Measured { return cg("a", nr1.Usage{0, 0, 5000 * mb, 0}) }
 	never := snap(t0, partitionOnly())
 	never.PartitionRead = time.Time{}
 	old := snap(t0, partitionOnly())
 	old.PartitionRead = t0.Add(-p.MaxPartitionAge.Duration - time.Second)
 	failed := snap(t0, partitionOnly())
 	failed.CGs[0].PartitionUnknown = "ContainerStats of health-handler: deadline exceeded"
-	for name, s := range map[string]*sampler.Snapshot{"never measured": never, "measured too long ago": old, "measurement failed": failed} {
+	for name, s := range map[string]*view.Sample{"never measured": never, "measured too long ago": old, "measurement failed": failed} {
 		if a := Decide(t0, s, NewState(t0.Add(-time.Hour)), p); len(a) != 0 {
 			t.Errorf("docker partition %s: %v", name, a)
 		}
@@ -51,7 +49,7 @@ func TestStaleReadingsDoNothing(t *testing.T) {
 func TestUnknownAllocationFreezesTheLadder(t *testing.T) {
 	p := noWarmup()
 	st := NewState(t0.Add(-time.Hour))
-	over := func(known bool) *sampler.Snapshot {
+	over := func(known bool) *view.Sample {
 		c := cg("a", nr1.Usage{4 * mb, 0, 0, 0})
 		c.AllocationKnown = known
 		return snap(t0, c)
@@ -117,14 +115,14 @@ func TestThrottleIsLiftedWhenItsReasonGoes(t *testing.T) {
 // The kill takes the container most over its own allocation.
 func TestKillTakesTheContainerMostOverItsOwnAllocation(t *testing.T) {
 	p := noWarmup()
-	c := &sampler.CG{CG: &inventory.CG{
+	c := &view.Measured{CG: &view.CG{
 		UID: "a", Namespace: "default", Name: "cg-a", AllocationKnown: true, Allocation: nr1.Amounts{0, 0, 0, 7},
-		Containers: []*inventory.Container{
-			{ID: "hh", Name: "health-handler", State: runtime.Running, StartedAt: t0.Add(-time.Hour), Allocation: nr1.Amounts{0, 0, 0, 7}},
-			{ID: "sc", Name: "sidecar", State: runtime.Running, StartedAt: t0.Add(-time.Hour)},
+		Containers: []*view.Container{
+			{ID: "hh", Name: "health-handler", State: view.Running, StartedAt: t0.Add(-time.Hour), Allocation: nr1.Amounts{0, 0, 0, 7}},
+			{ID: "sc", Name: "sidecar", State: view.Running, StartedAt: t0.Add(-time.Hour)},
 		},
 	}, Usage: nr1.Usage{0, 0, 0, 15}, PerContainer: map[string]nr1.Usage{"health-handler": {0, 0, 0, 7}, "sidecar": {0, 0, 0, 8}}}
-	c.Ratio = sampler.Ratios(c.Usage, c.Allocation)
+	c.Ratio = view.Ratios(c.Usage, c.Allocation)
 	got := Decide(t0, snap(t0, c), NewState(t0.Add(-time.Hour)), p)
 	kill := got[len(got)-1]
 	if kill.Kind != Kill || len(kill.Containers) != 1 || kill.Containers[0].Name != "sidecar" {
@@ -137,7 +135,7 @@ func TestKillTakesTheContainerMostOverItsOwnAllocation(t *testing.T) {
 func TestFailedActionsAreRetriedWithBackoff(t *testing.T) {
 	p := noWarmup()
 	st := NewState(t0.Add(-time.Hour))
-	hog := func(s int) *sampler.Snapshot { return snap(at(s), cg("a", nr1.Usage{0, 0, 0, 20})) }
+	hog := func(s int) *view.Sample { return snap(at(s), cg("a", nr1.Usage{0, 0, 0, 20})) }
 	fail := errors.New("CRI: deadline exceeded")
 	var kills []int
 	for s := 0; s <= 12; s++ {

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -21,7 +21,7 @@ type Actuator interface {
 
 // Samples gives the latest sample and a channel closed at the next.
 type Samples interface {
-	Load() (*sampler.Snapshot, <-chan struct{})
+	Load() (*view.Sample, <-chan struct{})
 }
 
 // Checkpointer keeps the state across the agent's restarts.
@@ -145,7 +145,7 @@ func (m *Manager) TurnedBusy() <-chan struct{} {
 
 // Run acts on every new sample until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
-	var last *sampler.Snapshot
+	var last *view.Sample
 	for {
 		snap, changed := m.samples.Load()
 		if snap != nil && snap != last {
@@ -162,7 +162,7 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // Step decides and acts on one sample; every action's outcome is recorded before the
 // next is taken.
-func (m *Manager) Step(ctx context.Context, snap *sampler.Snapshot) {
+func (m *Manager) Step(ctx context.Context, snap *view.Sample) {
 	m.mu.Lock()
 	actions := Decide(m.clock.Now(), snap, m.state, m.policy)
 	if busy := m.state.Busy(); busy != m.busy {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -235,9 +235,9 @@ func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	}
 }
 
-type latestSample struct{ s *sampler.Snapshot }
+type latestSample struct{ s *view.Sample }
 
-func (l latestSample) Load() (*sampler.Snapshot, <-chan struct{}) { return l.s, nil }
+func (l latestSample) Load() (*view.Sample, <-chan struct{}) { return l.s, nil }
 
 // The agent's warm-up and a container's keep the sampler from resting: what is held is
 // judged when they end, and must be sampled then.

@@ -5,18 +5,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // sharing is two ResNet-50 CGs sharing one claim (3 MB of compute), each holding its
 // own, and together holding together.
-func sharing(at time.Time, a, b, together nr1.Usage, uncertain string) *sampler.Snapshot {
-	s := &sampler.Shared{Claims: []string{"default/nr1-shared"}, Pods: []string{"default/cg-a", "default/cg-b"},
+func sharing(at time.Time, a, b, together nr1.Usage, uncertain string) *view.Sample {
+	s := &view.Shared{Claims: []string{"default/nr1-shared"}, Pods: []string{"default/cg-a", "default/cg-b"},
 		Allocation: nr1.Amounts{3, 0, 2392, 7}, Usage: together, Uncertain: uncertain}
-	s.Ratio = sampler.Ratios(together, s.Allocation)
+	s.Ratio = view.Ratios(together, s.Allocation)
 	ca, cb := cg("a", a), cg("b", b)
-	ca.Shared, cb.Shared, s.Members = s, s, []*sampler.CG{ca, cb}
+	ca.Shared, cb.Shared, s.Members = s, s, []*view.Measured{ca, cb}
 	return snap(at, ca, cb)
 }
 
@@ -25,7 +25,7 @@ func TestPodsSharingAClaimAreJudgedTogether(t *testing.T) {
 	p.Warmup = Duration{Duration: 0}
 	twoMB := nr1.Usage{2 * mb}
 	t.Run("together over: both acted on", func(t *testing.T) {
-		by := run(p, 120, func(s int) *sampler.Snapshot {
+		by := run(p, 120, func(s int) *view.Sample {
 			return sharing(t0.Add(time.Duration(s)*time.Second), twoMB, twoMB, nr1.Usage{4 * mb}, "")
 		})
 		acted := map[string]bool{}
@@ -44,14 +44,14 @@ func TestPodsSharingAClaimAreJudgedTogether(t *testing.T) {
 	})
 	t.Run("together within: neither", func(t *testing.T) {
 		// Each holds 2 MB, the same 2 MB: one union of 2 MB.
-		if by := run(p, 120, func(s int) *sampler.Snapshot {
+		if by := run(p, 120, func(s int) *view.Sample {
 			return sharing(t0.Add(time.Duration(s)*time.Second), twoMB, twoMB, twoMB, "")
 		}); len(by) != 0 {
 			t.Errorf("acted: %s", kinds(by))
 		}
 	})
 	t.Run("one over alone: judged on its own figures", func(t *testing.T) {
-		by := run(p, 120, func(s int) *sampler.Snapshot {
+		by := run(p, 120, func(s int) *view.Sample {
 			return sharing(t0.Add(time.Duration(s)*time.Second), nr1.Usage{5 * mb}, nr1.Usage{}, nr1.Usage{5 * mb}, "")
 		})
 		for _, as := range by {
@@ -68,11 +68,11 @@ func TestPodsSharingAClaimAreJudgedTogether(t *testing.T) {
 	t.Run("a pod exempt, or its exemption unknown: the others do not pay for the group", func(t *testing.T) {
 		pe := p
 		pe.ExemptNamespaces = []string{"exempt"}
-		for name, mark := range map[string]func(*sampler.CG){
-			"exempt":  func(c *sampler.CG) { c.Namespace = "exempt" },
-			"unknown": func(c *sampler.CG) { c.NamespaceUnknown = "the API server does not answer" },
+		for name, mark := range map[string]func(*view.Measured){
+			"exempt":  func(c *view.Measured) { c.Namespace = "exempt" },
+			"unknown": func(c *view.Measured) { c.NamespaceUnknown = "the API server does not answer" },
 		} {
-			if by := run(pe, 120, func(s int) *sampler.Snapshot {
+			if by := run(pe, 120, func(s int) *view.Sample {
 				sn := sharing(t0.Add(time.Duration(s)*time.Second), twoMB, twoMB, nr1.Usage{4 * mb}, "")
 				mark(sn.CGs[0])
 				return sn

@@ -16,6 +16,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -23,95 +24,9 @@ import (
 // Snapshot is the node's CGs at one time.
 type Snapshot struct {
 	Taken time.Time `json:"taken"`
-	Inputs
-	CGs []*CG `json:"cgs"`
+	view.Inputs
+	CGs []*view.CG `json:"cgs"`
 }
-
-// Inputs say how certain a view of the node is; every view built on the inventory
-// carries them on unchanged.
-type Inputs struct {
-	// RuntimeConnected is false while the runtime cannot be reached: its pods are the
-	// last ones seen.
-	RuntimeConnected bool `json:"runtimeConnected"`
-	// AllocationRead is when the pod-resources API was last read; zero means allocations
-	// are not known yet.
-	AllocationRead time.Time `json:"allocationRead,omitzero"`
-}
-
-// CG is a compute graph: one pod, whose allocation is the sum over its containers.
-type CG struct {
-	UID       string `json:"uid"`
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	QoS       string `json:"qos"`
-	// Ready is false for a sandbox the runtime keeps after its pod ended; a pod recreated
-	// under the same name has a new, ready one.
-	Ready bool `json:"ready"`
-	// Allocation is what the kubelet allocated to the pod: the sum over its listed
-	// containers, or its largest init container's when that is more (init containers
-	// run before the others and the kubelet hands their devices on).
-	Allocation nr1.Amounts `json:"allocation"`
-	// AllocationKnown is true when the kubelet listed the pod in a pod-resources answer
-	// and the Allocate annotations of its running containers agree with it. Nothing is
-	// done to a CG whose allocation is not known.
-	AllocationKnown bool `json:"allocationKnown"`
-	// AllocationUnknown says why the allocation is not known.
-	AllocationUnknown string `json:"allocationUnknown,omitempty"`
-	// Claims are the DRA claims of the NR1's driver the CG holds (known with its
-	// allocation), each with what it consumed: pods sharing a claim are held to it
-	// together.
-	Claims []Claim `json:"claims,omitempty"`
-	// Annotations are the pod's, for the exemption a namespace may let it ask for; never
-	// shown (they are the pod owner's, and may hold anything).
-	Annotations map[string]string `json:"-"`
-	// NamespaceLabels are the agent's labels (nr1.neureality.ai/…) on the pod's
-	// namespace, which exempt it or let its pods exempt themselves. NamespaceUnknown says
-	// why they are not known (the API server not answering, the namespace not seen yet);
-	// an exemption that hangs on them cannot be decided then.
-	NamespaceLabels  map[string]string `json:"namespaceLabels,omitempty"`
-	NamespaceUnknown string            `json:"namespaceUnknown,omitempty"`
-	Containers       []*Container      `json:"containers"`
-}
-
-// Container is one container of a CG.
-type Container struct {
-	ID        string                 `json:"id"`
-	Name      string                 `json:"name"`
-	Image     string                 `json:"image"`
-	ImageRef  string                 `json:"imageRef"`
-	State     runtime.ContainerState `json:"state"`
-	StartedAt time.Time              `json:"startedAt,omitzero"`
-	Cgroup    cgroup.Paths           `json:"cgroup"`
-	// CgroupID is the v2 cgroup id (0 on legacy hosts or when the cgroup is gone).
-	CgroupID uint64 `json:"cgroupID,omitempty"`
-	// ChildCgroupIDs are the v2 ids of cgroups the container made below its own: what
-	// their processes hold is the container's.
-	ChildCgroupIDs []uint64 `json:"childCgroupIDs,omitempty"`
-	// PIDs are its processes where /debug/cgs read them (Processes); empty in a
-	// sample.
-	PIDs []int `json:"pids,omitempty"`
-	// Allocation is what this container was given, from AllocationSource.
-	Allocation nr1.Amounts `json:"allocation"`
-	// AllocationSource is "pod-resources" for a container the kubelet lists and, for
-	// one it does not (init containers), "annotations" (its Allocate annotations) or
-	// "cdi-devices" (the DRA claim shares the kubelet gave it as CDI devices); empty
-	// when nothing says anything.
-	AllocationSource string `json:"allocationSource,omitempty"`
-}
-
-// Claim is a DRA claim a CG holds and what it consumed of the NR1.
-type Claim struct {
-	Namespace string      `json:"namespace"`
-	Name      string      `json:"name"`
-	Amounts   nr1.Amounts `json:"amounts"`
-}
-
-// The sources of a container's allocation.
-const (
-	FromPodResources = "pod-resources"
-	FromAnnotations  = "annotations"
-	FromCDIDevices   = "cdi-devices"
-)
 
 // RuntimeSource is the runtime watcher as the inventory reads it.
 type RuntimeSource interface {
@@ -180,14 +95,14 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	if alloc.Read.IsZero() {
 		answered = time.Time{}
 	}
-	snap := &Snapshot{Taken: now, Inputs: Inputs{RuntimeConnected: rs.Connected, AllocationRead: answered}, CGs: make([]*CG, 0, len(rs.Pods))}
+	snap := &Snapshot{Taken: now, Inputs: view.Inputs{RuntimeConnected: rs.Connected, AllocationRead: answered}, CGs: make([]*view.CG, 0, len(rs.Pods))}
 	seen, seenPods := make(map[string]bool), make(map[string]bool)
 	succeeded := successors(rs.Pods)
 	for _, p := range rs.Pods {
 		seenPods[p.SandboxID] = true
-		cg := &CG{
+		cg := &view.CG{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QoS: p.QoS(), Ready: p.Ready, Annotations: p.Annotations,
-			Containers: make([]*Container, 0, len(p.Containers)),
+			Containers: make([]*view.Container, 0, len(p.Containers)),
 		}
 		var refused []string
 		if err := untrusted.PodUID(p.UID); err != nil {
@@ -278,7 +193,7 @@ func (b *Builder) Awaits(alloc allocation.State) bool {
 // refuse leaves a CG the runtime describes in a way the agent refuses (a pod UID that is
 // none, a cgroupsPath leaving its hierarchy) unknown, so that nothing is done to it on
 // the strength of that description, and logs each refusal once.
-func (b *Builder) refuse(cg *CG, sandboxID string, refused []string) {
+func (b *Builder) refuse(cg *view.CG, sandboxID string, refused []string) {
 	problem := strings.Join(refused, "; ")
 	why := problem
 	if cg.AllocationUnknown != "" {
@@ -296,8 +211,8 @@ func (b *Builder) refuse(cg *CG, sandboxID string, refused []string) {
 
 // container reads a container's cgroup. The error is a cgroupsPath refused; a cgroup
 // gone meanwhile is no error, only no processes.
-func (b *Builder) container(c *runtime.Container) (*Container, error) {
-	ctr := &Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: c.State, StartedAt: c.StartedAt}
+func (b *Builder) container(c *runtime.Container) (*view.Container, error) {
+	ctr := &view.Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: view.ContainerState(c.State), StartedAt: c.StartedAt}
 	if c.State != runtime.Running || c.CgroupsPath == "" {
 		return ctr, nil
 	}
@@ -305,7 +220,7 @@ func (b *Builder) container(c *runtime.Container) (*Container, error) {
 	if err != nil {
 		return ctr, err
 	}
-	ctr.Cgroup = paths
+	ctr.Cgroup = view.Cgroup(paths)
 	if paths.V2 != "" {
 		if id, err := cgroup.ID(paths.V2); err == nil {
 			ctr.CgroupID = id
@@ -321,14 +236,14 @@ func (b *Builder) container(c *runtime.Container) (*Container, error) {
 	return ctr, nil
 }
 
-// Processes reads the container's processes now, those of its child cgroups included;
-// none for a container not running. Those read already (PIDs) are returned as they are.
-func (c *Container) Processes() ([]int, error) {
+// Processes reads c's processes now, those of its child cgroups included; none for a
+// container not running. Those read already (PIDs) are returned as they are.
+func Processes(c *view.Container) ([]int, error) {
 	if c.PIDs != nil {
 		return c.PIDs, nil
 	}
-	dir := c.Cgroup.ProcsDir()
-	if c.State != runtime.Running || dir == "" {
+	dir := cgroup.Paths(c.Cgroup).ProcsDir()
+	if c.State != view.Running || dir == "" {
 		return nil, nil
 	}
 	t, err := cgroup.ReadSubtree(dir)
@@ -339,7 +254,7 @@ func (c *Container) Processes() ([]int, error) {
 }
 
 // allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.
-func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocation.State, answered time.Time) {
+func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc allocation.State, answered time.Time) {
 	if answered.IsZero() {
 		cg.AllocationUnknown = "the kubelet's pod-resources API has not been read yet"
 		return
@@ -402,7 +317,7 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		}
 		annotated, found, err := allocation.FromAnnotations(c.Annotations)
 		if l, ok := listed[c.Name]; ok {
-			ctr.Allocation, ctr.AllocationSource = l.Units, FromPodResources
+			ctr.Allocation, ctr.AllocationSource = l.Units, view.FromPodResources
 			for _, k := range l.Claims {
 				ctr.Allocation = nr1.Add(ctr.Allocation, claimed[k])
 			}
@@ -436,10 +351,10 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 		case err != nil && c.State == runtime.Running:
 			problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
 		case found && err == nil:
-			ctr.Allocation, ctr.AllocationSource = nr1.Add(annotated, fromClaims), FromAnnotations
+			ctr.Allocation, ctr.AllocationSource = nr1.Add(annotated, fromClaims), view.FromAnnotations
 			initMax = nr1.Max(initMax, ctr.Allocation)
 		case len(held) > 0:
-			ctr.Allocation, ctr.AllocationSource = fromClaims, FromCDIDevices
+			ctr.Allocation, ctr.AllocationSource = fromClaims, view.FromCDIDevices
 			initMax = nr1.Max(initMax, fromClaims)
 		}
 	}
@@ -452,7 +367,7 @@ func (b *Builder) allocate(now time.Time, cg *CG, p *runtime.Pod, alloc allocati
 	for _, k := range slices.SortedFunc(maps.Keys(unlisted), func(a, b allocation.ClaimKey) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	}) {
-		cg.Claims = append(cg.Claims, Claim{Namespace: k.Namespace, Name: k.Name, Amounts: unlisted[k]})
+		cg.Claims = append(cg.Claims, view.Claim{Namespace: k.Namespace, Name: k.Name, Amounts: unlisted[k]})
 	}
 }
 
@@ -496,7 +411,7 @@ func (b *Builder) claim(k allocation.ClaimKey) (nr1.Amounts, error) {
 // crossCheck compares a container's Allocate annotations with the kubelet's figure and
 // returns the disagreement, logging each one once. Unreadable annotations are reported
 // but leave the kubelet's figure standing.
-func (b *Builder) crossCheck(cg *CG, c *runtime.Container, fromKubelet, annotated nr1.Amounts, found bool, err error) string {
+func (b *Builder) crossCheck(cg *view.CG, c *runtime.Container, fromKubelet, annotated nr1.Amounts, found bool, err error) string {
 	var problem string
 	switch {
 	case err != nil:
@@ -533,7 +448,7 @@ func (b *Builder) forget(seen, seenPods map[string]bool) {
 }
 
 // CG returns the CG with uid, or nil.
-func (s *Snapshot) CG(uid string) *CG {
+func (s *Snapshot) CG(uid string) *view.CG {
 	for _, cg := range s.CGs {
 		if cg.UID == uid {
 			return cg

@@ -25,6 +25,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -206,7 +207,7 @@ func TestCGAllocationIsTheSumOverContainers(t *testing.T) {
 		t.Errorf("per-container allocation: hh %v graph %v", hh.Allocation, cg.Containers[0].Allocation)
 	}
 	wantDir := filepath.Join(w.cgroups.V2, "kubepods/besteffort/poduid-1/c-hh")
-	pids, err := hh.Processes()
+	pids, err := Processes(hh)
 	if hh.Cgroup.V2 != wantDir || hh.CgroupID != inode(t, wantDir) || len(hh.PIDs) != 0 || err != nil || !slices.Equal(pids, []int{101, 110}) {
 		t.Errorf("health-handler cgroup %+v id %d pids %v (read in the sample: %v) %v", hh.Cgroup, hh.CgroupID, pids, hh.PIDs, err)
 	}
@@ -318,7 +319,7 @@ func TestInitContainerIsJudgedByWhatItWasGiven(t *testing.T) {
 		t.Fatalf("allocation %v known %v (%s), want the larger of the init container's and the sum", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
 	}
 	for _, c := range cg.Containers {
-		if c.Name == "prepare" && (c.Allocation != (nr1.Amounts{5, 0, 0, 1}) || c.AllocationSource != FromAnnotations) {
+		if c.Name == "prepare" && (c.Allocation != (nr1.Amounts{5, 0, 0, 1}) || c.AllocationSource != view.FromAnnotations) {
 			t.Errorf("init container allocation %v from %q", c.Allocation, c.AllocationSource)
 		}
 	}
@@ -450,7 +451,7 @@ func TestDRAClaimsAreTheAllocation(t *testing.T) {
 		}
 	}
 	// The claims it holds, once each, for pods sharing one to be held to it together.
-	if want := []Claim{{Namespace: "default", Name: "resnet50-nr1", Amounts: resnet}}; !slices.Equal(cg.Claims, want) {
+	if want := []view.Claim{{Namespace: "default", Name: "resnet50-nr1", Amounts: resnet}}; !slices.Equal(cg.Claims, want) {
 		t.Errorf("claims %v, want %v", cg.Claims, want)
 	}
 }
@@ -497,7 +498,7 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	if want := nr1.Max(main, model); !cg.AllocationKnown || cg.Allocation != want {
 		t.Errorf("with the kubelet's claim information missing: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, want)
 	}
-	if want := []Claim{{Namespace: "default", Name: "main-nr1", Amounts: main}, {Namespace: "default", Name: "model-nr1", Amounts: model}}; !slices.Equal(cg.Claims, want) {
+	if want := []view.Claim{{Namespace: "default", Name: "main-nr1", Amounts: main}, {Namespace: "default", Name: "model-nr1", Amounts: model}}; !slices.Equal(cg.Claims, want) {
 		t.Errorf("claims %v, want %v, the init container's included", cg.Claims, want)
 	}
 
@@ -531,7 +532,7 @@ func TestRefusedDescriptionLeavesTheCGUnknown(t *testing.T) {
 		t.Errorf("known %v allocation %v (%q): a refused cgroupsPath must leave the CG unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
 	for _, c := range cg.Containers {
-		pids, err := c.Processes()
+		pids, err := Processes(c)
 		if c.Name == "graph" && (c.Cgroup.V2 != "" || len(pids) != 0 || err != nil) {
 			t.Errorf("graph read through a refused cgroupsPath: %+v: %v %v", c, pids, err)
 		}

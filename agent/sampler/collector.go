@@ -5,8 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -127,11 +126,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 // running returns one container per name, the running one started last: the runtime
 // keeps a killed or restarted container's exited instance beside its new one, and two
 // series sets for one name would fail the whole scrape.
-func running(cg *CG) []*inventory.Container {
-	byName := make(map[string]*inventory.Container, len(cg.Containers))
-	out := make([]*inventory.Container, 0, len(cg.Containers))
+func running(cg *view.Measured) []*view.Container {
+	byName := make(map[string]*view.Container, len(cg.Containers))
+	out := make([]*view.Container, 0, len(cg.Containers))
 	for _, ctr := range cg.Containers {
-		if ctr.State != runtime.Running {
+		if ctr.State != view.Running {
 			continue
 		}
 		prev, ok := byName[ctr.Name]

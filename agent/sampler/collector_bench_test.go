@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -15,14 +15,14 @@ import (
 // BenchmarkMetrics100CGs renders /metrics through the real handler for 100 CGs of two
 // containers each.
 func BenchmarkMetrics100CGs(b *testing.B) {
-	snap := &Snapshot{}
+	snap := &Snapshot{Sample: &view.Sample{}}
 	for i := range 100 {
-		cg := &CG{CG: &inventory.CG{Namespace: "ml", Name: fmt.Sprintf("cg-%03d", i), UID: fmt.Sprint(i), AllocationKnown: true, Ready: true,
+		cg := &view.Measured{CG: &view.CG{Namespace: "ml", Name: fmt.Sprintf("cg-%03d", i), UID: fmt.Sprint(i), AllocationKnown: true, Ready: true,
 			Allocation: nr1.Amounts{3, 0, 2392, 7},
-			Containers: []*inventory.Container{{Name: "health-handler", Allocation: nr1.Amounts{3, 0, 2392, 7}}, {Name: "graph"}}},
+			Containers: []*view.Container{{Name: "health-handler", Allocation: nr1.Amounts{3, 0, 2392, 7}}, {Name: "graph"}}},
 			Usage:        nr1.Usage{3 * mib, 0, 1000 * mib, 7},
 			PerContainer: map[string]nr1.Usage{"health-handler": {1 * mib, 0, 1000 * mib, 7}, "graph": {2 * mib, 0, 0, 0}}}
-		cg.Ratio = Ratios(cg.Usage, cg.Allocation)
+		cg.Ratio = view.Ratios(cg.Usage, cg.Allocation)
 		snap.CGs = append(snap.CGs, cg)
 	}
 	reg := registry(&fixedSamples{snap})

@@ -11,8 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/golden"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -24,28 +23,28 @@ func (f *fixedSamples) Load() (*Snapshot, <-chan struct{}) { return f.s, nil }
 // scrapeFixture: the ResNet-50 CG within budget, a greedy CG with queues and no allocation,
 // and a pod whose allocation is not known yet.
 func scrapeFixture() *Snapshot {
-	resnet := &CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true, Ready: true,
+	resnet := &view.Measured{CG: &view.CG{Namespace: "default", Name: "resnet50", UID: "u1", AllocationKnown: true, Ready: true,
 		Allocation: nr1.Amounts{3, 0, 2392, 7},
-		Containers: []*inventory.Container{
-			{Name: "graph", ID: "g", State: runtime.Running},
+		Containers: []*view.Container{
+			{Name: "graph", ID: "g", State: view.Running},
 			// The instance the agent killed, kept by the runtime beside the restarted one.
-			{Name: "health-handler", ID: "hh-killed", State: runtime.Exited, Allocation: nr1.Amounts{3, 0, 2392, 7}},
-			{Name: "health-handler", ID: "hh", State: runtime.Running, StartedAt: time.Unix(100, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
+			{Name: "health-handler", ID: "hh-killed", State: view.Exited, Allocation: nr1.Amounts{3, 0, 2392, 7}},
+			{Name: "health-handler", ID: "hh", State: view.Running, StartedAt: time.Unix(100, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
 			// A second running instance the runtime briefly reports during a restart.
-			{Name: "health-handler", ID: "hh-old", State: runtime.Running, StartedAt: time.Unix(50, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
+			{Name: "health-handler", ID: "hh-old", State: view.Running, StartedAt: time.Unix(50, 0), Allocation: nr1.Amounts{3, 0, 2392, 7}},
 		}},
 		Usage:        nr1.Usage{3 * mib, 0, 1200 * mib, 7},
 		PerContainer: map[string]nr1.Usage{"graph": {2 * mib, 0, 0, 0}, "health-handler": {1 * mib, 0, 1200 * mib, 7}}}
-	resnet.Ratio = Ratios(resnet.Usage, resnet.Allocation)
-	greedy := &CG{CG: &inventory.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
-		Containers: []*inventory.Container{{Name: "main", ID: "m", State: runtime.Running}}},
+	resnet.Ratio = view.Ratios(resnet.Usage, resnet.Allocation)
+	greedy := &view.Measured{CG: &view.CG{Namespace: "ml", Name: "greedy", UID: "u2", AllocationKnown: true, Ready: true,
+		Containers: []*view.Container{{Name: "main", ID: "m", State: view.Running}}},
 		Usage: nr1.Usage{0, 0, 0, 2}, PerContainer: map[string]nr1.Usage{"main": {0, 0, 0, 2}}}
-	greedy.Ratio = Ratios(greedy.Usage, greedy.Allocation)
-	unknown := &CG{CG: &inventory.CG{Namespace: "ml", Name: "starting", UID: "u3", Ready: true, AllocationUnknown: "pod not in the kubelet's pod-resources answer"}}
+	greedy.Ratio = view.Ratios(greedy.Usage, greedy.Allocation)
+	unknown := &view.Measured{CG: &view.CG{Namespace: "ml", Name: "starting", UID: "u3", Ready: true, AllocationUnknown: "pod not in the kubelet's pod-resources answer"}}
 	// The sandbox of an earlier resnet50 the runtime still keeps: same name, not ready.
-	ended := &CG{CG: &inventory.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
-		Containers: []*inventory.Container{{Name: "health-handler", ID: "old", State: runtime.Running}}}, PerContainer: map[string]nr1.Usage{}}
-	return &Snapshot{CGs: []*CG{ended, resnet, greedy, unknown}, Unattributed: nr1.Usage{5 * mib, 0, 0, 1}}
+	ended := &view.Measured{CG: &view.CG{Namespace: "default", Name: "resnet50", UID: "u0", AllocationKnown: true,
+		Containers: []*view.Container{{Name: "health-handler", ID: "old", State: view.Running}}}, PerContainer: map[string]nr1.Usage{}}
+	return &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{ended, resnet, greedy, unknown}, Unattributed: nr1.Usage{5 * mib, 0, 0, 1}}}
 }
 
 func registry(samples Samples) *prometheus.Registry {

@@ -14,48 +14,25 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
 
-// Snapshot is one sample of the node.
+// Snapshot is one sample of the node: what the policy judges, and the records behind
+// each CG's usage.
 type Snapshot struct {
-	Taken  time.Time     `json:"taken"`
-	Took   time.Duration `json:"took"`
-	Source string        `json:"source"`
-	// Inputs say how certain the attribution is.
-	inventory.Inputs
-	// PartitionRead is when the docker partition was last measured; zero until then.
-	PartitionRead time.Time `json:"partitionRead,omitzero"`
-	CGs           []*CG     `json:"cgs"`
-	// Unattributed is what processes outside every known container hold, in base units.
-	Unattributed nr1.Usage `json:"unattributed"`
+	*view.Sample
+	// Detail is the records behind each CG's usage, by CG UID: shown, never judged.
+	Detail map[string]*Detail `json:"-"`
 }
 
-// CG is one compute graph's sample. Usage is in base units: bytes for the memory
-// resources and the docker partition, handles for queues.
-type CG struct {
-	*inventory.CG
-	Usage nr1.Usage `json:"usage"`
-	// Ratio is usage over allocation per resource; +Inf for usage with no allocation.
-	Ratio        Ratio                `json:"ratio"`
-	PerContainer map[string]nr1.Usage `json:"usageByContainer"`
-	// UsageUncertain says why the usage is only a lower bound: the scan ran out of time
-	// before it read all of the CG's processes. It is acted on only when even that
-	// lower bound is over.
-	UsageUncertain string `json:"usageUncertain,omitempty"`
-	// Shared is what this pod and the others sharing a DRA claim with it hold together;
-	// nil when it shares none.
-	Shared *Shared `json:"shared,omitempty"`
-	// PartitionUnknown says why the docker partition of this CG is not known: it was
-	// not measured yet, or its measurement failed. Unknown is never zero.
-	PartitionUnknown string `json:"partitionUnknown,omitempty"`
-	// Mappings and Handles are the records behind the usage, the largest mappings and
-	// the first handles up to MaxDetail each: a CG that makes 400000 of them must not
-	// make the sample (and /debug/cgs) as large. The totals count them all.
+// Detail is the records behind a CG's usage: the largest mappings and the first handles
+// up to MaxDetail each, since a CG that makes 400000 of them must not make the sample
+// (and /debug/cgs) as large. The totals count them all.
+type Detail struct {
 	Mappings      []footprint.Mapping `json:"mappings,omitempty"`
 	Handles       []footprint.Handle  `json:"handles,omitempty"`
 	MappingsTotal int                 `json:"mappingsTotal"`
@@ -252,7 +229,8 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 // owner is who a container cgroup's records count for: its CG's tally group and its
 // container's.
 type owner struct {
-	cg                *CG
+	cg                *view.Measured
+	detail            *Detail
 	cgGroup, ctrGroup int
 	sharedGroup       int // the group of the pods it shares a claim with; -1 for none
 }
@@ -260,10 +238,10 @@ type owner struct {
 // group is one sum of the tally: a CG, a container of a CG (perContainer), or the
 // unattributed (no CG).
 type group struct {
-	cg           *CG
+	cg           *view.Measured
 	perContainer bool
 	container    string
-	shared       *Shared
+	shared       *view.Shared
 }
 
 // Attribute joins a scan with the inventory by cgroup id. A CG's usage is the union of
@@ -271,17 +249,17 @@ type group struct {
 // two containers of a pod is held once by the pod, yet each container holds it. What no
 // known container holds is unattributed, also as one union.
 func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage) *Snapshot {
-	snap := &Snapshot{
-		Taken: now, Took: scan.Took, Source: scan.Source, Inputs: inv.Inputs, PartitionRead: part.Read, CGs: make([]*CG, 0, len(inv.CGs)),
-	}
+	snap := &Snapshot{Sample: &view.Sample{
+		Taken: now, Took: scan.Took, Source: scan.Source, Inputs: inv.Inputs, PartitionRead: part.Read, CGs: make([]*view.Measured, 0, len(inv.CGs)),
+	}, Detail: make(map[string]*Detail, len(inv.CGs))}
 	const unattributed = 0
 	groups := []group{unattributed: {}}
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
-		snap.CGs = append(snap.CGs, &CG{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)})
+		snap.CGs = append(snap.CGs, &view.Measured{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)})
 	}
 	shared := shareClaims(snap.CGs)
-	sharedGroup := map[*Shared]int{}
+	sharedGroup := map[*view.Shared]int{}
 	for _, s := range shared {
 		sharedGroup[s] = len(groups)
 		groups = append(groups, group{shared: s})
@@ -293,13 +271,15 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		cg := snap.CGs[i]
 		cgGroup := len(groups)
 		groups = append(groups, group{cg: cg})
+		detail := &Detail{}
+		snap.Detail[icg.UID] = detail
 		sg, ok := sharedGroup[cg.Shared]
 		if !ok {
 			sg = -1
 		}
 		for _, c := range icg.Containers {
 			if c.CgroupID != 0 {
-				o := owner{cg: cg, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name), sharedGroup: sg}
+				o := owner{cg: cg, detail: detail, cgGroup: cgGroup, ctrGroup: containerGroup(&groups, cgGroup, c.Name), sharedGroup: sg}
 				owners[c.CgroupID] = o
 				for _, id := range c.ChildCgroupIDs {
 					owners[id] = o
@@ -331,7 +311,7 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		if o.sharedGroup >= 0 {
 			tally.AddMapping(o.sharedGroup, m)
 		}
-		o.cg.keepMapping(m)
+		o.detail.keepMapping(m)
 	}
 	for _, h := range scan.Handles {
 		o, ok := owners[h.CgroupID]
@@ -344,9 +324,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		if o.sharedGroup >= 0 {
 			tally.AddHandle(o.sharedGroup, h)
 		}
-		o.cg.HandlesTotal++
-		if len(o.cg.Handles) < MaxDetail {
-			o.cg.Handles = append(o.cg.Handles, h)
+		o.detail.HandlesTotal++
+		if len(o.detail.Handles) < MaxDetail {
+			o.detail.Handles = append(o.detail.Handles, h)
 		}
 	}
 	for g, u := range tally.Sums() {
@@ -362,10 +342,10 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		}
 	}
 	for _, cg := range snap.CGs {
-		cg.Ratio = Ratios(cg.Usage, cg.Allocation)
+		cg.Ratio = view.Ratios(cg.Usage, cg.Allocation)
 	}
 	for _, s := range shared {
-		s.settle()
+		settle(s)
 	}
 	return snap
 }
@@ -382,38 +362,19 @@ func containerGroup(groups *[]group, cgGroup int, name string) int {
 	return len(*groups) - 1
 }
 
-// Ratios divides usage (base units) by allocation (resource units) per resource. Usage
-// with no allocation is over a zero allocation: +Inf. Except the docker partition of a
-// pod given no NR1 resource at all: every pod's image sits in the partition, and only
-// CGs are held to a partition budget; any other pod's is 0, not over.
-func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
-	var r Ratio
-	for _, res := range nr1.All {
-		alloc := float64(res.InBase(allocation[res]))
-		switch {
-		case res == nr1.DockerPartition && allocation == nr1.Amounts{}:
-		case alloc > 0:
-			r[res] = Fraction(float64(usage[res]) / alloc)
-		case usage[res] > 0:
-			r[res] = Fraction(posInf)
-		}
-	}
-	return r
-}
-
 // MaxDetail bounds the records a CG keeps in the sample, per kind.
 const MaxDetail = 32
 
 // keepMapping counts m and keeps it if it is among the MaxDetail largest.
-func (cg *CG) keepMapping(m footprint.Mapping) {
-	cg.MappingsTotal++
+func (d *Detail) keepMapping(m footprint.Mapping) {
+	d.MappingsTotal++
 	// A min-heap by size: a CG of 60000 mappings costs a comparison each, not 32.
-	h := (*smallestFirst)(&cg.Mappings)
+	h := (*smallestFirst)(&d.Mappings)
 	switch {
-	case len(cg.Mappings) < MaxDetail:
+	case len(d.Mappings) < MaxDetail:
 		heap.Push(h, m)
-	case m.Size > cg.Mappings[0].Size:
-		cg.Mappings[0] = m
+	case m.Size > d.Mappings[0].Size:
+		d.Mappings[0] = m
 		heap.Fix(h, 0)
 	}
 }
@@ -433,7 +394,7 @@ func (h *smallestFirst) Pop() any {
 }
 
 // containerOf is the CG's container of the cgroup id (its own or one it made), or nil.
-func containerOf(cg *inventory.CG, id uint64) *inventory.Container {
+func containerOf(cg *view.CG, id uint64) *view.Container {
 	for _, c := range cg.Containers {
 		if id != 0 && (c.CgroupID == id || slices.Contains(c.ChildCgroupIDs, id)) {
 			return c
@@ -443,12 +404,12 @@ func containerOf(cg *inventory.CG, id uint64) *inventory.Container {
 }
 
 // unread says why the scan did not read all the CG holds, "" when it did.
-func unread(cg *inventory.CG, scan *footprint.Scan) string {
+func unread(cg *view.CG, scan *footprint.Scan) string {
 	// Processes are attributed by cgroup: those of a running container without one the
 	// agent could read (the runtime gave none or an unreadable status, the lookup failed,
 	// a host without cgroup v2) count as no CG's, so the CG's usage is a lower bound.
 	for _, c := range cg.Containers {
-		if c.State == runtime.Running && c.CgroupID == 0 {
+		if c.State == view.Running && c.CgroupID == 0 {
 			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name)
 		}
 	}
@@ -474,7 +435,7 @@ func unread(cg *inventory.CG, scan *footprint.Scan) string {
 		return ""
 	}
 	for _, c := range cg.Containers {
-		pids, err := c.Processes()
+		pids, err := inventory.Processes(c)
 		if err != nil {
 			return fmt.Sprintf("the %s scan ran out of time at PID %d, and the processes of %s could not be read: %v", scan.Source, scan.Cutoff, c.Name, err)
 		}

@@ -15,7 +15,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
@@ -59,11 +59,11 @@ func targets(t *testing.T) *footprint.Targets {
 
 func fixture(t *testing.T) (*Sampler, *testingclock.FakeClock) {
 	t.Helper()
-	inv := &inventory.Snapshot{Inputs: inventory.Inputs{RuntimeConnected: true, AllocationRead: time.Unix(100, 0)}, CGs: []*inventory.CG{
+	inv := &inventory.Snapshot{Inputs: view.Inputs{RuntimeConnected: true, AllocationRead: time.Unix(100, 0)}, CGs: []*view.CG{
 		{UID: "u1", Namespace: "default", Name: "resnet50", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 2392, 7},
-			Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}, {ID: "g", Name: "graph", CgroupID: 12}}},
+			Containers: []*view.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}, {ID: "g", Name: "graph", CgroupID: 12}}},
 		{UID: "u2", Namespace: "default", Name: "greedy", AllocationKnown: true,
-			Containers: []*inventory.Container{{ID: "x", Name: "health-handler", CgroupID: 21}}},
+			Containers: []*view.Container{{ID: "x", Name: "health-handler", CgroupID: 21}}},
 	}}
 	scan := &footprint.Scan{Source: "fake", Took: time.Millisecond,
 		Mappings: []footprint.Mapping{
@@ -118,8 +118,8 @@ func TestSampleAttributesByCgroup(t *testing.T) {
 	if snap.Unattributed != (nr1.Usage{5 << 20, 0, 0, 0}) {
 		t.Errorf("unattributed %v", snap.Unattributed)
 	}
-	if len(resnet.Mappings) != 2 || len(resnet.Handles) != 3 {
-		t.Errorf("detail: %d mappings, %d handles", len(resnet.Mappings), len(resnet.Handles))
+	if d := snap.Detail[resnet.UID]; len(d.Mappings) != 2 || len(d.Handles) != 3 {
+		t.Errorf("detail: %d mappings, %d handles", len(d.Mappings), len(d.Handles))
 	}
 	b, err := json.Marshal(snap)
 	if err != nil || !strings.Contains(string(b), `"ai_hypervisor_queue":"+Inf"`) {
@@ -132,15 +132,15 @@ func TestSampleAttributesByCgroup(t *testing.T) {
 // container holds what it maps itself.
 func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 	const mb = 1 << 20
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{
-		{UID: "u1", Name: "forking", Allocation: nr1.Amounts{3, 0, 0, 2}, Containers: []*inventory.Container{
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "u1", Name: "forking", Allocation: nr1.Amounts{3, 0, 0, 2}, Containers: []*view.Container{
 			{ID: "hh", Name: "health-handler", CgroupID: 11},
 			{ID: "w", Name: "worker", CgroupID: 12},
 			{ID: "side", Name: "sidecar", CgroupID: 13},
 			{ID: "w-old", Name: "worker", CgroupID: 14}, // the worker before its restart
 			{ID: "gone", Name: "gone"},                  // no cgroup: claims nothing
 		}},
-		{UID: "u2", Name: "other", Containers: []*inventory.Container{{ID: "o", Name: "main", CgroupID: 21}}},
+		{UID: "u2", Name: "other", Containers: []*view.Container{{ID: "o", Name: "main", CgroupID: 21}}},
 	}}
 	m := func(cg uint64, pid int, offMB, sizeMB uint64) footprint.Mapping {
 		return footprint.Mapping{CgroupID: cg, PID: pid, Target: 0, Start: 0x7f0000000000, Offset: offMB * mb, Size: sizeMB * mb}
@@ -190,8 +190,8 @@ func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 	if want := (nr1.Usage{3 * mb, 0, 0, 1}); snap.Unattributed != want {
 		t.Errorf("unattributed %v, want %v", snap.Unattributed, want)
 	}
-	if len(forking.Mappings) != 10 || len(forking.Handles) != 4 || len(other.Mappings) != 1 {
-		t.Errorf("detail: %d and %d mappings, %d handles", len(forking.Mappings), len(other.Mappings), len(forking.Handles))
+	if f, o := snap.Detail[forking.UID], snap.Detail[other.UID]; len(f.Mappings) != 10 || len(f.Handles) != 4 || len(o.Mappings) != 1 {
+		t.Errorf("detail: %d and %d mappings, %d handles", len(f.Mappings), len(o.Mappings), len(f.Handles))
 	}
 }
 
@@ -216,8 +216,8 @@ func TestRunPublishesEveryInterval(t *testing.T) {
 // A worker the container moved into a child cgroup holds what it holds for the
 // container: nothing of it is unattributed.
 func TestChildCgroupsCountForTheirContainer(t *testing.T) {
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{{UID: "u1", Name: "cg", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7},
-		Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11, ChildCgroupIDs: []uint64{111, 112}}}}}}
+	inv := &inventory.Snapshot{CGs: []*view.CG{{UID: "u1", Name: "cg", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7},
+		Containers: []*view.Container{{ID: "hh", Name: "health-handler", CgroupID: 11, ChildCgroupIDs: []uint64{111, 112}}}}}}
 	scan := &footprint.Scan{
 		Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Size: 1 << 20}, {CgroupID: 112, PID: 2, Offset: 1 << 20, Size: 2 << 20}},
 		Handles:  []footprint.Handle{{CgroupID: 111, PID: 3, FD: 3, Target: 1, Description: 1}},
@@ -235,15 +235,16 @@ func TestChildCgroupsCountForTheirContainer(t *testing.T) {
 // A CG that makes many records keeps MaxDetail of each kind in the sample, the largest
 // mappings, with the totals; its usage counts them all.
 func TestSampleDetailIsBounded(t *testing.T) {
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{{UID: "u1", Name: "cg", AllocationKnown: true,
-		Containers: []*inventory.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}}}}}
+	inv := &inventory.Snapshot{CGs: []*view.CG{{UID: "u1", Name: "cg", AllocationKnown: true,
+		Containers: []*view.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}}}}}
 	scan := &footprint.Scan{}
 	const n = 1000
 	for i := range n {
 		scan.Mappings = append(scan.Mappings, footprint.Mapping{CgroupID: 11, PID: 1, Start: uint64(i) << 30, Offset: uint64(i) << 20, Size: uint64(i+1) << 12})
 		scan.Handles = append(scan.Handles, footprint.Handle{CgroupID: 11, PID: 1, FD: i, Target: 1, Description: uint64(i + 1)})
 	}
-	cg := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}).CGs[0]
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	cg := snap.Detail[snap.CGs[0].UID]
 	if len(cg.Mappings) != MaxDetail || len(cg.Handles) != MaxDetail || cg.MappingsTotal != n || cg.HandlesTotal != n {
 		t.Fatalf("kept %d mappings of %d and %d handles of %d; want %d of %d each", len(cg.Mappings), cg.MappingsTotal, len(cg.Handles), cg.HandlesTotal, MaxDetail, n)
 	}
@@ -252,17 +253,17 @@ func TestSampleDetailIsBounded(t *testing.T) {
 			t.Errorf("kept a mapping of %d bytes, not among the %d largest", m.Size, MaxDetail)
 		}
 	}
-	if cg.Usage[nr1.HypervisorQueue] != n {
-		t.Errorf("usage %v: every handle counts", cg.Usage)
+	if u := snap.CGs[0].Usage; u[nr1.HypervisorQueue] != n {
+		t.Errorf("usage %v: every handle counts", u)
 	}
 }
 
 // A scan that ran out of time leaves the CGs with a process at or past its cutoff
 // uncertain, and only those.
 func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{
-		{UID: "early", Name: "early", AllocationKnown: true, Containers: []*inventory.Container{{Name: "main", CgroupID: 11, PIDs: []int{100, 900}}}},
-		{UID: "late", Name: "late", AllocationKnown: true, Containers: []*inventory.Container{{Name: "main", CgroupID: 12, PIDs: []int{200, 5000}}}},
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "early", Name: "early", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 11, PIDs: []int{100, 900}}}},
+		{UID: "late", Name: "late", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 12, PIDs: []int{200, 5000}}}},
 	}}
 	scan := &footprint.Scan{Source: "procfs", Cutoff: 4000}
 	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
@@ -305,11 +306,11 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 // A running container without a cgroup the agent could read makes its CG's usage a lower
 // bound: its processes' holdings are no CG's. One that has exited needs none.
 func TestContainerWithoutCgroupLeavesItsCGUncertain(t *testing.T) {
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{
-		{UID: "blind", Name: "blind", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7}, Containers: []*inventory.Container{
-			{Name: "health-handler", State: runtime.Running, CgroupID: 11}, {Name: "graph", State: runtime.Running}}},
-		{UID: "seen", Name: "seen", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7}, Containers: []*inventory.Container{
-			{Name: "health-handler", State: runtime.Running, CgroupID: 12}, {Name: "init", State: runtime.Exited}}},
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "blind", Name: "blind", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7}, Containers: []*view.Container{
+			{Name: "health-handler", State: view.Running, CgroupID: 11}, {Name: "graph", State: view.Running}}},
+		{UID: "seen", Name: "seen", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7}, Containers: []*view.Container{
+			{Name: "health-handler", State: view.Running, CgroupID: 12}, {Name: "init", State: view.Exited}}},
 	}}
 	scan := &footprint.Scan{Source: "bpf", Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20}}}
 	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
@@ -331,11 +332,11 @@ func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 	if d := s.next(); d != time.Second {
 		t.Errorf("before the first sample: %v, want the interval", d)
 	}
-	cg := func(ratio Ratio, uncertain string, known bool) *Snapshot {
-		return &Snapshot{CGs: []*CG{
-			{CG: &inventory.CG{UID: "calm", AllocationKnown: true}, Ratio: Ratio{0.5, 0, 1, 1}},
-			{CG: &inventory.CG{UID: "other", AllocationKnown: known}, Ratio: ratio, UsageUncertain: uncertain},
-		}}
+	cg := func(ratio view.Ratio, uncertain string, known bool) *Snapshot {
+		return &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{
+			{CG: &view.CG{UID: "calm", AllocationKnown: true}, Ratio: view.Ratio{0.5, 0, 1, 1}},
+			{CG: &view.CG{UID: "other", AllocationKnown: known}, Ratio: ratio, UsageUncertain: uncertain},
+		}}}
 	}
 	for _, c := range []struct {
 		name string
@@ -343,14 +344,14 @@ func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 		busy bool
 		want time.Duration
 	}{
-		{"all within", cg(Ratio{1, 1, 0.2, 0}, "", true), false, 5 * time.Second},
+		{"all within", cg(view.Ratio{1, 1, 0.2, 0}, "", true), false, 5 * time.Second},
 		// Over is the enforcement's to judge: it is busy then.
-		{"one over, not judged yet", cg(Ratio{1.01, 0, 0, Fraction(math.Inf(1))}, "", true), false, 5 * time.Second},
-		{"one uncertain", cg(Ratio{}, "out of time", true), false, time.Second},
-		{"a ladder under way", cg(Ratio{}, "", true), true, time.Second},
-		{"an allocation unknown", cg(Ratio{}, "", false), false, time.Second},
+		{"one over, not judged yet", cg(view.Ratio{1.01, 0, 0, view.Fraction(math.Inf(1))}, "", true), false, 5 * time.Second},
+		{"one uncertain", cg(view.Ratio{}, "out of time", true), false, time.Second},
+		{"a ladder under way", cg(view.Ratio{}, "", true), true, time.Second},
+		{"an allocation unknown", cg(view.Ratio{}, "", false), false, time.Second},
 		{"a namespace's labels unknown", func() *Snapshot {
-			s := cg(Ratio{}, "", true)
+			s := cg(view.Ratio{}, "", true)
 			s.CGs[1].NamespaceUnknown = "namespaces not listed yet"
 			return s
 		}(), false, time.Second},
@@ -370,7 +371,7 @@ func TestNoRestOnceChangesStop(t *testing.T) {
 	wake := make(chan struct{})
 	s.SampleOnWake(wake, 50*time.Millisecond)
 	s.Rest(5*time.Second, nil)
-	s.Publish(clk.Now(), &Snapshot{CGs: []*CG{{CG: &inventory.CG{UID: "calm", AllocationKnown: true}}}})
+	s.Publish(clk.Now(), &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{{CG: &view.CG{UID: "calm", AllocationKnown: true}}}}})
 	if d := s.next(); d != 5*time.Second {
 		t.Fatalf("all calm: %v, want the idle interval", d)
 	}
@@ -394,13 +395,13 @@ func TestNoRestOnceChangesStop(t *testing.T) {
 // and a CG given other resources but no partition is over on the partition too.
 func TestRatiosOfPodsGivenNothing(t *testing.T) {
 	image := nr1.Usage{0, 0, 18 << 20, 0}
-	if r := Ratios(image, nr1.Amounts{}); r[nr1.DockerPartition] != 0 {
+	if r := view.Ratios(image, nr1.Amounts{}); r[nr1.DockerPartition] != 0 {
 		t.Errorf("a pod given nothing, holding its image: partition ratio %v, want 0", r[nr1.DockerPartition])
 	}
-	if r := Ratios(nr1.Usage{0, 0, 18 << 20, 1}, nr1.Amounts{}); !math.IsInf(float64(r[nr1.HypervisorQueue]), 1) || r[nr1.DockerPartition] != 0 {
+	if r := view.Ratios(nr1.Usage{0, 0, 18 << 20, 1}, nr1.Amounts{}); !math.IsInf(float64(r[nr1.HypervisorQueue]), 1) || r[nr1.DockerPartition] != 0 {
 		t.Errorf("a pod given nothing, holding a queue: ratios %v, want +Inf on queues only", r)
 	}
-	if r := Ratios(image, nr1.Amounts{3, 0, 0, 7}); !math.IsInf(float64(r[nr1.DockerPartition]), 1) {
+	if r := view.Ratios(image, nr1.Amounts{3, 0, 0, 7}); !math.IsInf(float64(r[nr1.DockerPartition]), 1) {
 		t.Errorf("a CG given no partition, holding its image: partition ratio %v, want +Inf", r[nr1.DockerPartition])
 	}
 }

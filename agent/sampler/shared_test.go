@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
@@ -16,20 +16,20 @@ import (
 // allocation is unknown, and a claim of one pod only, stay apart.
 func TestPodsSharingAClaimAreHeldToItTogether(t *testing.T) {
 	const mb = 1 << 20
-	shared := inventory.Claim{Namespace: "ml", Name: "nr1-shared", Amounts: nr1.Amounts{4, 0, 0, 2}}
-	second := inventory.Claim{Namespace: "ml", Name: "nr1-second", Amounts: nr1.Amounts{2}}
-	own := func(name string) inventory.Claim {
-		return inventory.Claim{Namespace: "ml", Name: name, Amounts: nr1.Amounts{1}}
+	shared := view.Claim{Namespace: "ml", Name: "nr1-shared", Amounts: nr1.Amounts{4, 0, 0, 2}}
+	second := view.Claim{Namespace: "ml", Name: "nr1-second", Amounts: nr1.Amounts{2}}
+	own := func(name string) view.Claim {
+		return view.Claim{Namespace: "ml", Name: name, Amounts: nr1.Amounts{1}}
 	}
-	cg := func(uid string, known bool, cgroup uint64, claims ...inventory.Claim) *inventory.CG {
-		c := &inventory.CG{UID: uid, Namespace: "ml", Name: uid, AllocationKnown: known, Claims: claims,
-			Containers: []*inventory.Container{{ID: uid, Name: "health-handler", CgroupID: cgroup}}}
+	cg := func(uid string, known bool, cgroup uint64, claims ...view.Claim) *view.CG {
+		c := &view.CG{UID: uid, Namespace: "ml", Name: uid, AllocationKnown: known, Claims: claims,
+			Containers: []*view.Container{{ID: uid, Name: "health-handler", CgroupID: cgroup}}}
 		for _, cl := range claims {
 			c.Allocation = nr1.Add(c.Allocation, cl.Amounts)
 		}
 		return c
 	}
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{
+	inv := &inventory.Snapshot{CGs: []*view.CG{
 		cg("a", true, 1, shared, own("a-own")),
 		cg("b", true, 2, shared),
 		cg("c", true, 3, second, shared), // shares with a and b
@@ -86,12 +86,12 @@ func TestPodsSharingAClaimAreHeldToItTogether(t *testing.T) {
 
 // A group with a member the scan did not read in full is a lower bound.
 func TestSharedUsageOfAnUncertainMemberIsUncertain(t *testing.T) {
-	claim := inventory.Claim{Namespace: "ml", Name: "nr1-shared", Amounts: nr1.Amounts{4}}
-	inv := &inventory.Snapshot{CGs: []*inventory.CG{
-		{UID: "a", Namespace: "ml", Name: "a", AllocationKnown: true, Allocation: claim.Amounts, Claims: []inventory.Claim{claim},
-			Containers: []*inventory.Container{{ID: "a", Name: "hh", CgroupID: 1}}},
-		{UID: "b", Namespace: "ml", Name: "b", AllocationKnown: true, Allocation: claim.Amounts, Claims: []inventory.Claim{claim},
-			Containers: []*inventory.Container{{ID: "b", Name: "hh", State: runtime.Running}}}, // no cgroup: uncertain
+	claim := view.Claim{Namespace: "ml", Name: "nr1-shared", Amounts: nr1.Amounts{4}}
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "a", Namespace: "ml", Name: "a", AllocationKnown: true, Allocation: claim.Amounts, Claims: []view.Claim{claim},
+			Containers: []*view.Container{{ID: "a", Name: "hh", CgroupID: 1}}},
+		{UID: "b", Namespace: "ml", Name: "b", AllocationKnown: true, Allocation: claim.Amounts, Claims: []view.Claim{claim},
+			Containers: []*view.Container{{ID: "b", Name: "hh", State: view.Running}}}, // no cgroup: uncertain
 	}}
 	snap := Attribute(time.Unix(1, 0), inv, &footprint.Scan{}, targets(t), PartitionUsage{})
 	if g := snap.CGs[0].Shared; g == nil || g.Uncertain == "" {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -44,10 +44,10 @@ const Reason = "NR1StatusTooLarge"
 // StatusBytes is the most the kubelet's entries for a CG's device-plugin units take in
 // its pod status: one per unit of each container the kubelet lists (its regular
 // containers and sidecars).
-func StatusBytes(cg *inventory.CG) int64 {
+func StatusBytes(cg *view.CG) int64 {
 	var n int64
 	for _, c := range cg.Containers {
-		if c.AllocationSource != inventory.FromPodResources {
+		if c.AllocationSource != view.FromPodResources {
 			continue
 		}
 		for _, r := range nr1.All {
@@ -109,7 +109,7 @@ func (c *Checker) Collectors() []prometheus.Collector {
 }
 
 // Check checks the CGs not checked yet whose allocation is known, and forgets those gone.
-func (c *Checker) Check(cgs []*inventory.CG) {
+func (c *Checker) Check(cgs []*view.CG) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.read.IsZero() || c.now().Sub(c.read) >= gatesMaxAge {
@@ -145,7 +145,7 @@ func (c *Checker) readGates() {
 	c.health.Set(map[bool]float64{true: 1, false: 0}[on])
 }
 
-func (c *Checker) check(cg *inventory.CG) bool {
+func (c *Checker) check(cg *view.CG) bool {
 	size := StatusBytes(cg)
 	if size <= Budget {
 		return false

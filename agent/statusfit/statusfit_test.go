@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -21,10 +21,10 @@ func (e *events) Event(_, _, uid, _, reason, message string) {
 	e.got = append(e.got, recorded{uid, reason, message})
 }
 
-func cg(uid string, known bool, containers ...*inventory.Container) *inventory.CG {
-	c := &inventory.CG{UID: uid, Namespace: "ns", Name: uid, AllocationKnown: known, Containers: containers}
+func cg(uid string, known bool, containers ...*view.Container) *view.CG {
+	c := &view.CG{UID: uid, Namespace: "ns", Name: uid, AllocationKnown: known, Containers: containers}
 	for _, ctr := range containers {
-		if ctr.AllocationSource == inventory.FromPodResources {
+		if ctr.AllocationSource == view.FromPodResources {
 			for _, r := range nr1.All {
 				c.Allocation[r] += ctr.Allocation[r]
 			}
@@ -33,8 +33,8 @@ func cg(uid string, known bool, containers ...*inventory.Container) *inventory.C
 	return c
 }
 
-func listed(a nr1.Amounts) *inventory.Container {
-	return &inventory.Container{Name: "health-handler", Allocation: a, AllocationSource: inventory.FromPodResources}
+func listed(a nr1.Amounts) *view.Container {
+	return &view.Container{Name: "health-handler", Allocation: a, AllocationSource: view.FromPodResources}
 }
 
 // The ResNet-50 CG's entries are about 98 KiB, 100,000 MB of compute DMA's 4 MiB. An
@@ -44,7 +44,7 @@ func TestStatusBytes(t *testing.T) {
 	if want := int64(2402*deviceBytes + 3*resourceBytes + len(nr1.ComputeDMAMemory.Name()) + len(nr1.DockerPartition.Name()) + len(nr1.HypervisorQueue.Name())); resnet != want {
 		t.Errorf("ResNet-50: %d bytes, want %d", resnet, want)
 	}
-	big := cg("big", true, listed(nr1.Amounts{100000, 0, 0, 1}), &inventory.Container{Name: "init", Allocation: nr1.Amounts{100000}, AllocationSource: inventory.FromAnnotations})
+	big := cg("big", true, listed(nr1.Amounts{100000, 0, 0, 1}), &view.Container{Name: "init", Allocation: nr1.Amounts{100000}, AllocationSource: view.FromAnnotations})
 	if n := StatusBytes(big); n <= MaxRequestBytes || n > 4300000 {
 		t.Errorf("100,000 MB: %d bytes, want just over 4 MB", n)
 	}
@@ -56,13 +56,13 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 	c := New(func() (bool, string) { return gates == "on", "ResourceHealthStatus=" + gates }, ev, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	big := cg("big", false, listed(nr1.Amounts{100000, 0, 2394, 1}))
 	small := cg("small", true, listed(nr1.Amounts{3, 0, 2392, 7}))
-	c.Check([]*inventory.CG{big, small})
+	c.Check([]*view.CG{big, small})
 	if len(ev.got) != 0 {
 		t.Fatalf("told before the allocation was known: %+v", ev.got)
 	}
 	big.AllocationKnown = true
 	for range 3 {
-		c.Check([]*inventory.CG{big, small})
+		c.Check([]*view.CG{big, small})
 	}
 	if len(ev.got) != 1 || ev.got[0].uid != "big" || ev.got[0].reason != Reason {
 		t.Fatalf("events %+v, want one %s on big", ev.got, Reason)
@@ -79,7 +79,7 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 	if n := testutil.ToFloat64(health); n != 1 {
 		t.Errorf("resource health gauge %v, want 1", n)
 	}
-	c.Check([]*inventory.CG{small})
+	c.Check([]*view.CG{small})
 	if n := testutil.ToFloat64(tooLarge); n != 0 {
 		t.Errorf("gauge %v once it is gone, want 0", n)
 	}
@@ -87,7 +87,7 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 	// once they are old.
 	gates = "off"
 	c.now = func() time.Time { return time.Now().Add(gatesMaxAge) }
-	c.Check([]*inventory.CG{cg("big2", true, listed(nr1.Amounts{100000}))})
+	c.Check([]*view.CG{cg("big2", true, listed(nr1.Amounts{100000}))})
 	if len(ev.got) != 1 || testutil.ToFloat64(tooLarge) != 0 {
 		t.Errorf("told with resource health off: %+v", ev.got)
 	}
@@ -97,7 +97,7 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 	// The kubelet restarted with the gate on, within the minute the last reading is kept:
 	// a CG past the budget is checked against the gates read afresh.
 	gates = "on"
-	c.Check([]*inventory.CG{cg("big3", true, listed(nr1.Amounts{100000}))})
+	c.Check([]*view.CG{cg("big3", true, listed(nr1.Amounts{100000}))})
 	if len(ev.got) != 2 || ev.got[1].uid != "big3" || testutil.ToFloat64(health) != 1 {
 		t.Errorf("a big CG after the gates turned on: events %+v, gauge %v", ev.got, testutil.ToFloat64(health))
 	}

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/neureality-sdk/nr1-agent/agent/allocation"
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -187,7 +187,7 @@ func toldAbove(booking func(mb int64) nr1.Amounts) int64 {
 	lo, hi := int64(0), int64(1)<<24
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
-		cg := &inventory.CG{Containers: []*inventory.Container{{Allocation: booking(mid), AllocationSource: inventory.FromPodResources}}}
+		cg := &view.CG{Containers: []*view.Container{{Allocation: booking(mid), AllocationSource: view.FromPodResources}}}
 		if statusfit.StatusBytes(cg) <= statusfit.Budget {
 			lo = mid
 		} else {

@@ -15,8 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -29,13 +28,13 @@ type debugSnapshot struct {
 }
 
 type debugCG struct {
-	inventory.CG
+	view.CG
 	Usage          nr1.Usage            `json:"usage"`
 	PerContainer   map[string]nr1.Usage `json:"usageByContainer"`
 	UsageUncertain string               `json:"usageUncertain"`
 	MappingsTotal  int                  `json:"mappingsTotal"`
 	HandlesTotal   int                  `json:"handlesTotal"`
-	Shared         *sampler.Shared      `json:"shared"`
+	Shared         *view.Shared         `json:"shared"`
 }
 
 func (s *debugSnapshot) CG(uid string) *debugCG {
