@@ -56,12 +56,14 @@ type Tracker struct {
 	mu         sync.Mutex
 	failingNow chan struct{} // closed when reads start failing
 
-	*latest.Value[State]
+	value *latest.Value[State]
+	latest.View[State]
 }
 
 // NewTracker returns a tracker reading lister every interval of clk.
 func NewTracker(lister Lister, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Tracker {
-	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, Value: latest.New(State{}), failingNow: make(chan struct{})}
+	value := latest.New(State{})
+	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, value: value, View: value.View(), failingNow: make(chan struct{})}
 }
 
 // ReadOnDemand makes the tracker read the whole table only when it may lack something:
@@ -143,7 +145,7 @@ func (t *Tracker) step(ctx context.Context) {
 	}
 	switch status.Code(err) {
 	case codes.OK:
-		t.Succeeded(t.clock.Now())
+		t.value.Succeeded(t.clock.Now())
 	case codes.DeadlineExceeded, codes.Unavailable, codes.Canceled:
 		t.failed(err)
 	default:
@@ -174,17 +176,17 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	// readers: the sampler samples what a new table changes, not the same one again. The
 	// first after an outage wakes them: the allocations are known again.
 	if last, _ := t.Load(); failing == nil && !last.Read.IsZero() && last.Table.Equal(table) {
-		t.Renew(t.clock.Now(), State{Table: table, Read: began})
+		t.value.Renew(t.clock.Now(), State{Table: table, Read: began})
 		return
 	}
-	t.Publish(t.clock.Now(), State{Table: table, Read: began})
+	t.value.Publish(t.clock.Now(), State{Table: table, Read: began})
 }
 
 // failed records that the kubelet did not answer, telling StartsFailing's readers when
 // it is the first failure since an answer.
 func (t *Tracker) failed(err error) {
 	_, failing := t.Health()
-	t.Fail(err)
+	t.value.Fail(err)
 	if failing != nil {
 		return
 	}

@@ -50,7 +50,8 @@ type Watcher struct {
 	// once.
 	unreadable map[string]bool
 
-	*latest.Value[*Snapshot] // immutable snapshots, published under mu
+	value *latest.Value[*Snapshot] // immutable snapshots, published under mu
+	latest.View[*Snapshot]
 }
 
 // NewWatcher returns a watcher of the runtime client talks to; Run connects it.
@@ -61,10 +62,11 @@ func NewWatcher(client *Client, opts Options, log *slog.Logger) *Watcher {
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
+	value := latest.New(&Snapshot{})
 	return &Watcher{
 		client: client, opts: opts, log: log,
 		pods: map[string]*Pod{}, containers: map[string]*Container{}, sandboxOf: map[string]string{},
-		unreadable: map[string]bool{}, Value: latest.New(&Snapshot{}),
+		unreadable: map[string]bool{}, value: value, View: value.View(),
 	}
 }
 
@@ -102,7 +104,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return nil
 		}
 		w.setConnected(false)
-		w.Fail(err)
+		w.value.Fail(err)
 		w.log.Warn("container runtime unavailable, retrying", "err", err, "in", backoff)
 		select {
 		case <-ctx.Done():
@@ -241,7 +243,7 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 	// A relist that finds what the events said (at rest, every relist) publishes nothing:
 	// a new snapshot wakes the sampler and the allocation tracker.
 	if last, _ := w.Load(); last.Connected && reflect.DeepEqual(w.pods, pods) && reflect.DeepEqual(w.containers, containers) && maps.Equal(w.sandboxOf, sandboxOf) {
-		w.Succeeded(w.opts.Clock.Now())
+		w.value.Succeeded(w.opts.Clock.Now())
 		return nil
 	}
 	w.pods, w.containers, w.sandboxOf = pods, containers, sandboxOf
@@ -387,11 +389,11 @@ func (w *Watcher) publishLocked(connected bool) {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.SandboxID, b.SandboxID))
 	})
 	if connected {
-		w.Publish(snap.Taken, snap)
+		w.value.Publish(snap.Taken, snap)
 		return
 	}
 	// The last view stays published, marked disconnected; that is no success.
-	w.PublishFailing(snap, errDisconnected)
+	w.value.PublishFailing(snap, errDisconnected)
 }
 
 var errDisconnected = errors.New("container runtime not connected")

@@ -37,13 +37,15 @@ type PartitionSampler struct {
 	clock    clock.WithTicker
 	log      *slog.Logger
 
-	*latest.Value[PartitionUsage]
+	value *latest.Value[PartitionUsage]
+	latest.View[PartitionUsage]
 }
 
 // NewPartitionSampler measures every interval (10 s by default: image sizes barely move
 // and ContainerStats costs the runtime a walk of each writable layer).
 func NewPartitionSampler(layers Layers, view RuntimeView, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *PartitionSampler {
-	return &PartitionSampler{layers: layers, view: view, interval: interval, clock: clk, log: log, Value: latest.New(PartitionUsage{})}
+	value := latest.New(PartitionUsage{})
+	return &PartitionSampler{layers: layers, view: view, interval: interval, clock: clk, log: log, value: value, View: value.View()}
 }
 
 // Run measures until ctx ends.
@@ -51,7 +53,7 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 	loop.Every(ctx, p.clock, p.interval, func(ctx context.Context) {
 		if err := p.Measure(ctx); err != nil {
 			p.log.Warn("docker partition measurement failed", "err", err)
-			p.Fail(err)
+			p.value.Fail(err)
 		}
 	})
 	return nil
@@ -109,9 +111,9 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 	// A reading like the last (at rest, every reading) renews its time without waking
 	// the sampler: only what changed may have gone past a CG's partition.
 	if last, _ := p.Load(); !last.Read.IsZero() && maps.Equal(last.ByCtr, usage.ByCtr) && maps.Equal(last.ByCG, usage.ByCG) && maps.Equal(last.Failed, usage.Failed) {
-		p.Renew(usage.Read, usage)
+		p.value.Renew(usage.Read, usage)
 		return nil
 	}
-	p.Publish(usage.Read, usage)
+	p.value.Publish(usage.Read, usage)
 	return nil
 }

@@ -69,15 +69,16 @@ type Sampler struct {
 	clock     clock.WithTicker
 	log       *slog.Logger
 
-	observer                 func(*Snapshot)
-	wake                     <-chan struct{}
-	wakeGap                  time.Duration
-	published                []func() <-chan struct{}
-	idle                     time.Duration
-	busy                     func() bool
-	planned                  atomic.Int64 // the interval to the next sample, as last planned
-	deaf                     atomic.Bool  // wake was closed: changes are no longer followed
-	*latest.Value[*Snapshot]              // nil before the first sample
+	observer  func(*Snapshot)
+	wake      <-chan struct{}
+	wakeGap   time.Duration
+	published []func() <-chan struct{}
+	idle      time.Duration
+	busy      func() bool
+	planned   atomic.Int64             // the interval to the next sample, as last planned
+	deaf      atomic.Bool              // wake was closed: changes are no longer followed
+	value     *latest.Value[*Snapshot] // nil before the first sample
+	latest.View[*Snapshot]
 }
 
 // OnSample calls fn with every sample taken, before it is published.
@@ -85,8 +86,9 @@ func (s *Sampler) OnSample(fn func(*Snapshot)) { s.observer = fn }
 
 // New returns a sampler sampling every interval of clk.
 func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Sampler {
+	value := latest.New[*Snapshot](nil)
 	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, clock: clk, log: log,
-		Value: latest.New[*Snapshot](nil)}
+		value: value, View: value.View()}
 }
 
 // SampleOnWake makes the sampler sample at once when wake fires (a process took a
@@ -198,13 +200,13 @@ func (s *Sampler) step(ctx context.Context) {
 	snap, err := s.Sample(ctx)
 	if err != nil {
 		s.log.Warn("sample failed", "err", err)
-		s.Fail(err)
+		s.value.Fail(err)
 		return
 	}
 	if s.observer != nil {
 		s.observer(snap)
 	}
-	s.Publish(snap.Taken, snap)
+	s.value.Publish(snap.Taken, snap)
 }
 
 // Sample takes one sample now: the inventory, then one scan of every process. Took is

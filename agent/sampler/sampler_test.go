@@ -357,7 +357,7 @@ func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
 		}(), false, time.Second},
 	} {
 		busy = c.busy
-		s.Publish(clk.Now(), c.snap)
+		s.value.Publish(clk.Now(), c.snap)
 		if d := s.next(); d != c.want {
 			t.Errorf("%s: next sample in %v, want %v", c.name, d, c.want)
 		}
@@ -371,7 +371,7 @@ func TestNoRestOnceChangesStop(t *testing.T) {
 	wake := make(chan struct{})
 	s.SampleOnWake(wake, 50*time.Millisecond)
 	s.Rest(5*time.Second, nil)
-	s.Publish(clk.Now(), &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{{CG: &view.CG{UID: "calm", AllocationKnown: true}}}}})
+	s.value.Publish(clk.Now(), &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{{CG: &view.CG{UID: "calm", AllocationKnown: true}}}}})
 	if d := s.next(); d != 5*time.Second {
 		t.Fatalf("all calm: %v, want the idle interval", d)
 	}

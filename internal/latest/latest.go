@@ -79,3 +79,16 @@ func (l *Value[T]) Health() (lastSuccess time.Time, err error) {
 	defer l.mu.Unlock()
 	return l.ok, l.err
 }
+
+// View reads a Value and its health, and cannot change them: what a stage hands its
+// readers, so that only the stage publishes.
+type View[T any] struct{ v *Value[T] }
+
+// View returns the read side of l.
+func (l *Value[T]) View() View[T] { return View[T]{l} }
+
+// Load returns the latest value and a channel closed when the next is published.
+func (v View[T]) Load() (T, <-chan struct{}) { return v.v.Load() }
+
+// Health returns when the stage last succeeded and why its last attempt failed.
+func (v View[T]) Health() (lastSuccess time.Time, err error) { return v.v.Health() }

@@ -84,3 +84,19 @@ func TestRenewDoesNotWake(t *testing.T) {
 		t.Errorf("health after renewal: %v %v", ok, err)
 	}
 }
+
+// A view reads what its value publishes, and the value's health.
+func TestViewFollowsItsValue(t *testing.T) {
+	v := New(1)
+	view := v.View()
+	_, changed := view.Load()
+	v.Publish(time.Unix(5, 0), 2)
+	<-changed
+	if got, _ := view.Load(); got != 2 {
+		t.Errorf("view reads %d, want 2", got)
+	}
+	v.Fail(errors.New("gone"))
+	if ok, err := view.Health(); !ok.Equal(time.Unix(5, 0)) || err == nil {
+		t.Errorf("view's health %v %v", ok, err)
+	}
+}

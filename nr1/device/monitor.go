@@ -24,14 +24,16 @@ type Monitor struct {
 	clock    clock.WithTicker
 	log      *slog.Logger
 
-	*latest.Value[Health] // published on every change
+	value *latest.Value[Health] // published on every change
+	latest.View[Health]
 }
 
 // NewMonitor probes once at once, so Load is meaningful before Run starts; it probes
 // again every interval of clk.
 func NewMonitor(p Prober, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Monitor {
-	m := &Monitor{prober: p, interval: interval, clock: clk, log: log, Value: latest.New(Health{})}
-	m.Publish(clk.Now(), p.Probe())
+	value := latest.New(Health{})
+	m := &Monitor{prober: p, interval: interval, clock: clk, log: log, value: value, View: value.View()}
+	m.value.Publish(clk.Now(), p.Probe())
 	return m
 }
 
@@ -47,7 +49,7 @@ func (m *Monitor) Update(h Health) {
 	now := m.clock.Now()
 	current, _ := m.Load()
 	if h == current {
-		m.Succeeded(now)
+		m.value.Succeeded(now)
 		return
 	}
 	for r := range h {
@@ -55,5 +57,5 @@ func (m *Monitor) Update(h Health) {
 			m.log.Info("NR1 health changed", "resource", nr1.Resource(r).Name(), "healthy", h[r].Healthy, "reason", h[r].Reason)
 		}
 	}
-	m.Publish(now, h)
+	m.value.Publish(now, h)
 }
