@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -115,6 +116,7 @@ func TestBadConfiguration(t *testing.T) {
 		{name: "wrong kind", file: "apiVersion: nr1.neureality.ai/v1alpha1\nkind: Pod\n", want: []string{"apiVersion/kind", `"Pod"`}},
 		{name: "no apiVersion", file: "nodeName: x\n", want: []string{"apiVersion/kind: must be nr1.neureality.ai/v1alpha1/AgentConfig"}},
 		{name: "bad duration in file", file: header + "devicePlugin:\n  resync: soon\n", want: []string{`want a duration such as "5s", got "soon"`}},
+		{name: "number for a duration", file: header + "devicePlugin:\n  resync: 5\n", want: []string{`want a duration such as "5s", got 5`}},
 		{name: "bad duration flag", args: []string{"--device-plugin.resync", "x"}, want: []string{"flag --device-plugin.resync", `got "x"`}},
 		{name: "bad env", env: map[string]string{"NR1_AGENT_LOG_LEVEL": "loud"}, want: []string{`log.level: must be one of debug, info, warn, error; got "loud"`}},
 		{name: "relative path", args: []string{"--path.kubelet", "var/lib/kubelet"}, want: []string{`paths.kubelet: must be an absolute path, got "var/lib/kubelet"`}},
@@ -142,6 +144,17 @@ func TestBadConfiguration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDurationsReadAndWritten(t *testing.T) {
+	c, err := Load([]string{"--config", writeFile(t, header+"devicePlugin:\n  resync: 1m30s\n")}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c.DevicePlugin)
+	if err != nil || string(b) != `{"healthInterval":"5s","resync":"1m30s"}` {
+		t.Errorf("written as %s %v", b, err)
 	}
 }
 

@@ -18,7 +18,11 @@ import (
 func (c *Config) decodeStrict(j []byte) error {
 	shape := reflect.New(strictShape(reflect.TypeOf(c).Elem())).Interface()
 	strict, shapeErr := sigsjson.UnmarshalStrict(j, shape)
-	if shapeErr == nil && len(strict) > 0 {
+	var bad *badDuration
+	switch {
+	case errors.As(shapeErr, &bad):
+		return shapeErr //nolint:wrapcheck // loadFile names the file
+	case shapeErr == nil && len(strict) > 0:
 		return fieldErrors(strict)
 	}
 	// A value of the wrong type is told in the configuration's own types, not the shape's.
@@ -46,13 +50,37 @@ func fieldErrors(strict []error) error {
 	return errors.Join(errs...)
 }
 
-var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+var (
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	durationType    = reflect.TypeFor[Duration]()
+)
+
+// shapeDuration decodes as Duration does, saying what a duration looks like when the
+// value is not one: the library's error is only time.ParseDuration's.
+type shapeDuration struct{}
+
+type badDuration struct{ value []byte }
+
+func (e *badDuration) Error() string {
+	return fmt.Sprintf("want a duration such as \"5s\", got %s", e.value)
+}
+
+func (*shapeDuration) UnmarshalJSON(b []byte) error {
+	var d Duration
+	if err := d.UnmarshalJSON(b); err != nil {
+		return &badDuration{value: b}
+	}
+	return nil
+}
 
 // strictShape is t as the strict decoder is to see it. The decoder cannot see into a type
 // that decodes itself, and nr1.PerResource does (an object keyed by resource over an
 // array): in the shape it is a struct with a field per resource, so that an unknown
 // resource, or an unknown field in one, is named by its path like any other.
 func strictShape(t reflect.Type) reflect.Type {
+	if t == durationType {
+		return reflect.TypeFor[shapeDuration]()
+	}
 	switch t.Kind() {
 	case reflect.Pointer:
 		return reflect.PointerTo(strictShape(t.Elem()))
