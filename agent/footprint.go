@@ -50,9 +50,9 @@ func watchChanges(cfg *config.Config, src footprint.Source, log *slog.Logger) *f
 	}
 	c, err := b.WatchChanges(log)
 	if err != nil {
-		log.Warn("following NR1 files as they are opened and mapped is refused: sampling at the interval only", "interval", cfg.Sampling.Interval, "err", err)
+		log.Warn("following NR1 files as they are opened and mapped is refused: sampling at the interval only", "interval", cfg.Sampling.Interval.Duration, "err", err)
 		return nil
 	}
-	log.Info("sampling on change", "gap", cfg.Sampling.ChangeGap, "interval", cfg.Sampling.Interval)
+	log.Info("sampling on change", "gap", cfg.Sampling.ChangeGap.Duration, "interval", cfg.Sampling.Interval.Duration)
 	return c
 }

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/neureality-sdk/nr1-agent/agent/enforce"
-	"github.com/neureality-sdk/nr1-agent/internal/jsontime"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
@@ -130,7 +131,7 @@ const (
 )
 
 // Duration is a time.Duration written as "5s" in the configuration file.
-type Duration = jsontime.Duration
+type Duration = metav1.Duration
 
 // Default is the configuration with nothing set.
 func Default() Config {
@@ -207,37 +208,37 @@ func (c *Config) Validate() error {
 		field("log.format", "must be json or text, got %q", c.Log.Format)
 	}
 	if c.DevicePlugin.HealthInterval.Duration <= 0 {
-		field("devicePlugin.healthInterval", "must be positive, got %s", c.DevicePlugin.HealthInterval)
+		field("devicePlugin.healthInterval", "must be positive, got %s", c.DevicePlugin.HealthInterval.Duration)
 	}
 	if c.DevicePlugin.Resync.Duration <= 0 {
-		field("devicePlugin.resync", "must be positive, got %s", c.DevicePlugin.Resync)
+		field("devicePlugin.resync", "must be positive, got %s", c.DevicePlugin.Resync.Duration)
 	}
 	if e := c.Runtime.Endpoint; e != "" && !strings.HasPrefix(e, "unix:///") {
 		field("runtime.endpoint", "must be unix:///path/to/socket, got %q", e)
 	}
 	if c.Runtime.Resync.Duration <= 0 {
-		field("runtime.resync", "must be positive, got %s", c.Runtime.Resync)
+		field("runtime.resync", "must be positive, got %s", c.Runtime.Resync.Duration)
 	}
 	if c.Sampling.Interval.Duration < 100*time.Millisecond {
-		field("sampling.interval", "must be at least 100ms, got %s", c.Sampling.Interval)
+		field("sampling.interval", "must be at least 100ms, got %s", c.Sampling.Interval.Duration)
 	}
 	if c.Enforcement.MaxAllocationAge.Duration <= c.Sampling.Interval.Duration {
-		field("enforcement.maxAllocationAge", "must be longer than sampling.interval (%s), got %s: the kubelet is asked at that interval", c.Sampling.Interval, c.Enforcement.MaxAllocationAge)
+		field("enforcement.maxAllocationAge", "must be longer than sampling.interval (%s), got %s: the kubelet is asked at that interval", c.Sampling.Interval.Duration, c.Enforcement.MaxAllocationAge.Duration)
 	}
 	if c.Enforcement.MaxPartitionAge.Duration <= c.Sampling.PartitionInterval.Duration {
-		field("enforcement.maxPartitionAge", "must be longer than sampling.partitionInterval (%s), got %s", c.Sampling.PartitionInterval, c.Enforcement.MaxPartitionAge)
+		field("enforcement.maxPartitionAge", "must be longer than sampling.partitionInterval (%s), got %s", c.Sampling.PartitionInterval.Duration, c.Enforcement.MaxPartitionAge.Duration)
 	}
 	if c.Sampling.IdleInterval.Duration < c.Sampling.Interval.Duration {
-		field("sampling.idleInterval", "must be at least sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.IdleInterval)
+		field("sampling.idleInterval", "must be at least sampling.interval (%s), got %s", c.Sampling.Interval.Duration, c.Sampling.IdleInterval.Duration)
 	}
 	if c.Sampling.ChangeGap.Duration <= 0 || c.Sampling.ChangeGap.Duration > c.Sampling.Interval.Duration {
-		field("sampling.changeGap", "must be positive and at most sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.ChangeGap)
+		field("sampling.changeGap", "must be positive and at most sampling.interval (%s), got %s", c.Sampling.Interval.Duration, c.Sampling.ChangeGap.Duration)
 	}
 	if r := c.Sampling.AllocationRefresh.Duration; r != 0 && r < c.Sampling.Interval.Duration {
-		field("sampling.allocationRefresh", "must be 0s or at least sampling.interval (%s), got %s", c.Sampling.Interval, c.Sampling.AllocationRefresh)
+		field("sampling.allocationRefresh", "must be 0s or at least sampling.interval (%s), got %s", c.Sampling.Interval.Duration, c.Sampling.AllocationRefresh.Duration)
 	}
 	if c.Sampling.PartitionInterval.Duration < c.Sampling.Interval.Duration {
-		field("sampling.partitionInterval", "must be at least sampling.interval, got %s", c.Sampling.PartitionInterval)
+		field("sampling.partitionInterval", "must be at least sampling.interval, got %s", c.Sampling.PartitionInterval.Duration)
 	}
 	switch c.Sampling.Source {
 	case "auto", "bpf", "procfs":

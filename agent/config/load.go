@@ -1,11 +1,11 @@
 package config
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 	"strings"
 	"time"
 
@@ -127,24 +127,21 @@ func (c *Config) loadFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("config file: %w", err)
 	}
+	j, err := yaml.YAMLToJSONStrict(b)
+	if err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 	}
-	if err := yaml.Unmarshal(b, &head); err != nil {
+	if err := json.Unmarshal(j, &head); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
 	if head.APIVersion != APIVersion || head.Kind != Kind {
 		return fmt.Errorf("config file %s: apiVersion/kind: must be %s/%s, got %q/%q", path, APIVersion, Kind, head.APIVersion, head.Kind)
 	}
-	var doc any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("config file %s: %w", path, err)
-	}
-	if bad := unknownField(doc, reflect.TypeOf(c), ""); bad != "" {
-		return fmt.Errorf("config file %s: %s: unknown field", path, bad)
-	}
-	if err := yaml.UnmarshalStrict(b, c); err != nil {
+	if err := c.decodeStrict(j); err != nil {
 		return fmt.Errorf("config file %s: %w", path, err)
 	}
 	return nil

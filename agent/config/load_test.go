@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -103,12 +104,19 @@ func TestBadConfiguration(t *testing.T) {
 		{name: "unknown field", file: header + "paths:\n  sysfs: /sys\n  sysfss: /x\n", want: []string{"paths.sysfss: unknown field"}},
 		{name: "unknown nested field", file: header + "nr1:\n  resources:\n    ai_hypervisor_queue:\n      files:\n      - path: /dev/q\n        mode: rw\n",
 			want: []string{"nr1.resources.ai_hypervisor_queue.files[0].mode: unknown field"}},
+		{name: "every unknown field", file: header + "paths:\n  sysfss: /x\nlog:\n  lvl: x\n", want: []string{"paths.sysfss: unknown field", "log.lvl: unknown field"}},
+		{name: "unknown field in a ladder", file: header + "enforcement:\n  resources:\n    cpu_dma_memory:\n      ladder:\n      - action: warn\n        afterr: 1s\n",
+			want: []string{"enforcement.resources.cpu_dma_memory.ladder[0].afterr: unknown field"}},
+		{name: "duplicate field", file: header + "paths:\n  sysfs: /sys\n  sysfs: /x\n", want: []string{`line 5: key "sysfs" already set`}},
+		{name: "duplicate field in JSON", file: `{"apiVersion": "nr1.neureality.ai/v1alpha1", "kind": "AgentConfig", "paths": {"sysfs": "/a", "sysfs": "/b"}}`, want: []string{`key "sysfs" already set`}},
+		{name: "field of the wrong type", file: header + "sampling:\n  onChange: maybe\n", want: []string{"sampling.onChange of type bool"}},
 		{name: "unknown resource", file: header + "nr1:\n  resources:\n    gpu: {}\n", want: []string{"nr1.resources.gpu: unknown field"}},
 		{name: "negative capacity", file: header + "nr1:\n  resources:\n    ai_hypervisor_queue:\n      capacity: -1\n",
 			want: []string{"nr1.resources.ai_hypervisor_queue.capacity: must not be negative, got -1"}},
 		{name: "wrong kind", file: "apiVersion: nr1.neureality.ai/v1alpha1\nkind: Pod\n", want: []string{"apiVersion/kind", `"Pod"`}},
 		{name: "no apiVersion", file: "nodeName: x\n", want: []string{"apiVersion/kind: must be nr1.neureality.ai/v1alpha1/AgentConfig"}},
 		{name: "bad duration in file", file: header + "devicePlugin:\n  resync: soon\n", want: []string{`want a duration such as "5s", got "soon"`}},
+		{name: "number for a duration", file: header + "devicePlugin:\n  resync: 5\n", want: []string{`want a duration such as "5s", got 5`}},
 		{name: "bad duration flag", args: []string{"--device-plugin.resync", "x"}, want: []string{"flag --device-plugin.resync", `got "x"`}},
 		{name: "bad env", env: map[string]string{"NR1_AGENT_LOG_LEVEL": "loud"}, want: []string{`log.level: must be one of debug, info, warn, error; got "loud"`}},
 		{name: "relative path", args: []string{"--path.kubelet", "var/lib/kubelet"}, want: []string{`paths.kubelet: must be an absolute path, got "var/lib/kubelet"`}},
@@ -136,6 +144,17 @@ func TestBadConfiguration(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDurationsReadAndWritten(t *testing.T) {
+	c, err := Load([]string{"--config", writeFile(t, header+"devicePlugin:\n  resync: 1m30s\n")}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c.DevicePlugin)
+	if err != nil || string(b) != `{"healthInterval":"5s","resync":"1m30s"}` {
+		t.Errorf("written as %s %v", b, err)
 	}
 }
 

@@ -1,84 +1,117 @@
 package config
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
-	"sort"
+	"strconv"
 	"strings"
+
+	sigsjson "sigs.k8s.io/json"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// unknownField returns the dotted path of the first field in doc (a decoded YAML/JSON
-// document) that t does not have, so an error names "paths.sysfss", not just "sysfss".
-func unknownField(doc any, t reflect.Type, prefix string) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+// decodeStrict decodes the JSON document j over c, refusing unknown and duplicate fields,
+// each named by its full path ("paths.sysfss").
+func (c *Config) decodeStrict(j []byte) error {
+	shape := reflect.New(strictShape(reflect.TypeOf(c).Elem())).Interface()
+	strict, shapeErr := sigsjson.UnmarshalStrict(j, shape)
+	var bad *badDuration
+	switch {
+	case errors.As(shapeErr, &bad):
+		return shapeErr //nolint:wrapcheck // loadFile names the file
+	case shapeErr == nil && len(strict) > 0:
+		return fieldErrors(strict)
 	}
-	switch v := doc.(type) {
-	case map[string]any:
-		if t.Kind() == reflect.Array && t.Len() == nr1.NumResources {
-			return unknownResource(v, t, prefix)
-		}
-		if t.Kind() != reflect.Struct || t == reflect.TypeOf(Duration{}) {
-			return ""
-		}
-		fields := jsonFields(t)
-		keys := make([]string, 0, len(v))
-		for k := range v {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			ft, ok := fields[k]
-			if !ok {
-				return prefix + k
-			}
-			if bad := unknownField(v[k], ft, prefix+k+"."); bad != "" {
-				return bad
-			}
-		}
-	case []any:
-		if t.Kind() != reflect.Slice {
-			return ""
-		}
-		for i, e := range v {
-			if bad := unknownField(e, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(prefix, "."), i)); bad != "" {
-				return bad
-			}
-		}
+	// A value of the wrong type is told in the configuration's own types, not the shape's.
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(j, c); err != nil {
+		return err //nolint:wrapcheck // loadFile names the file
 	}
-	return ""
+	if shapeErr != nil {
+		return shapeErr //nolint:wrapcheck // loadFile names the file
+	}
+	return nil
 }
 
-// unknownResource checks an nr1.PerResource, an object keyed by the resources' short
-// names.
-func unknownResource(v map[string]any, t reflect.Type, prefix string) string {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if r, err := nr1.ParseResource(k); err != nil || r.Short() != k {
-			return prefix + k
-		}
-		if bad := unknownField(v[k], t.Elem(), prefix+k+"."); bad != "" {
-			return bad
-		}
-	}
-	return ""
-}
-
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	fields := map[string]reflect.Type{}
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "" || name == "-" {
+// fieldErrors writes each strict error as "path: unknown field", the form Validate uses.
+func fieldErrors(strict []error) error {
+	errs := make([]error, 0, len(strict))
+	for _, e := range strict {
+		var fe sigsjson.FieldError
+		if !errors.As(e, &fe) {
+			errs = append(errs, e)
 			continue
 		}
-		fields[name] = f.Type
+		what := strings.TrimSuffix(fe.Error(), " "+strconv.Quote(fe.FieldPath()))
+		errs = append(errs, fmt.Errorf("%s: %s", fe.FieldPath(), what))
 	}
-	return fields
+	return errors.Join(errs...)
 }
+
+var (
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	durationType    = reflect.TypeFor[Duration]()
+)
+
+// shapeDuration decodes as Duration does, saying what a duration looks like when the
+// value is not one: the library's error is only time.ParseDuration's.
+type shapeDuration struct{}
+
+type badDuration struct{ value []byte }
+
+func (e *badDuration) Error() string {
+	return fmt.Sprintf("want a duration such as \"5s\", got %s", e.value)
+}
+
+func (*shapeDuration) UnmarshalJSON(b []byte) error {
+	var d Duration
+	if err := d.UnmarshalJSON(b); err != nil {
+		return &badDuration{value: b}
+	}
+	return nil
+}
+
+// strictShape is t as the strict decoder is to see it. The decoder cannot see into a type
+// that decodes itself, and nr1.PerResource does (an object keyed by resource over an
+// array): in the shape it is a struct with a field per resource, so that an unknown
+// resource, or an unknown field in one, is named by its path like any other.
+func strictShape(t reflect.Type) reflect.Type {
+	if t == durationType {
+		return reflect.TypeFor[shapeDuration]()
+	}
+	switch t.Kind() {
+	case reflect.Pointer:
+		return reflect.PointerTo(strictShape(t.Elem()))
+	case reflect.Slice:
+		return reflect.SliceOf(strictShape(t.Elem()))
+	case reflect.Map:
+		return reflect.MapOf(t.Key(), strictShape(t.Elem()))
+	case reflect.Array:
+		if t.Len() != nr1.NumResources || !reflect.PointerTo(t).Implements(unmarshalerType) {
+			return t
+		}
+		fields := make([]reflect.StructField, 0, nr1.NumResources)
+		for _, r := range nr1.All {
+			fields = append(fields, reflect.StructField{Name: fieldName(len(fields)), Type: strictShape(t.Elem()), Tag: reflect.StructTag(fmt.Sprintf("json:%q", r.Short()))})
+		}
+		return reflect.StructOf(fields)
+	case reflect.Struct:
+		if reflect.PointerTo(t).Implements(unmarshalerType) {
+			return t
+		}
+		fields := make([]reflect.StructField, 0, t.NumField())
+		for f := range t.Fields() {
+			if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == "" || name == "-" || !f.IsExported() {
+				continue
+			}
+			fields = append(fields, reflect.StructField{Name: fieldName(len(fields)), Type: strictShape(f.Type), Tag: f.Tag})
+		}
+		return reflect.StructOf(fields)
+	default:
+		return t
+	}
+}
+
+func fieldName(i int) string { return "F" + strconv.Itoa(i) }

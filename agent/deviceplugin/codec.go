@@ -13,6 +13,9 @@ import (
 // that makes one string for all the device IDs instead of one per ID. An Allocate for
 // 50000 units otherwise spends most of its time allocating and collecting 50000 strings.
 // IDs are not checked for UTF-8 here: Allocate refuses anything but the ID alphabet.
+// Kept over the generated decoder: for 100000 IDs (BenchmarkAllocateRequestDecode, medians
+// of 6) it takes 6.2 ms and 4.1 MB in 6 allocations against proto.Unmarshal's 16.7 ms and
+// 9.2 MB in 99969, more than the whole gRPC Allocate of 50000 units takes with it (6 ms).
 type codec struct{}
 
 func (codec) Name() string { return "proto" }

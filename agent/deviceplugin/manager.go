@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
@@ -130,14 +132,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	// (bind) a moment before the kubelet accepts on it (listen), so the first try after
 	// its creation event can be refused.
 	var retry <-chan time.Time // nil while nothing is left to retry
-	backoff := retryMin
+	backoff := m.retryBackoff()
 	for pass := 1; ; pass++ {
 		if m.reconcile(ctx, s) {
-			backoff, retry = retryMin, nil
+			backoff, retry = m.retryBackoff(), nil
 			m.passes.Publish(m.clock.Now(), pass)
 		} else {
-			retry = m.clock.After(backoff)
-			backoff = min(backoff*2, m.resync)
+			retry = m.clock.After(backoff.Step())
 			m.passes.PublishFailing(pass, errUnsettled)
 		}
 		select {
@@ -164,6 +165,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-tick.C():
 		}
 	}
+}
+
+// retryBackoff doubles from retryMin up to the resync; its steps are waited on m.clock.
+func (m *Manager) retryBackoff() wait.Backoff {
+	return wait.Backoff{Duration: retryMin, Factor: 2, Cap: m.resync, Steps: math.MaxInt32}
 }
 
 var errUnsettled = errors.New("a plugin is not served or not registered yet; retrying")

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/neureality-sdk/nr1-agent/internal/jsontime"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -40,7 +40,7 @@ const (
 )
 
 // Duration is a time.Duration written as "5s".
-type Duration = jsontime.Duration
+type Duration = metav1.Duration
 
 // Step is one rung of a ladder: an action taken once the CG has been over for After.
 type Step struct {
@@ -142,7 +142,7 @@ func (p *Policy) Validate(prefix string) error {
 		d    Duration
 	}{{"maxSampleAge", p.MaxSampleAge}, {"maxAllocationAge", p.MaxAllocationAge}, {"maxPartitionAge", p.MaxPartitionAge}, {"maxNamespaceAge", p.MaxNamespaceAge}} {
 		if age.d.Duration <= 0 {
-			field(age.name, "must be positive, got %s", age.d)
+			field(age.name, "must be positive, got %s", age.d.Duration)
 		}
 	}
 	for _, list := range []struct {
@@ -179,7 +179,7 @@ func (p *Policy) Validate(prefix string) error {
 				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "the docker partition cannot be throttled (no device to deny)")
 			}
 			if s.After.Duration < last {
-				field(fmt.Sprintf("%s.ladder[%d].after", name, i), "must not be earlier than the step before (%s), got %s", last, s.After)
+				field(fmt.Sprintf("%s.ladder[%d].after", name, i), "must not be earlier than the step before (%s), got %s", last, s.After.Duration)
 			}
 			if (s.Action == Kill || s.Action == Evict) && i != len(rp.Ladder)-1 {
 				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "%s ends the CG: it must be the last step", s.Action)

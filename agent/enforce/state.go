@@ -53,6 +53,8 @@ type cgState struct {
 }
 
 // Backoff after a failed action: doubled with each failure, from first up to most.
+// Not a wait.Backoff: the checkpoint keeps a CG's failure count and next try, and the
+// delay follows from the count alone, where wait.Backoff is a stepper held in memory.
 const (
 	firstRetry = time.Second
 	mostRetry  = time.Minute

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -133,7 +134,7 @@ func (n *Namespaces) Health() (lastSuccess time.Time, err error) {
 // Run lists and watches the namespaces until ctx ends, retrying with backoff whatever
 // fails.
 func (n *Namespaces) Run(ctx context.Context) {
-	backoff := n.retry
+	backoff := n.backoff()
 	var version string
 	for ctx.Err() == nil {
 		var err error
@@ -147,7 +148,7 @@ func (n *Namespaces) Run(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case err == nil: // a watch that ran its course
-			backoff = n.retry
+			backoff = n.backoff()
 			continue
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 			// Too old to resume: list again at once.
@@ -155,13 +156,19 @@ func (n *Namespaces) Run(ctx context.Context) {
 			continue
 		}
 		n.failed(err)
-		n.log.Warn("following the namespaces' labels", "err", err, "retry", backoff)
+		delay := backoff.Step()
+		n.log.Warn("following the namespaces' labels", "err", err, "retry", delay)
 		select {
 		case <-ctx.Done():
-		case <-n.clock.After(jitter(backoff)):
+		case <-n.clock.After(delay):
 		}
-		backoff = min(2*backoff, maxNamespaceRetry)
 	}
+}
+
+// backoff doubles from n.retry up to maxNamespaceRetry, each wait jittered by up to half
+// again; its steps are waited on n.clock.
+func (n *Namespaces) backoff() wait.Backoff {
+	return wait.Backoff{Duration: n.retry, Factor: 2, Jitter: 0.5, Cap: maxNamespaceRetry, Steps: math.MaxInt32}
 }
 
 // list reads every namespace's labels and returns the list's resource version.
@@ -256,5 +263,3 @@ func ours(labels map[string]string) map[string]string {
 	}
 	return out
 }
-
-func jitter(d time.Duration) time.Duration { return wait.Jitter(d, 0.5) }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -107,7 +109,7 @@ func (d *restDaemonSets) Watch(ctx context.Context, opts metav1.ListOptions) (wa
 // Run finds the pod's DaemonSet and watches it until ctx ends or it is seen deleted,
 // retrying with backoff whatever fails.
 func (r *Removal) Run(ctx context.Context) {
-	wait := r.retry
+	backoff := r.backoff()
 	for ctx.Err() == nil {
 		owner, err := r.findOwner(ctx)
 		if errors.Is(err, errNoDaemonSet) {
@@ -123,18 +125,23 @@ func (r *Removal) Run(ctx context.Context) {
 			return
 		}
 		if err == nil {
-			wait = r.retry // a watch that ran its course
+			backoff = r.backoff() // a watch that ran its course
 			continue
 		}
+		delay := backoff.Step()
 		if ctx.Err() == nil {
-			r.log.Warn("following the agent's DaemonSet", "err", err, "retry", wait)
+			r.log.Warn("following the agent's DaemonSet", "err", err, "retry", delay)
 		}
 		select {
 		case <-ctx.Done():
-		case <-r.clock.After(wait):
+		case <-r.clock.After(delay):
 		}
-		wait = min(2*wait, 30*time.Second)
 	}
+}
+
+// backoff doubles from r.retry up to 30s; its steps are waited on r.clock.
+func (r *Removal) backoff() wait.Backoff {
+	return wait.Backoff{Duration: r.retry, Factor: 2, Cap: 30 * time.Second, Steps: math.MaxInt32}
 }
 
 // Removed tells whether the agent's DaemonSet is deleted or being deleted: as the watch

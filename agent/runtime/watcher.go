@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
@@ -81,7 +83,7 @@ func (w *Watcher) Reconnects() int {
 // is away the last view is kept: a container is reported gone only when the runtime
 // says so.
 func (w *Watcher) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	backoff := w.reconnectBackoff()
 	for attempt := 0; ; attempt++ {
 		conn, err := w.client.Conn(ctx)
 		if err == nil {
@@ -97,7 +99,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			start := w.opts.Clock.Now()
 			err = w.session(ctx, conn)
 			if w.opts.Clock.Since(start) > 10*time.Second {
-				backoff = 100 * time.Millisecond // it was healthy for a while
+				backoff = w.reconnectBackoff() // it was healthy for a while
 			}
 		}
 		if ctx.Err() != nil {
@@ -105,14 +107,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		w.setConnected(false)
 		w.value.Fail(err)
-		w.log.Warn("container runtime unavailable, retrying", "err", err, "in", backoff)
+		delay := backoff.Step()
+		w.log.Warn("container runtime unavailable, retrying", "err", err, "in", delay)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-w.opts.Clock.After(backoff):
+		case <-w.opts.Clock.After(delay):
 		}
-		backoff = min(backoff*2, w.opts.MaxBackoff)
 	}
+}
+
+// reconnectBackoff doubles from 100ms up to MaxBackoff; its steps are waited on the
+// watcher's clock.
+func (w *Watcher) reconnectBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: w.opts.MaxBackoff, Steps: math.MaxInt32}
 }
 
 // session subscribes to events, lists, then applies events (or polls) until the
