@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
@@ -292,5 +293,40 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("not within 5 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The API server stamps the taint of an unhealthy NR1 with the time it was added: the
+// next check while the NR1 is still unhealthy finds the slice as it should be, and
+// leaves it alone.
+func TestSliceKeepsTheTaintsTime(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	api := &fakeAPI{}
+	ctx := context.Background()
+	sick := healthy()
+	sick[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	added := metav1.NewTime(time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC))
+	api.slices[0].Spec.Devices[0].Taints[0].TimeAdded = &added
+	writes := len(api.writes)
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.writes) != writes {
+		t.Errorf("the slice written again for the taint's time alone: %v", api.writes[writes:])
+	}
+	// A device changed otherwise is written with its taint's time kept: the taint is the
+	// same one.
+	d.capacity[nr1.HypervisorQueue]--
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.writes) != writes+1 {
+		t.Fatalf("a changed device not written: %v", api.writes)
+	}
+	if got := api.slices[0].Spec.Devices[0].Taints[0].TimeAdded; got == nil || !got.Equal(&added) {
+		t.Errorf("the taint's time after an update: %v, want %v", got, added)
 	}
 }
