@@ -37,6 +37,11 @@ type Driver struct {
 	// written one claim at a time.
 	mu         sync.Mutex
 	registered atomic.Bool
+
+	// sliceMu guards what the API server last dropped from the node's slice.
+	sliceMu  sync.Mutex
+	dropped  []string
+	sliceErr error
 }
 
 // New returns the driver of node's NR1, of capacity, described by attributes.

@@ -19,14 +19,15 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
-// API is what the driver asks of the API server: the claims the kubelet prepares, and
-// the node's ResourceSlice.
+// API is what the driver asks of the API server: the claims the kubelet prepares, the
+// node's ResourceSlice, and an Event on the node when the slice is not stored whole.
 type API interface {
 	Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error)
 	NodeUID(ctx context.Context, name string) (types.UID, error)
 	Slices(ctx context.Context, node, driver string) ([]resourceapi.ResourceSlice, error)
 	CreateSlice(ctx context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error)
 	UpdateSlice(ctx context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error)
+	NodeEvent(ctx context.Context, node, eventType, reason, message string) error
 }
 
 // Sockets of the plugin: the registration socket the kubelet's plugin watcher finds in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +36,25 @@ type fakeAPI struct {
 	reads   int // claims read
 	writes  []string
 	created int
+	// drop, when set, takes from each slice stored what an API server without a
+	// feature drops.
+	drop   func(*resourceapi.ResourceSliceSpec)
+	events []string
+}
+
+func (f *fakeAPI) store(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	c := s.DeepCopy()
+	if f.drop != nil {
+		f.drop(&c.Spec)
+	}
+	return c
+}
+
+func (f *fakeAPI) NodeEvent(_ context.Context, node, eventType, reason, message string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, fmt.Sprintf("%s %s %s: %s", node, eventType, reason, message))
+	return nil
 }
 
 func (f *fakeAPI) Claim(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
@@ -64,11 +84,11 @@ func (f *fakeAPI) CreateSlice(_ context.Context, s *resourceapi.ResourceSlice) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created++
-	c := s.DeepCopy()
+	c := f.store(s)
 	c.Name = fmt.Sprintf("%s%d", s.GenerateName, f.created)
 	f.slices = append(f.slices, *c)
 	f.writes = append(f.writes, "create "+c.Name)
-	return c, nil
+	return c.DeepCopy(), nil
 }
 
 func (f *fakeAPI) UpdateSlice(_ context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
@@ -76,9 +96,9 @@ func (f *fakeAPI) UpdateSlice(_ context.Context, s *resourceapi.ResourceSlice) (
 	defer f.mu.Unlock()
 	for i := range f.slices {
 		if f.slices[i].Name == s.Name {
-			f.slices[i] = *s.DeepCopy()
+			f.slices[i] = *f.store(s)
 			f.writes = append(f.writes, fmt.Sprintf("update %s generation %d", s.Name, s.Spec.Pool.Generation))
-			return s, nil
+			return f.slices[i].DeepCopy(), nil
 		}
 	}
 	return nil, errors.New("not found")
@@ -328,5 +348,82 @@ func TestSliceKeepsTheTaintsTime(t *testing.T) {
 	}
 	if got := api.slices[0].Spec.Devices[0].Taints[0].TimeAdded; got == nil || !got.Equal(&added) {
 		t.Errorf("the taint's time after an update: %v, want %v", got, added)
+	}
+}
+
+// dropConsumableCapacity is what an API server without DRAConsumableCapacity stores.
+func dropConsumableCapacity(s *resourceapi.ResourceSliceSpec) {
+	for i := range s.Devices {
+		s.Devices[i].AllowMultipleAllocations = nil
+		for k, c := range s.Devices[i].Capacity {
+			c.RequestPolicy = nil
+			s.Devices[i].Capacity[k] = c
+		}
+	}
+}
+
+// An API server without consumable capacity stores the slice without the fields that
+// make the NR1 shareable: the driver says so, in its log, on the Node and in its
+// stage's health, once while it lasts, and what to do about it; and recovers once the
+// slice is stored whole.
+func TestSliceFieldsDroppedAreReported(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	var logged strings.Builder
+	d.log = slog.New(slog.NewTextHandler(&logged, nil))
+	api := &fakeAPI{drop: dropConsumableCapacity}
+	ctx := context.Background()
+	if err := d.SliceHealth(); err != nil {
+		t.Fatalf("health before any slice: %v", err)
+	}
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil {
+		t.Fatal(err)
+	}
+	err := d.SliceHealth()
+	if err == nil {
+		t.Fatal("the stage is healthy with the NR1 stored unshareable")
+	}
+	for _, want := range []string{"spec.devices[0].allowMultipleAllocations", "spec.devices[0].capacity.computeDMA.requestPolicy",
+		"spec.devices[0].capacity.hvQueues.requestPolicy", "DRAConsumableCapacity feature gate on the API server and the scheduler", "mode: devicePlugin"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "attributes") || strings.Contains(err.Error(), ".value") {
+		t.Errorf("fields kept reported dropped: %v", err)
+	}
+	if len(api.events) != 1 || !strings.HasPrefix(api.events[0], "node-a Warning "+ReasonFieldsDropped+": ") || !strings.Contains(api.events[0], "DRAConsumableCapacity") {
+		t.Errorf("events %q", api.events)
+	}
+	if !strings.Contains(logged.String(), "level=ERROR") || !strings.Contains(logged.String(), "allowMultipleAllocations") {
+		t.Errorf("log %s", logged.String())
+	}
+	// The next check writes the slice again and it is dropped again: nothing new to say.
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.events) != 1 || d.SliceHealth() == nil {
+		t.Errorf("after a second check: events %q, health %v", api.events, d.SliceHealth())
+	}
+	// The feature turned on: the slice is stored whole, and the stage is healthy again.
+	api.drop = nil
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SliceHealth(); err != nil {
+		t.Errorf("with the slice stored whole: %v", err)
+	}
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil || d.SliceHealth() != nil {
+		t.Errorf("with the slice left as it is: %v %v", err, d.SliceHealth())
+	}
+
+	// An API server without device taints drops an unhealthy NR1's taint.
+	api.drop = func(s *resourceapi.ResourceSliceSpec) { s.Devices[0].Taints = nil }
+	sick := healthy()
+	sick[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SliceHealth(); err == nil || !strings.Contains(err.Error(), "spec.devices[0].taints") || !strings.Contains(err.Error(), "DRADeviceTaints") {
+		t.Errorf("a dropped taint: %v", err)
 	}
 }

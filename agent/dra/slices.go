@@ -87,6 +87,7 @@ func (d *Driver) ensureSlice(ctx context.Context, api API, h device.Health) erro
 			return fmt.Errorf("creating the ResourceSlice of node %s: %w", d.node, err)
 		}
 		d.log.Info("ResourceSlice created", "name", s.Name, "pool", d.node)
+		d.checkStored(ctx, api, want, s)
 		return nil
 	}
 	// The newest slice is kept; any other of the pool must be older than it.
@@ -104,13 +105,16 @@ func (d *Driver) ensureSlice(ctx context.Context, api API, h device.Health) erro
 	}
 	keepTaintTimes(want.Spec.Devices, s.Spec.Devices)
 	if generation == s.Spec.Pool.Generation && s.Spec.Pool.ResourceSliceCount == 1 && equality.Semantic.DeepEqual(s.Spec.Devices, want.Spec.Devices) {
+		d.noteDropped(ctx, api, s.Name, nil)
 		return nil
 	}
 	s.Spec.Devices = want.Spec.Devices
 	s.Spec.Pool.Generation, s.Spec.Pool.ResourceSliceCount = generation, 1
-	if _, err := api.UpdateSlice(ctx, &s); err != nil {
+	stored, err := api.UpdateSlice(ctx, &s)
+	if err != nil {
 		return fmt.Errorf("updating ResourceSlice %s: %w", s.Name, err)
 	}
+	d.checkStored(ctx, api, &s, stored)
 	healthy, _ := overall(h)
 	d.log.Info("ResourceSlice updated", "name", s.Name, "healthy", healthy, "generation", generation, "slices", len(have))
 	return nil
