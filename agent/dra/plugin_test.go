@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -425,5 +427,104 @@ func TestSliceFieldsDroppedAreReported(t *testing.T) {
 	}
 	if err := d.SliceHealth(); err == nil || !strings.Contains(err.Error(), "spec.devices[0].taints") || !strings.Contains(err.Error(), "DRADeviceTaints") {
 		t.Errorf("a dropped taint: %v", err)
+	}
+}
+
+// syncLog is a log the test reads while the driver writes it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A socket whose listener fails under its server while the driver runs is logged,
+// then served again after a backoff on the driver's clock: the kubelet's plugin watcher
+// finds the registration socket anew, and its client of the DRA socket reconnects.
+func TestSocketServedAgain(t *testing.T) {
+	dir := t.TempDir()
+	kubelet := filepath.Join(dir, "kubelet")
+	if err := os.MkdirAll(filepath.Join(kubelet, "plugins_registry"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	d := testDriver(t, dir)
+	logged := &syncLog{}
+	d.log = slog.New(slog.NewTextHandler(logged, nil))
+	clk := testingclock.NewFakeClock(time.Now())
+	d.clock = clk
+	var mu sync.Mutex
+	listeners := map[string]net.Listener{}
+	d.listen = func(path string) (net.Listener, error) {
+		l, err := listenUnix(path)
+		if err == nil {
+			mu.Lock()
+			listeners[path] = l
+			mu.Unlock()
+		}
+		return l, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, &fakeAPI{}, kubelet) }()
+
+	regPath := filepath.Join(kubelet, "plugins_registry", "nr1.neureality.ai-reg.sock")
+	draPath := filepath.Join(kubelet, "plugins", DriverName, "dra.sock")
+	reg := registerapi.NewRegistrationClient(dial(t, regPath))
+	if _, err := reg.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	plugin := drapbv1.NewDRAPluginClient(dial(t, draPath))
+	unprepare := &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Uid: "never"}}}
+	if _, err := plugin.NodeUnprepareResources(ctx, unprepare); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, path := range []string{regPath, draPath} {
+		mu.Lock()
+		failing := listeners[path]
+		mu.Unlock()
+		if err := failing.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			return strings.Contains(logged.String(), "level=ERROR msg=\"DRA plugin socket no longer served: serving it again\" socket="+path)
+		})
+		// Not before the backoff: the socket closed with its listener is not there.
+		waitFor(t, clk.HasWaiters)
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("%s served again before the backoff: %v", path, err)
+		}
+		clk.Step(serveBackoff.Duration)
+		waitFor(t, func() bool { return strings.Contains(logged.String(), "DRA plugin socket served again\" socket="+path) })
+	}
+	if !strings.Contains(logged.String(), "use of closed network connection") {
+		t.Errorf("the listener's error not logged: %s", logged.String())
+	}
+	// The kubelet's clients, on the same paths.
+	if _, err := registerapi.NewRegistrationClient(dial(t, regPath)).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		t.Errorf("registration served again: %v", err)
+	}
+	if _, err := plugin.NodeUnprepareResources(ctx, unprepare); err != nil {
+		t.Errorf("DRA service served again, through the kubelet's connection: %v", err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{regPath, draPath} {
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("socket %s left: %v", path, err)
+		}
 	}
 }
