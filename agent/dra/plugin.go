@@ -81,7 +81,7 @@ func (d *Driver) Run(ctx context.Context, api API, kubeletDir string) error {
 // serveBackoff spaces the attempts to serve a socket again after its server stopped:
 // a listener that keeps failing is not a busy loop, and one that failed once is served
 // again at once, as far as the kubelet can tell.
-var serveBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: 10, Cap: 30 * time.Second}
+var serveBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Steps: 10, Cap: 30 * time.Second}
 
 // server is a gRPC server on a unix socket: served again while ctx lives when its
 // listener fails, and the socket removed when stopped.
