@@ -119,7 +119,9 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The socket appears (bind) a moment before the plugin accepts on it (listen): a
+	// call waits for the connection rather than fail in between.
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
