@@ -107,15 +107,19 @@ func (o *draOffer) Run(ctx context.Context) error { return o.run(ctx) }
 
 func (o *draOffer) Registered(nr1.Resource) bool { return o.driver.Registered() }
 
-// Health is the stage's: last seen registered, or why not now.
+// Health is the stage's: last seen registered with its ResourceSlice stored whole, or
+// why not now.
 func (o *draOffer) Health() (time.Time, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.driver.Registered() {
-		o.lastSeen = time.Now()
-		return o.lastSeen, nil
+	if !o.driver.Registered() {
+		return o.lastSeen, errors.New("DRA plugin not registered with the kubelet")
 	}
-	return o.lastSeen, errors.New("DRA plugin not registered with the kubelet")
+	if err := o.driver.SliceHealth(); err != nil {
+		return o.lastSeen, err
+	}
+	o.lastSeen = time.Now()
+	return o.lastSeen, nil
 }
 
 // Registrations counts the registrations seen (a kubelet restart registers the plugin

@@ -58,7 +58,7 @@ func BenchmarkAllocate(b *testing.B) {
 	})
 	b.Run("grpc", func(b *testing.B) {
 		socket := filepath.Join(b.TempDir(), "p.sock")
-		e, err := serve(p, socket)
+		e, err := serve(p, socket, net.Listen, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -28,14 +28,20 @@ type endpoint struct {
 	stop   chan struct{} // ends the ListAndWatch streams
 	// streams counts open ListAndWatch streams: a kubelet connected to this endpoint.
 	streams atomic.Int32
+	// ended is closed when the server stops serving, serveErr then why: nil when closed,
+	// the listener's failure otherwise.
+	ended    chan struct{}
+	serveErr error
 }
 
-// serve listens on socket, replacing a stale file left there.
-func serve(p *Plugin, socket string) (*endpoint, error) {
+// serve listens on socket with listen, replacing a stale file left there. A server
+// whose listener fails says so on ended, when there is room: the manager then serves
+// the plugin anew.
+func serve(p *Plugin, socket string, listen func(network, address string) (net.Listener, error), ended chan<- struct{}) (*endpoint, error) {
 	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing stale socket %s: %w", socket, err)
 	}
-	lis, err := net.Listen("unix", socket)
+	lis, err := listen("unix", socket)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", socket, err)
 	}
@@ -47,10 +53,32 @@ func serve(p *Plugin, socket string) (*endpoint, error) {
 	// Allocate requests carry one ID per unit (about 250 KB for 50000 units): a receive
 	// window that takes one in a single flight saves flow-control round trips.
 	srv := grpc.NewServer(grpc.InitialWindowSize(1<<20), grpc.InitialConnWindowSize(1<<20), grpc.ForceServerCodec(codec{}))
-	e := &endpoint{plugin: p, socket: socket, server: srv, id: id, stop: make(chan struct{})}
+	e := &endpoint{plugin: p, socket: socket, server: srv, id: id, stop: make(chan struct{}), ended: make(chan struct{})}
 	pluginapi.RegisterDevicePluginServer(e.server, e)
-	go func() { _ = e.server.Serve(lis) }()
+	go func() {
+		// Serve returns nil once the endpoint is closed, and an error only when its
+		// listener fails: the socket may still be there, and nobody answers on it.
+		e.serveErr = e.server.Serve(lis)
+		close(e.ended)
+		if e.serveErr != nil {
+			select {
+			case ended <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	return e, nil
+}
+
+// failed is why the server stopped serving while the endpoint was open; nil while it
+// serves, or once it is closed.
+func (e *endpoint) failed() error {
+	select {
+	case <-e.ended:
+		return e.serveErr
+	default:
+		return nil
+	}
 }
 
 // present reports whether the socket this endpoint created is still in place.

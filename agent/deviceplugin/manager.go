@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,6 +54,9 @@ type Manager struct {
 	resync  time.Duration
 	clock   clock.WithTicker
 	log     *slog.Logger
+	// listen makes the plugins' sockets; ended hears of a server whose listener failed.
+	listen func(network, address string) (net.Listener, error)
+	ended  chan struct{}
 
 	mu            sync.Mutex
 	registered    map[nr1.Resource]bool
@@ -85,7 +89,7 @@ func (m *Manager) Socket(r nr1.Resource) string {
 // retries and the debounce of events.
 func NewManager(dir string, plugins []*Plugin, resync time.Duration, clk clock.WithTicker, log *slog.Logger) *Manager {
 	return &Manager{dir: dir, plugins: plugins, resync: resync, clock: clk, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix(),
-		passes: latest.New(0)}
+		passes: latest.New(0), listen: net.Listen, ended: make(chan struct{}, 1)}
 }
 
 // Registered reports whether the plugin for r is registered with the running kubelet.
@@ -116,7 +120,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("watching %s: %w", m.dir, err)
 	}
 	m.removeStaleSockets()
-	s := &managerState{eps: make([]*endpoint, len(m.plugins))}
+	s := &managerState{eps: make([]*endpoint, len(m.plugins)), failures: make([]serveFailures, len(m.plugins))}
 	defer func() {
 		for _, e := range s.eps {
 			if e != nil {
@@ -141,8 +145,14 @@ func (m *Manager) Run(ctx context.Context) error {
 			retry = m.clock.After(backoff.Step())
 			m.passes.PublishFailing(pass, errUnsettled)
 		}
+		var serveAgain <-chan time.Time // nil while no failed server waits to be replaced
+		if s.serveAgainIn > 0 {
+			serveAgain = m.clock.After(s.serveAgainIn)
+		}
 		select {
 		case <-retry:
+		case <-serveAgain:
+		case <-m.ended:
 		case <-ctx.Done():
 			return nil
 		case ev, ok := <-watcher.Events:
@@ -192,6 +202,30 @@ type managerState struct {
 	eps        []*endpoint
 	registered []bool
 	kubelet    fileID
+	failures   []serveFailures
+	// serveAgainIn is how soon the next plugin whose server failed is served again; 0
+	// when none waits.
+	serveAgainIn time.Duration
+}
+
+// serveBackoff spaces the serves of a plugin whose server keeps failing: its listener
+// failing at once again is not a busy loop.
+var serveBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Steps: 10, Cap: 30 * time.Second}
+
+// serveFailures is how a plugin's server has been failing: when it was last served,
+// when it may be served again, and the backoff its failures have reached.
+type serveFailures struct {
+	served, again time.Time
+	backoff       wait.Backoff
+}
+
+// failed records a failure of the server served since f.served, at now.
+func (f *serveFailures) failed(now time.Time) {
+	// A server that served a while failed anew: it is not held back by the last.
+	if f.backoff.Duration == 0 || now.Sub(f.served) > serveBackoff.Cap {
+		f.backoff = serveBackoff
+	}
+	f.again = now.Add(f.backoff.Step())
 }
 
 // reconcile brings the sockets and registrations in line with what is on disk. It
@@ -201,23 +235,37 @@ func (m *Manager) reconcile(ctx context.Context, s *managerState) bool {
 	if s.registered == nil {
 		s.registered = make([]bool, len(m.plugins))
 	}
+	s.serveAgainIn = 0
 	for i, p := range m.plugins {
-		if s.eps[i] != nil && s.eps[i].present() {
+		if s.eps[i] != nil && s.eps[i].failed() == nil && s.eps[i].present() {
 			continue
 		}
 		if s.eps[i] != nil {
-			m.log.Info("plugin socket removed, serving again", "resource", p.Resource().Name(), "socket", s.eps[i].socket)
+			if err := s.eps[i].failed(); err != nil {
+				m.log.Error("device plugin socket no longer served: serving the plugin again", "resource", p.Resource().Name(), "socket", s.eps[i].socket, "err", err)
+				s.failures[i].failed(m.clock.Now())
+			} else {
+				m.log.Info("plugin socket removed, serving again", "resource", p.Resource().Name(), "socket", s.eps[i].socket)
+			}
 			s.eps[i].close()
 			s.eps[i] = nil
 		}
 		s.registered[i] = false
-		e, err := serve(p, filepath.Join(m.dir, m.newSocketName(p.Resource())))
+		if in := s.failures[i].again.Sub(m.clock.Now()); in > 0 {
+			if s.serveAgainIn == 0 || in < s.serveAgainIn {
+				s.serveAgainIn = in
+			}
+			settled = false
+			continue
+		}
+		e, err := serve(p, filepath.Join(m.dir, m.newSocketName(p.Resource())), m.listen, m.ended)
 		if err != nil {
 			m.log.Error("serving device plugin", "resource", p.Resource().Name(), "err", err)
 			settled = false
 			continue
 		}
 		s.eps[i] = e
+		s.failures[i].served = m.clock.Now()
 	}
 	m.setSockets(s.eps)
 	kubelet := filepath.Join(m.dir, KubeletSocketName)

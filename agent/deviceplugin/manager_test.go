@@ -4,10 +4,13 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,8 +54,8 @@ type harness struct {
 // compute-DMA resource carrying a regular file and the queue resource a char device. Its
 // clock is fake: every debounce and retry shorter than the resync ends as it starts, and
 // the resync comes only when a test steps the clock, so filesystem events alone drive
-// what the tests see.
-func startManager(t *testing.T) *harness {
+// what the tests see. opts change the manager before it runs.
+func startManager(t *testing.T, opts ...func(*Manager)) *harness {
 	t.Helper()
 	const resync = time.Hour
 	// Short: unix socket paths are limited to 107 bytes.
@@ -85,6 +88,9 @@ func startManager(t *testing.T) *harness {
 		plugins = append(plugins, NewPlugin(r, nodeCapacity[r], all, h.monitor))
 	}
 	h.manager = NewManager(dir, plugins, resync, h.clk, discard())
+	for _, o := range opts {
+		o(h.manager)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	go func() { h.done <- h.manager.Run(ctx) }()
@@ -415,6 +421,77 @@ func TestRefusedRegistrationIsRetried(t *testing.T) {
 	want = append(want, retryMin)
 	if got := h.clk.Waits(clocktest.After); !slices.Equal(got, want) {
 		t.Errorf("waits before the retries %v, want %v: a registered plugin's next refusal waits the least", got, want)
+	}
+}
+
+// syncLog is a log the test reads while the manager writes it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestServesAgainAfterItsListenerFails: a plugin's server whose listener fails while
+// its socket stays (the kubelet's calls then find nobody) is logged, replaced after a
+// backoff on the manager's clock by a plugin on a new socket, and registered again;
+// nor event nor resync prompts it.
+func TestServesAgainAfterItsListenerFails(t *testing.T) {
+	logged := &syncLog{}
+	var mu sync.Mutex
+	listeners := map[string]net.Listener{}
+	h := startManager(t, func(m *Manager) {
+		m.log = slog.New(slog.NewTextHandler(logged, nil))
+		m.listen = func(network, address string) (net.Listener, error) {
+			l, err := net.Listen(network, address)
+			if err == nil {
+				mu.Lock()
+				listeners[address] = l
+				mu.Unlock()
+			}
+			return l, err
+		}
+	})
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+
+	socket := h.manager.Socket(nr1.HypervisorQueue)
+	mu.Lock()
+	failing, _ := listeners[socket].(*net.UnixListener)
+	mu.Unlock()
+	// Closed, the socket left in place: no filesystem event tells of it.
+	failing.SetUnlinkOnClose(false)
+	if err := failing.Close(); err != nil {
+		t.Fatal(err)
+	}
+	k.waitFor(10*time.Second, "queue plugin registered again", func() bool {
+		return len(k.requests) == 5 && k.requests[4].ResourceName == nr1.HypervisorQueue.Name()
+	})
+	if now := h.manager.Socket(nr1.HypervisorQueue); now == socket {
+		t.Fatalf("served again on the same path %s", now)
+	} else if _, err := os.Stat(now); err != nil {
+		t.Fatalf("socket not served again: %v", err)
+	}
+	if _, err := os.Stat(socket); !os.IsNotExist(err) {
+		t.Errorf("the failed server's socket left: %v", err)
+	}
+	k.waitFor(10*time.Second, "a list over the new socket", func() bool { return len(k.lists[nr1.HypervisorQueue.Name()]) >= 2 })
+	if want := `level=ERROR msg="device plugin socket no longer served: serving the plugin again" resource=` + nr1.HypervisorQueue.Name() + ` socket=` + socket; !strings.Contains(logged.String(), want) ||
+		!strings.Contains(logged.String(), "use of closed network connection") {
+		t.Errorf("log lacks %q and the listener's error:\n%s", want, logged.String())
+	}
+	if !slices.Contains(h.clk.Waits(clocktest.After), serveBackoff.Duration) {
+		t.Errorf("no backoff of %v waited before serving again: %v", serveBackoff.Duration, h.clk.Waits(clocktest.After))
 	}
 }
 

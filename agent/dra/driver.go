@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -32,16 +34,25 @@ type Driver struct {
 	store      *Store
 	health     HealthSource
 	log        *slog.Logger
+	// clock times the restarts of a failed server; listen makes its sockets.
+	clock  clock.Clock
+	listen func(path string) (net.Listener, error)
 
 	// mu serializes preparing and unpreparing: the checkpoint and the CDI specs are
 	// written one claim at a time.
 	mu         sync.Mutex
 	registered atomic.Bool
+
+	// sliceMu guards what the API server last dropped from the node's slice.
+	sliceMu  sync.Mutex
+	dropped  []string
+	sliceErr error
 }
 
 // New returns the driver of node's NR1, of capacity, described by attributes.
 func New(node string, capacity nr1.Amounts, attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, cdi CDI, store *Store, health HealthSource, log *slog.Logger) *Driver {
-	return &Driver{node: node, capacity: capacity, attributes: attributes, cdi: cdi, store: store, health: health, log: log}
+	return &Driver{node: node, capacity: capacity, attributes: attributes, cdi: cdi, store: store, health: health, log: log,
+		clock: clock.RealClock{}, listen: listenUnix}
 }
 
 // Registered says whether the kubelet has registered the plugin.

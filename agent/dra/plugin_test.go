@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +16,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -34,6 +38,25 @@ type fakeAPI struct {
 	reads   int // claims read
 	writes  []string
 	created int
+	// drop, when set, takes from each slice stored what an API server without a
+	// feature drops.
+	drop   func(*resourceapi.ResourceSliceSpec)
+	events []string
+}
+
+func (f *fakeAPI) store(s *resourceapi.ResourceSlice) *resourceapi.ResourceSlice {
+	c := s.DeepCopy()
+	if f.drop != nil {
+		f.drop(&c.Spec)
+	}
+	return c
+}
+
+func (f *fakeAPI) NodeEvent(_ context.Context, node, eventType, reason, message string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, fmt.Sprintf("%s %s %s: %s", node, eventType, reason, message))
+	return nil
 }
 
 func (f *fakeAPI) Claim(_ context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
@@ -63,11 +86,11 @@ func (f *fakeAPI) CreateSlice(_ context.Context, s *resourceapi.ResourceSlice) (
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.created++
-	c := s.DeepCopy()
+	c := f.store(s)
 	c.Name = fmt.Sprintf("%s%d", s.GenerateName, f.created)
 	f.slices = append(f.slices, *c)
 	f.writes = append(f.writes, "create "+c.Name)
-	return c, nil
+	return c.DeepCopy(), nil
 }
 
 func (f *fakeAPI) UpdateSlice(_ context.Context, s *resourceapi.ResourceSlice) (*resourceapi.ResourceSlice, error) {
@@ -75,9 +98,9 @@ func (f *fakeAPI) UpdateSlice(_ context.Context, s *resourceapi.ResourceSlice) (
 	defer f.mu.Unlock()
 	for i := range f.slices {
 		if f.slices[i].Name == s.Name {
-			f.slices[i] = *s.DeepCopy()
+			f.slices[i] = *f.store(s)
 			f.writes = append(f.writes, fmt.Sprintf("update %s generation %d", s.Name, s.Spec.Pool.Generation))
-			return s, nil
+			return f.slices[i].DeepCopy(), nil
 		}
 	}
 	return nil, errors.New("not found")
@@ -96,7 +119,9 @@ func dial(t *testing.T, path string) *grpc.ClientConn {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The socket appears (bind) a moment before the plugin accepts on it (listen): a
+	// call waits for the connection rather than fail in between.
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,5 +317,216 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("not within 5 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The API server stamps the taint of an unhealthy NR1 with the time it was added: the
+// next check while the NR1 is still unhealthy finds the slice as it should be, and
+// leaves it alone.
+func TestSliceKeepsTheTaintsTime(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	api := &fakeAPI{}
+	ctx := context.Background()
+	sick := healthy()
+	sick[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	added := metav1.NewTime(time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC))
+	api.slices[0].Spec.Devices[0].Taints[0].TimeAdded = &added
+	writes := len(api.writes)
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.writes) != writes {
+		t.Errorf("the slice written again for the taint's time alone: %v", api.writes[writes:])
+	}
+	// A device changed otherwise is written with its taint's time kept: the taint is the
+	// same one.
+	d.capacity[nr1.HypervisorQueue]--
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.writes) != writes+1 {
+		t.Fatalf("a changed device not written: %v", api.writes)
+	}
+	if got := api.slices[0].Spec.Devices[0].Taints[0].TimeAdded; got == nil || !got.Equal(&added) {
+		t.Errorf("the taint's time after an update: %v, want %v", got, added)
+	}
+}
+
+// dropConsumableCapacity is what an API server without DRAConsumableCapacity stores.
+func dropConsumableCapacity(s *resourceapi.ResourceSliceSpec) {
+	for i := range s.Devices {
+		s.Devices[i].AllowMultipleAllocations = nil
+		for k, c := range s.Devices[i].Capacity {
+			c.RequestPolicy = nil
+			s.Devices[i].Capacity[k] = c
+		}
+	}
+}
+
+// An API server without consumable capacity stores the slice without the fields that
+// make the NR1 shareable: the driver says so, in its log, on the Node and in its
+// stage's health, once while it lasts, and what to do about it; and recovers once the
+// slice is stored whole.
+func TestSliceFieldsDroppedAreReported(t *testing.T) {
+	d := testDriver(t, t.TempDir())
+	var logged strings.Builder
+	d.log = slog.New(slog.NewTextHandler(&logged, nil))
+	api := &fakeAPI{drop: dropConsumableCapacity}
+	ctx := context.Background()
+	if err := d.SliceHealth(); err != nil {
+		t.Fatalf("health before any slice: %v", err)
+	}
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil {
+		t.Fatal(err)
+	}
+	err := d.SliceHealth()
+	if err == nil {
+		t.Fatal("the stage is healthy with the NR1 stored unshareable")
+	}
+	for _, want := range []string{"spec.devices[0].allowMultipleAllocations", "spec.devices[0].capacity.computeDMA.requestPolicy",
+		"spec.devices[0].capacity.hvQueues.requestPolicy", "DRAConsumableCapacity feature gate on the API server and the scheduler", "mode: devicePlugin"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
+	}
+	if strings.Contains(err.Error(), "attributes") || strings.Contains(err.Error(), ".value") {
+		t.Errorf("fields kept reported dropped: %v", err)
+	}
+	if len(api.events) != 1 || !strings.HasPrefix(api.events[0], "node-a Warning "+ReasonFieldsDropped+": ") || !strings.Contains(api.events[0], "DRAConsumableCapacity") {
+		t.Errorf("events %q", api.events)
+	}
+	if !strings.Contains(logged.String(), "level=ERROR") || !strings.Contains(logged.String(), "allowMultipleAllocations") {
+		t.Errorf("log %s", logged.String())
+	}
+	// The next check writes the slice again and it is dropped again: nothing new to say.
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil {
+		t.Fatal(err)
+	}
+	if len(api.events) != 1 || d.SliceHealth() == nil {
+		t.Errorf("after a second check: events %q, health %v", api.events, d.SliceHealth())
+	}
+	// The feature turned on: the slice is stored whole, and the stage is healthy again.
+	api.drop = nil
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SliceHealth(); err != nil {
+		t.Errorf("with the slice stored whole: %v", err)
+	}
+	if err := d.ensureSlice(ctx, api, healthy()); err != nil || d.SliceHealth() != nil {
+		t.Errorf("with the slice left as it is: %v %v", err, d.SliceHealth())
+	}
+
+	// An API server without device taints drops an unhealthy NR1's taint.
+	api.drop = func(s *resourceapi.ResourceSliceSpec) { s.Devices[0].Taints = nil }
+	sick := healthy()
+	sick[nr1.HypervisorQueue] = device.Status{Reason: "queue device gone"}
+	if err := d.ensureSlice(ctx, api, sick); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SliceHealth(); err == nil || !strings.Contains(err.Error(), "spec.devices[0].taints") || !strings.Contains(err.Error(), "DRADeviceTaints") {
+		t.Errorf("a dropped taint: %v", err)
+	}
+}
+
+// syncLog is a log the test reads while the driver writes it.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A socket whose listener fails under its server while the driver runs is logged,
+// then served again after a backoff on the driver's clock: the kubelet's plugin watcher
+// finds the registration socket anew, and its client of the DRA socket reconnects.
+func TestSocketServedAgain(t *testing.T) {
+	dir := t.TempDir()
+	kubelet := filepath.Join(dir, "kubelet")
+	if err := os.MkdirAll(filepath.Join(kubelet, "plugins_registry"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	d := testDriver(t, dir)
+	logged := &syncLog{}
+	d.log = slog.New(slog.NewTextHandler(logged, nil))
+	clk := testingclock.NewFakeClock(time.Now())
+	d.clock = clk
+	var mu sync.Mutex
+	listeners := map[string]net.Listener{}
+	d.listen = func(path string) (net.Listener, error) {
+		l, err := listenUnix(path)
+		if err == nil {
+			mu.Lock()
+			listeners[path] = l
+			mu.Unlock()
+		}
+		return l, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx, &fakeAPI{}, kubelet) }()
+
+	regPath := filepath.Join(kubelet, "plugins_registry", "nr1.neureality.ai-reg.sock")
+	draPath := filepath.Join(kubelet, "plugins", DriverName, "dra.sock")
+	reg := registerapi.NewRegistrationClient(dial(t, regPath))
+	if _, err := reg.GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	plugin := drapbv1.NewDRAPluginClient(dial(t, draPath))
+	unprepare := &drapbv1.NodeUnprepareResourcesRequest{Claims: []*drapbv1.Claim{{Uid: "never"}}}
+	if _, err := plugin.NodeUnprepareResources(ctx, unprepare); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, path := range []string{regPath, draPath} {
+		mu.Lock()
+		failing := listeners[path]
+		mu.Unlock()
+		if err := failing.Close(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			return strings.Contains(logged.String(), "level=ERROR msg=\"DRA plugin socket no longer served: serving it again\" socket="+path)
+		})
+		// Not before the backoff: the socket closed with its listener is not there.
+		waitFor(t, clk.HasWaiters)
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Fatalf("%s served again before the backoff: %v", path, err)
+		}
+		clk.Step(serveBackoff.Duration)
+		waitFor(t, func() bool { return strings.Contains(logged.String(), "DRA plugin socket served again\" socket="+path) })
+	}
+	if !strings.Contains(logged.String(), "use of closed network connection") {
+		t.Errorf("the listener's error not logged: %s", logged.String())
+	}
+	// The kubelet's clients, on the same paths.
+	if _, err := registerapi.NewRegistrationClient(dial(t, regPath)).GetInfo(ctx, &registerapi.InfoRequest{}); err != nil {
+		t.Errorf("registration served again: %v", err)
+	}
+	if _, err := plugin.NodeUnprepareResources(ctx, unprepare); err != nil {
+		t.Errorf("DRA service served again, through the kubelet's connection: %v", err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{regPath, draPath} {
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("socket %s left: %v", path, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -86,6 +87,7 @@ func (d *Driver) ensureSlice(ctx context.Context, api API, h device.Health) erro
 			return fmt.Errorf("creating the ResourceSlice of node %s: %w", d.node, err)
 		}
 		d.log.Info("ResourceSlice created", "name", s.Name, "pool", d.node)
+		d.checkStored(ctx, api, want, s)
 		return nil
 	}
 	// The newest slice is kept; any other of the pool must be older than it.
@@ -101,15 +103,39 @@ func (d *Driver) ensureSlice(ctx context.Context, api API, h device.Health) erro
 			generation = o.Spec.Pool.Generation + 1
 		}
 	}
+	keepTaintTimes(want.Spec.Devices, s.Spec.Devices)
 	if generation == s.Spec.Pool.Generation && s.Spec.Pool.ResourceSliceCount == 1 && equality.Semantic.DeepEqual(s.Spec.Devices, want.Spec.Devices) {
+		d.noteDropped(ctx, api, s.Name, nil)
 		return nil
 	}
 	s.Spec.Devices = want.Spec.Devices
 	s.Spec.Pool.Generation, s.Spec.Pool.ResourceSliceCount = generation, 1
-	if _, err := api.UpdateSlice(ctx, &s); err != nil {
+	stored, err := api.UpdateSlice(ctx, &s)
+	if err != nil {
 		return fmt.Errorf("updating ResourceSlice %s: %w", s.Name, err)
 	}
+	d.checkStored(ctx, api, &s, stored)
 	healthy, _ := overall(h)
 	d.log.Info("ResourceSlice updated", "name", s.Name, "healthy", healthy, "generation", generation, "slices", len(have))
 	return nil
+}
+
+// keepTaintTimes gives each taint of want the time the API server stamped on the same
+// taint (key, value, effect) of the device in have: the agent writes none, and a slice
+// compared without it would differ at every check and be written again.
+func keepTaintTimes(want, have []resourceapi.Device) {
+	for i := range want {
+		k := slices.IndexFunc(have, func(h resourceapi.Device) bool { return h.Name == want[i].Name })
+		if k < 0 {
+			continue
+		}
+		for j := range want[i].Taints {
+			w := &want[i].Taints[j]
+			for _, h := range have[k].Taints {
+				if w.TimeAdded == nil && h.Key == w.Key && h.Value == w.Value && h.Effect == w.Effect {
+					w.TimeAdded = h.TimeAdded
+				}
+			}
+		}
+	}
 }

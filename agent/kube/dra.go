@@ -76,3 +76,24 @@ func (r *Resources) UpdateSlice(ctx context.Context, s *resourceapi.ResourceSlic
 	}
 	return out, nil
 }
+
+// NodeEvent records an Event on node, where `kubectl describe node` shows it (the
+// kubelet's own name the node by its name, as here).
+func (r *Resources) NodeEvent(ctx context.Context, node, eventType, reason, message string) error {
+	now := metav1.Now()
+	e := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", node, now.UnixNano()), Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)},
+		Type:           eventType,
+		Reason:         reason,
+		Message:        message,
+		Source:         corev1.EventSource{Component: "nr1-agent", Host: node},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	if err := r.core.Post().Namespace(e.Namespace).Resource("events").Body(e).Do(ctx).Error(); err != nil {
+		return fmt.Errorf("writing Event %s on node %s: %w", reason, node, err)
+	}
+	return nil
+}

@@ -100,6 +100,9 @@ func TestRESTCalls(t *testing.T) {
 	if _, err := r.UpdateSlice(ctx, &slices[0]); err != nil {
 		t.Fatal(err)
 	}
+	if err := r.NodeEvent(ctx, "n", corev1.EventTypeWarning, "NR1ResourceSliceFieldsDropped", "enable it"); err != nil {
+		t.Fatal(err)
+	}
 	want := []request{
 		{method: "POST", path: "/api/v1/namespaces/ns/events", body: map[string]any{"kind": "Event", "apiVersion": "v1"}},
 		{method: "PATCH", path: "/api/v1/namespaces/ns/events/e", contentType: "application/strategic-merge-patch+json"},
@@ -109,6 +112,7 @@ func TestRESTCalls(t *testing.T) {
 		{method: "GET", path: "/apis/resource.k8s.io/v1/resourceslices", query: "fieldSelector=" + url.QueryEscape("spec.driver=nr1.neureality.ai,spec.nodeName=n")},
 		{method: "POST", path: "/apis/resource.k8s.io/v1/resourceslices", body: map[string]any{"kind": "ResourceSlice", "apiVersion": "resource.k8s.io/v1"}},
 		{method: "PUT", path: "/apis/resource.k8s.io/v1/resourceslices/s1", body: map[string]any{"kind": "ResourceSlice"}},
+		{method: "POST", path: "/api/v1/namespaces/default/events", body: map[string]any{"kind": "Event", "type": "Warning", "reason": "NR1ResourceSliceFieldsDropped", "message": "enable it"}},
 	}
 	have := got()
 	if len(have) != len(want) {
@@ -124,5 +128,8 @@ func TestRESTCalls(t *testing.T) {
 				t.Errorf("request %d (%s %s): body %s = %v, want %v", i, h.method, h.path, k, h.body[k], v)
 			}
 		}
+	}
+	if obj, _ := have[len(have)-1].body["involvedObject"].(map[string]any); obj["kind"] != "Node" || obj["name"] != "n" || obj["uid"] != "n" {
+		t.Errorf("the node's Event is on %v", obj)
 	}
 }
