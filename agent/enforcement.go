@@ -20,20 +20,20 @@ import (
 // and leave their actions failing loudly: no API server (standalone kubelet) means
 // Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
 // the throttles attached now (nil when they cannot be read).
-func actuator(cfg *config.Config, node string, files []device.ResolvedFile, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
+func actuator(cfg *config.Config, dev theNR1, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
 		Stopper:     cri,
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
 		Log:         log,
 	}
 	var closers []func()
-	if k, err := kube.New(cfg.Kubeconfig, node, log); err != nil {
+	if k, err := kube.New(cfg.Kubeconfig, dev.node, log); err != nil {
 		log.Warn("no Kubernetes API server: enforcement Events and evictions are only logged", "err", err)
 	} else {
 		a.Events, a.Evictor = k, k
 		closers = append(closers, k.Close)
 	}
-	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(files, log)); err != nil {
+	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(dev.files, log)); err != nil {
 		log.Error("throttling unavailable", "err", err)
 	} else {
 		a.Throttler = thr

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 
+	"github.com/neureality-sdk/nr1-agent/agent/cadence"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
@@ -55,4 +57,31 @@ func watchChanges(cfg *config.Config, src footprint.Source, log *slog.Logger) *f
 	}
 	log.Info("sampling on change", "gap", cfg.Sampling.ChangeGap.Duration, "interval", cfg.Sampling.Interval.Duration)
 	return c
+}
+
+// following is the kernel's reports of NR1 files taken, when followed: c is nil when
+// they are not.
+type following struct{ c *footprint.Changes }
+
+// wake is the channel the reports wake samples on; nil when not followed.
+func (f following) wake() <-chan struct{} {
+	if f.c == nil {
+		return nil
+	}
+	return f.c.Wake()
+}
+
+func (f following) run(ctx context.Context) error {
+	if f.c != nil {
+		f.c.Run(ctx)
+	}
+	return nil
+}
+
+// counts are the reports' counters; nil when not followed.
+func (f following) counts() cadence.ChangeCounts {
+	if f.c == nil {
+		return nil
+	}
+	return f.c
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
 	"github.com/neureality-sdk/nr1-agent/internal/checkpoint"
 	"github.com/neureality-sdk/nr1-agent/nr1"
-	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
 // offer is how the NR1 is offered to the kubelet: the four device plugins, or the DRA
@@ -34,17 +33,17 @@ type offer interface {
 
 // newOffer builds the configured mode's offer; in DRA mode also the driver's prepared
 // claims, which the inventory reads allocations from.
-func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1.PerResource[device.CapacitySource], nr1Device *device.Inventory, files []device.ResolvedFile, monitor *device.Monitor, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
+func newOffer(cfg *config.Config, dev theNR1, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
 	if cfg.Mode != config.ModeDRA {
 		// One device per unit: a capacity whose list the kubelet would drop is refused.
 		for _, r := range nr1.All {
-			if err := deviceplugin.CheckListSize(r, capacity[r]); err != nil {
-				return nil, nil, fmt.Errorf("nr1.resources.%s (capacity from %s): %w", r.Short(), sources[r], err)
+			if err := deviceplugin.CheckListSize(r, dev.capacity[r]); err != nil {
+				return nil, nil, fmt.Errorf("nr1.resources.%s (capacity from %s): %w", r.Short(), dev.sources[r], err)
 			}
 		}
 		plugins := make([]*deviceplugin.Plugin, 0, nr1.NumResources)
 		for _, r := range nr1.All {
-			plugins = append(plugins, deviceplugin.NewPlugin(r, capacity[r], files, monitor))
+			plugins = append(plugins, deviceplugin.NewPlugin(r, dev.capacity[r], dev.files, dev.monitor))
 		}
 		return deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, clk, log), nil, nil
 	}
@@ -63,11 +62,11 @@ func newOffer(cfg *config.Config, node string, capacity nr1.Amounts, sources nr1
 		return nil, nil, err
 	}
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
-	for k, v := range nr1Device.Attributes() {
+	for k, v := range dev.inv.Attributes() {
 		attrs[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{StringValue: &v}
 	}
-	driver := dra.New(node, capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: files}, store, monitor, log)
-	log.Info("DRA mode", "driver", dra.DriverName, "node", node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
+	driver := dra.New(dev.node, dev.capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: dev.files}, store, dev.monitor, log)
+	log.Info("DRA mode", "driver", dra.DriverName, "node", dev.node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
 	return &draOffer{driver: driver, api: api, clk: clk, log: log, recover: damaged, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
 }
 

@@ -36,22 +36,51 @@ type State struct {
 	Read time.Time
 }
 
+// Options say how a tracker reads the kubelet.
+type Options struct {
+	Lister Lister
+	// Interval is the time between reads, and the deadline of one Get.
+	Interval time.Duration
+	// OnDemand, when set, reads the whole table only when it may lack something.
+	OnDemand *OnDemand
+	Clock    clock.WithTicker
+	Log      *slog.Logger
+}
+
+// OnDemand makes the tracker read the whole table only when it may lack something: at
+// start, when Pods change and a pod the runtime runs is missing from the table or newer
+// than it, every interval while that lasts or reads fail, after a failure, and at least
+// every Refresh. Every other interval it asks the kubelet about one listed pod, which
+// answers in a few hundred bytes where a List of a node whose capacity is allocated is
+// megabytes (one entry per unit): the age of the kubelet's last answer stays within an
+// interval either way. A pod's allocation cannot change while it lives, so a table that
+// has every running pod, read after each was created, is current. Wakes closer than Gap
+// are one.
+type OnDemand struct {
+	Asker   Asker
+	Refresh time.Duration
+	Gap     time.Duration
+	Pods    Pods
+}
+
+// Pods are the pods the runtime runs, as a tracker reading on demand waits for them.
+type Pods interface {
+	// Changed returns a channel closed when the pods next change.
+	Changed() <-chan struct{}
+	// Awaits says whether a pod the runtime runs is missing from s or newer than it.
+	Awaits(s State) bool
+}
+
 // Tracker keeps the kubelet's allocation table. The pod-resources API has no watch: the
-// table is read every interval, or, with ReadOnDemand, only when it may have changed.
-// Its stage's last success (Health) is when the kubelet last answered: a reader judges
-// that age, since an allocation the kubelet no longer vouches for is as unknown as none.
+// table is read every interval, or, OnDemand, only when it may have changed. Its
+// stage's last success (Health) is when the kubelet last answered: a reader judges that
+// age, since an allocation the kubelet no longer vouches for is as unknown as none.
 type Tracker struct {
 	lister   Lister
 	interval time.Duration
+	onDemand *OnDemand // nil: the whole table every interval
 	clock    clock.WithTicker
 	log      *slog.Logger
-
-	// ReadOnDemand's; refresh is zero without it.
-	asker   Asker
-	refresh time.Duration
-	gap     time.Duration
-	changed func() <-chan struct{}
-	awaits  func(State) bool
 
 	mu         sync.Mutex
 	failingNow chan struct{} // closed when reads start failing
@@ -60,23 +89,10 @@ type Tracker struct {
 	latest.View[State]
 }
 
-// NewTracker returns a tracker reading lister every interval of clk.
-func NewTracker(lister Lister, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Tracker {
+// NewTracker returns a tracker; nothing is read until Run or Refresh.
+func NewTracker(o Options) *Tracker {
 	value := latest.New(State{})
-	return &Tracker{lister: lister, interval: interval, clock: clk, log: log, value: value, View: value.View(), failingNow: make(chan struct{})}
-}
-
-// ReadOnDemand makes the tracker read the whole table only when it may lack something:
-// at start, when changed fires (the runtime's containers changed) and awaits says a pod
-// the runtime runs is missing from the table or newer than it, every interval while
-// that lasts or reads fail, after a failure, and at least every refresh. Every other
-// interval it asks the kubelet about one listed pod, which answers in a few hundred
-// bytes where a List of a node whose capacity is allocated is megabytes (one entry per
-// unit): the age of the kubelet's last answer stays within an interval either way. A
-// pod's allocation cannot change while it lives, so a table that has every running pod,
-// read after each was created, is current. Wakes closer than gap are one. Set before Run.
-func (t *Tracker) ReadOnDemand(asker Asker, refresh, gap time.Duration, changed func() <-chan struct{}, awaits func(State) bool) {
-	t.asker, t.refresh, t.gap, t.changed, t.awaits = asker, refresh, gap, changed, awaits
+	return &Tracker{lister: o.Lister, interval: o.Interval, onDemand: o.OnDemand, clock: o.Clock, log: o.Log, value: value, View: value.View(), failingNow: make(chan struct{})}
 }
 
 // StartsFailing returns a channel closed when reads next start failing: a sampler at
@@ -87,19 +103,22 @@ func (t *Tracker) StartsFailing() <-chan struct{} {
 	return t.failingNow
 }
 
-// Failing is true while the kubelet's last answer was a failure.
-func (t *Tracker) Failing() bool {
-	_, err := t.Health()
-	return err != nil
+// Needs says why samples must come at the interval: while the kubelet does not answer,
+// its allocations age into unknown, and samples show and judge them so.
+func (t *Tracker) Needs(time.Time) string {
+	if _, err := t.Health(); err != nil {
+		return "the kubelet's pod-resources API does not answer"
+	}
+	return ""
 }
 
 // Run reads until ctx ends.
 func (t *Tracker) Run(ctx context.Context) error {
-	if t.refresh == 0 {
+	if t.onDemand == nil {
 		loop.Every(ctx, t.clock, t.interval, t.Refresh)
 		return nil
 	}
-	loop.Sooner(ctx, t.clock, func() time.Duration { return t.interval }, t.gap, t.wakes(ctx), t.step)
+	loop.Sooner(ctx, t.clock, func() time.Duration { return t.interval }, t.onDemand.Gap, t.wakes(ctx), t.step)
 	return nil
 }
 
@@ -111,7 +130,7 @@ func (t *Tracker) wakes(ctx context.Context) <-chan struct{} {
 			select {
 			case <-ctx.Done():
 				return
-			case <-t.changed():
+			case <-t.onDemand.Pods.Changed():
 			}
 			select {
 			case out <- struct{}{}:
@@ -130,7 +149,7 @@ func (t *Tracker) step(ctx context.Context) {
 	// that a "not found" answer means a change.
 	pod := state.Table.anyPod()
 	if _, failing := t.Health(); failing != nil || state.Read.IsZero() || pod == (PodKey{}) ||
-		t.clock.Since(state.Read) >= t.refresh || t.awaits(state) {
+		t.clock.Since(state.Read) >= t.onDemand.Refresh || t.onDemand.Pods.Awaits(state) {
 		t.Refresh(ctx)
 		return
 	}
@@ -138,7 +157,7 @@ func (t *Tracker) step(ctx context.Context) {
 	// that does not answer, and the allocations must start aging at once, not after a
 	// List's longer deadline.
 	askCtx, cancel := context.WithTimeout(ctx, t.interval)
-	err := t.asker.Ask(askCtx, pod)
+	err := t.onDemand.Asker.Ask(askCtx, pod)
 	cancel()
 	if ctx.Err() != nil {
 		return

@@ -25,7 +25,7 @@ func (f *flakyLister) List(context.Context) (Table, error) { return Table{}, f.e
 // A sampler at rest is told when reads start failing, once per outage.
 func TestTrackerTellsWhenReadsStartFailing(t *testing.T) {
 	l := &flakyLister{}
-	tr := NewTracker(l, time.Second, testingclock.NewFakeClock(time.Unix(0, 0)), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tr := NewTracker(Options{Lister: l, Interval: time.Second, Clock: testingclock.NewFakeClock(time.Unix(0, 0)), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	closed := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
@@ -102,9 +102,9 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 	big, small := PodKey{"ml", "resnet50"}, PodKey{"web", "nginx"}
 	k := &kubelet{table: Table{big: {"health-handler": {Units: nr1.Amounts{3, 0, 2392, 7}}}, small: {"nginx": {}}}}
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	tr := NewTracker(k, time.Second, clk, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var awaiting atomic.Bool
-	tr.ReadOnDemand(k, 30*time.Second, 50*time.Millisecond, func() <-chan struct{} { return nil }, func(State) bool { return awaiting.Load() })
+	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDemand: &OnDemand{Asker: k, Refresh: 30 * time.Second, Gap: 50 * time.Millisecond, Pods: pods(awaiting.Load)}})
 	ctx := context.Background()
 
 	expect := func(what string, lists, asks int) {
@@ -158,7 +158,7 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 	clk.Step(time.Second)
 	tr.step(ctx)
 	expect("the kubelet away", 3, 7)
-	if !tr.Failing() {
+	if tr.Needs(time.Time{}) == "" {
 		t.Fatal("not failing after the kubelet did not answer")
 	}
 	select {
@@ -174,7 +174,7 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 	clk.Step(time.Second)
 	tr.step(ctx)
 	expect("back", 5, 7)
-	if tr.Failing() {
+	if why := tr.Needs(time.Time{}); why != "" {
 		t.Fatal("failing after a list succeeded")
 	}
 
@@ -207,8 +207,8 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 func TestTrackerListsAnEmptyTable(t *testing.T) {
 	k := &kubelet{table: Table{}}
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-	tr := NewTracker(k, time.Second, clk, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tr.ReadOnDemand(k, time.Minute, 50*time.Millisecond, func() <-chan struct{} { return nil }, func(State) bool { return false })
+	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDemand: &OnDemand{Asker: k, Refresh: time.Minute, Gap: 50 * time.Millisecond, Pods: pods(func() bool { return false })}})
 	for range 3 {
 		tr.step(context.Background())
 		clk.Step(time.Second)
@@ -217,3 +217,9 @@ func TestTrackerListsAnEmptyTable(t *testing.T) {
 		t.Errorf("%d lists and %d asks of an empty table, want 3 and 0", l, a)
 	}
 }
+
+// pods are a runtime whose pods never change, awaited while awaiting says so.
+type pods func() bool
+
+func (pods) Changed() <-chan struct{} { return nil }
+func (p pods) Awaits(State) bool      { return p() }

@@ -54,6 +54,7 @@ type Manager struct {
 	deadline time.Duration
 	busy     bool
 	busyNow  chan struct{} // closed when the state turns busy
+	judged   *view.Sample  // the last sample Decide read
 }
 
 // Count keys the manager's action counters.
@@ -63,11 +64,23 @@ type Count struct {
 	Failed bool
 }
 
-// NewManager runs enforcement from st (a new state, or one restored from a checkpoint),
-// saving it with checkpoint after every step that acted.
-func NewManager(samples Samples, policy Policy, act Actuator, st *State, checkpoint Checkpointer, clk clock.PassiveClock, log *slog.Logger) *Manager {
-	return &Manager{samples: samples, policy: policy, act: act, checkpoint: checkpoint, clock: clk, log: log, state: st, counts: map[Count]int{},
-		busyNow: make(chan struct{})}
+// Options are what a manager enforces with.
+type Options struct {
+	Samples  Samples
+	Policy   Policy
+	Actuator Actuator
+	// State is where enforcement starts: a new state, or one restored from Checkpoint.
+	State *State
+	// Checkpoint saves the state after every step that acted; nil saves nothing.
+	Checkpoint Checkpointer
+	Clock      clock.PassiveClock
+	Log        *slog.Logger
+}
+
+// NewManager returns a manager; nothing is decided until Run or Step.
+func NewManager(o Options) *Manager {
+	return &Manager{samples: o.Samples, policy: o.Policy, act: o.Actuator, checkpoint: o.Checkpoint, clock: o.Clock, log: o.Log, state: o.State,
+		counts: map[Count]int{}, busyNow: make(chan struct{})}
 }
 
 // Counts returns the actions handed to the actuator since start.
@@ -112,27 +125,27 @@ func (m *Manager) Healthy() error {
 	return nil
 }
 
-// Busy is true while a ladder is under way (State.Busy), and while the agent or a
-// container of the latest sample is in its warm-up: what it holds is judged when the
-// warm-up ends, on time only if samples keep coming.
-func (m *Manager) Busy() bool {
-	now := m.clock.Now()
+// Needs says why samples must come at the interval now: a ladder under way
+// (State.Busy), the agent's warm-up, or a container of the last sample judged in its
+// warm-up; what is in a warm-up is judged when it ends, on time only if samples keep
+// coming. "" when none.
+func (m *Manager) Needs(now time.Time) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if now.Sub(m.state.Started) < m.policy.Warmup.Duration || m.state.Busy() {
-		return true
+	switch {
+	case m.state.Busy():
+		return "a ladder is under way"
+	case now.Sub(m.state.Started) < m.policy.Warmup.Duration:
+		return "the agent's warm-up"
 	}
-	if m.samples == nil {
-		return false
-	}
-	if snap, _ := m.samples.Load(); snap != nil {
-		for _, cg := range snap.CGs {
+	if m.judged != nil {
+		for _, cg := range m.judged.CGs {
 			if inWarmup(now, cg, m.policy) {
-				return true
+				return fmt.Sprintf("a container of %s/%s is in its warm-up", cg.Namespace, cg.Name)
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 // TurnedBusy returns a channel closed when a ladder next starts: a sampler resting
@@ -165,6 +178,7 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) Step(ctx context.Context, snap *view.Sample) {
 	m.mu.Lock()
 	actions := Decide(m.clock.Now(), snap, m.state, m.policy)
+	m.judged = snap
 	if busy := m.state.Busy(); busy != m.busy {
 		m.busy = busy
 		if busy {

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -94,7 +93,7 @@ func TestManagerAdvancesOnOutcomes(t *testing.T) {
 		}
 		return nil
 	}}
-	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
+	m := NewManager(Options{Policy: noWarmup(), Actuator: act, State: NewState(t0.Add(-time.Hour)), Clock: clk, Log: quiet()})
 	steps(m, clk, 12, nr1.Usage{4 * mb, 0, 0, 0})
 	// The throttle fails at 5 s and is retried at 6 s, 8 s and 12 s (backoff 1, 2, 4 s);
 	// the kill is not held back by it at 15 s.
@@ -116,7 +115,7 @@ func TestManagerReportsAStalledAction(t *testing.T) {
 	p0 := noWarmup()
 	clk := &fakeClock{now: t0}
 	act := &actuator{block: make(chan struct{}), started: make(chan struct{})}
-	m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
+	m := NewManager(Options{Policy: noWarmup(), Actuator: act, State: NewState(t0.Add(-time.Hour)), Clock: clk, Log: quiet()})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -151,7 +150,7 @@ func TestSlowActionsLeaveTheRestToAFreshSample(t *testing.T) {
 		}
 		return nil
 	}}
-	m := NewManager(nil, p, act, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
+	m := NewManager(Options{Policy: p, Actuator: act, State: NewState(t0.Add(-time.Hour)), Clock: clk, Log: quiet()})
 	hog := nr1.Usage{0, 0, 0, 20} // past the hard ratio: warn and kill in one step
 	m.Step(context.Background(), snap(clk.Now(), cg("a", hog)))
 	if got := act.Taken(); got != "warn/cg-a" {
@@ -209,7 +208,7 @@ func TestSyncThrottles(t *testing.T) {
 // A resting sampler is told when a ladder starts, and only then.
 func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	clk := &fakeClock{now: t0}
-	m := NewManager(nil, noWarmup(), &actuator{}, NewState(t0.Add(-time.Hour)), nil, clk, quiet())
+	m := NewManager(Options{Policy: noWarmup(), Actuator: &actuator{}, State: NewState(t0.Add(-time.Hour)), Clock: clk, Log: quiet()})
 	turned := m.TurnedBusy()
 	steps(m, clk, 2, nr1.Usage{2 * mb, 0, 0, 0})
 	select {
@@ -223,8 +222,8 @@ func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	default:
 		t.Fatal("not told when a CG went over")
 	}
-	if !m.Busy() {
-		t.Error("not busy with a CG over")
+	if why := m.Needs(clk.Now()); why != "a ladder is under way" {
+		t.Errorf("a CG over: %q, want a ladder under way", why)
 	}
 	again := m.TurnedBusy()
 	steps(m, clk, 2, nr1.Usage{4 * mb, 0, 0, 0})
@@ -235,28 +234,32 @@ func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	}
 }
 
-type latestSample struct{ s *view.Sample }
-
-func (l latestSample) Load() (*view.Sample, <-chan struct{}) { return l.s, nil }
-
 // The agent's warm-up and a container's keep the sampler from resting: what is held is
-// judged when they end, and must be sampled then.
-func TestManagerBusyDuringWarmups(t *testing.T) {
+// judged when they end, and must be sampled then. A container's warm-up is read from the
+// sample last judged, not from the sampler's.
+func TestManagerNeedsSamplesDuringWarmups(t *testing.T) {
 	p := DefaultPolicy()
 	clk := &fakeClock{now: t0}
 	fresh := cg("a", nr1.Usage{})
 	fresh.Containers[0].StartedAt = t0.Add(-time.Second)
-	m := NewManager(latestSample{snap(t0, fresh)}, p, &actuator{}, NewState(t0.Add(-5*time.Second)), nil, clk, quiet())
-	if !m.Busy() {
-		t.Error("not busy in the agent's warm-up")
+	m := NewManager(Options{Policy: p, Actuator: &actuator{}, State: NewState(t0.Add(-5 * time.Second)), Clock: clk, Log: quiet()})
+	if why := m.Needs(clk.Now()); !strings.Contains(why, "the agent's warm-up") {
+		t.Errorf("in the agent's warm-up: %q", why)
 	}
 	clk.Step(6 * time.Second)
-	if m.Busy() {
-		t.Error("busy after both warm-ups")
+	if why := m.Needs(clk.Now()); why != "" {
+		t.Errorf("after the agent's warm-up, before any sample: %q", why)
 	}
-	m = NewManager(latestSample{snap(t0, fresh)}, p, &actuator{}, NewState(t0.Add(-time.Hour)), nil, &fakeClock{now: t0}, quiet())
-	if !m.Busy() {
-		t.Error("not busy in a container's warm-up")
+	m = NewManager(Options{Policy: p, Actuator: &actuator{}, State: NewState(t0.Add(-time.Hour)), Clock: &fakeClock{now: t0}, Log: quiet()})
+	if why := m.Needs(t0); why != "" {
+		t.Errorf("nothing judged yet: %q", why)
+	}
+	m.Step(context.Background(), snap(t0, fresh))
+	if why := m.Needs(t0); !strings.Contains(why, "in its warm-up") {
+		t.Errorf("a container in its warm-up: %q", why)
+	}
+	if why := m.Needs(t0.Add(p.ContainerWarmup.Duration)); why != "" {
+		t.Errorf("after the container's warm-up: %q", why)
 	}
 }
 
@@ -271,7 +274,7 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "enforcement.json")
 			clk := &fakeClock{now: t0}
 			act := &actuator{}
-			m := NewManager(nil, noWarmup(), act, NewState(t0.Add(-time.Hour)), FileCheckpoint{Path: path}, clk, quiet())
+			m := NewManager(Options{Policy: noWarmup(), Actuator: act, State: NewState(t0.Add(-time.Hour)), Checkpoint: FileCheckpoint{Path: path}, Clock: clk, Log: quiet()})
 			steps(m, clk, 7, nr1.Usage{4 * mb, 0, 0, 0})
 			if got := act.Taken(); got != "warn/cg-a throttle/cg-a" {
 				t.Fatalf("before the restart %q", got)
@@ -285,7 +288,7 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 			act2 := &actuator{}
 			p := DefaultPolicy()
 			p.Warmup = Duration{Duration: 2 * time.Second}
-			m2 := NewManager(nil, p, act2, st, FileCheckpoint{Path: path}, clk, quiet())
+			m2 := NewManager(Options{Policy: p, Actuator: act2, State: st, Checkpoint: FileCheckpoint{Path: path}, Clock: clk, Log: quiet()})
 			steps(m2, clk, 12, nr1.Usage{4 * mb, 0, 0, 0})
 			if got := act2.Taken(); got != "" {
 				t.Errorf("12 s after the restart: %q, want nothing yet", got)

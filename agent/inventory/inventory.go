@@ -55,6 +55,22 @@ type NamespaceSource interface {
 	Labels(namespace string, now time.Time) (map[string]string, error)
 }
 
+// Options are what a builder joins.
+type Options struct {
+	Runtime     RuntimeSource
+	Allocations AllocationSource
+	Namespaces  NamespaceSource
+	// Claims are the DRA driver's prepared claims: a container the kubelet lists with a
+	// claim of the NR1's driver is allocated what the claim consumed. Nil without the
+	// DRA driver.
+	Claims  ClaimSource
+	Cgroups cgroup.Hierarchy
+	// MaxAllocationAge is how old an allocation table may be: older, it is as unknown as
+	// none.
+	MaxAllocationAge time.Duration
+	Log              *slog.Logger
+}
+
 // Builder builds snapshots.
 type Builder struct {
 	runtime    RuntimeSource
@@ -71,17 +87,11 @@ type Builder struct {
 	refused    map[string]string // sandbox ID → last refusal logged
 }
 
-// NewBuilder returns a builder over the runtime watcher, the allocation tracker, the
-// namespaces' labels and the host's cgroups; an allocation table older than maxAge is as
-// unknown as none.
-func NewBuilder(rt RuntimeSource, alloc AllocationSource, ns NamespaceSource, cgroups cgroup.Hierarchy, maxAge time.Duration, log *slog.Logger) *Builder {
-	return &Builder{runtime: rt, allocation: alloc, namespaces: ns, cgroups: cgroups, maxAge: maxAge, log: log, reported: map[string]string{}, refused: map[string]string{}}
+// NewBuilder returns a builder of what o's sources say.
+func NewBuilder(o Options) *Builder {
+	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, claims: o.Claims, cgroups: o.Cgroups,
+		maxAge: o.MaxAllocationAge, log: o.Log, reported: map[string]string{}, refused: map[string]string{}}
 }
-
-// UseClaims makes the builder read the DRA driver's claims: a container the kubelet lists
-// with a claim of the NR1's driver is allocated what the claim consumed. Set before the
-// first Build.
-func (b *Builder) UseClaims(claims ClaimSource) { b.claims = claims }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
 // pod-resources API (which wins).
@@ -171,11 +181,21 @@ func later(a, b *runtime.Pod) bool {
 	return a.CreatedAt.After(b.CreatedAt)
 }
 
+// RunningPods are the pods the runtime runs as the allocation tracker reads them: what
+// it waits for in a table it reads on demand.
+type RunningPods struct{ Runtime RuntimeSource }
+
+// Changed returns a channel closed when the runtime's pods next change.
+func (r RunningPods) Changed() <-chan struct{} {
+	_, changed := r.Runtime.Load()
+	return changed
+}
+
 // Awaits says whether the allocation table lacks a pod the runtime runs (one with a
 // running container): not listed, or listed by a read that began before the agent first
 // saw the pod. The tracker reads the table again while it does.
-func (b *Builder) Awaits(alloc allocation.State) bool {
-	rs, _ := b.runtime.Load()
+func (r RunningPods) Awaits(alloc allocation.State) bool {
+	rs, _ := r.Runtime.Load()
 	for _, p := range rs.Pods {
 		if !p.Running() {
 			continue

@@ -144,13 +144,13 @@ func newWorld(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
-	w.tracker = allocation.NewTracker(client, time.Hour, clock.RealClock{}, discard())
+	w.tracker = allocation.NewTracker(allocation.Options{Lister: client, Interval: time.Hour, Clock: clock.RealClock{}, Log: discard()})
 	w.watcher = runtime.NewWatcher(runtime.NewClient("unix://"+w.cri.Socket), runtime.Options{Resync: time.Hour}, discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.watcher.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	w.builder = NewBuilder(w.watcher, w.tracker, w.namespaces, w.cgroups, 5*time.Second, discard())
+	w.builder = NewBuilder(Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups, MaxAllocationAge: 5 * time.Second, Log: discard()})
 	w.watched(t, "watcher never connected", func(s *runtime.Snapshot) bool { return s.Connected })
 	// The tests' changes reach the watcher by events alone (the resync is an hour).
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -351,7 +351,7 @@ func podNewerThanTheTable(t *testing.T, skew time.Duration) {
 	w := newWorld(t)
 	w.tracker.Refresh(context.Background())
 	state, _ := w.tracker.Load()
-	if w.builder.Awaits(state) {
+	if (RunningPods{w.watcher}).Awaits(state) {
 		t.Fatal("awaiting a table that lists every running pod")
 	}
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown {
@@ -368,7 +368,7 @@ func podNewerThanTheTable(t *testing.T, skew time.Duration) {
 		p := s.Pod(reused)
 		return p != nil && len(p.Containers) == 1 && s.Pod(podUID) == nil
 	})
-	if !w.builder.Awaits(state) {
+	if !(RunningPods{w.watcher}).Awaits(state) {
 		t.Error("not awaiting a table read after the pod that took the name was created")
 	}
 	cg := w.builder.Build(time.Now()).CG(reused)
@@ -380,7 +380,7 @@ func podNewerThanTheTable(t *testing.T, skew time.Duration) {
 		{Name: "health-handler", Devices: devices("neureality.ai/ai_hypervisor_queue", 9)}}})
 	w.tracker.Refresh(context.Background())
 	state, _ = w.tracker.Load()
-	if w.builder.Awaits(state) {
+	if (RunningPods{w.watcher}).Awaits(state) {
 		t.Error("awaiting after a table read after the pod was created")
 	}
 	if cg := w.builder.Build(time.Now()).CG(reused); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{0, 0, 0, 9}) {
@@ -390,7 +390,7 @@ func podNewerThanTheTable(t *testing.T, skew time.Duration) {
 	w.setPods()
 	w.tracker.Refresh(context.Background())
 	state, _ = w.tracker.Load()
-	if !w.builder.Awaits(state) {
+	if !(RunningPods{w.watcher}).Awaits(state) {
 		t.Error("not awaiting a table that does not list a running pod")
 	}
 }
@@ -434,13 +434,13 @@ func TestDRAClaimsAreTheAllocation(t *testing.T) {
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "runs no DRA driver") {
 		t.Errorf("a DRA claim without the driver: known %v (%q)", cg.AllocationKnown, cg.AllocationUnknown)
 	}
-	w.builder.UseClaims(fakeClaims{})
+	w.builder.claims = fakeClaims{}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "not prepared") {
 		t.Errorf("a claim the driver did not prepare: known %v (%q)", cg.AllocationKnown, cg.AllocationUnknown)
 	}
 	resnet := nr1.Amounts{3, 0, 2392, 7}
-	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "resnet50-nr1"}: resnet})
+	w.builder.claims = fakeClaims{{Namespace: "default", Name: "resnet50-nr1"}: resnet}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != resnet {
 		t.Fatalf("CG allocation %v known %v (%q), want the claim's %v once", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, resnet)
@@ -473,12 +473,12 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	w.tracker.Refresh(context.Background())
 	model := nr1.Amounts{40, 0, 100, 2}
 
-	w.builder.UseClaims(fakeClaims{})
+	w.builder.claims = fakeClaims{}
 	cg := w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: holds the DRA share") {
 		t.Errorf("a share of no prepared claim: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
-	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "model-nr1"}: model})
+	w.builder.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != model {
 		t.Fatalf("allocation %v known %v (%q), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, model)
@@ -493,7 +493,7 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh", CDIDevices: []string{cdiShare("main-nr1")}})
 	main := nr1.Amounts{3, 0, 2392, 7}
-	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "model-nr1"}: model, {Namespace: "default", Name: "main-nr1"}: main})
+	w.builder.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model, {Namespace: "default", Name: "main-nr1"}: main}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if want := nr1.Max(main, model); !cg.AllocationKnown || cg.Allocation != want {
 		t.Errorf("with the kubelet's claim information missing: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, want)
@@ -506,7 +506,7 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	// knows of does not leave the CG unknown.
 	w.putContainers(t, fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", State: runtimeapi.ContainerState_CONTAINER_EXITED,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-init", CDIDevices: []string{cdiShare("model-nr1")}})
-	w.builder.UseClaims(fakeClaims{{Namespace: "default", Name: "main-nr1"}: main})
+	w.builder.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != main {
 		t.Errorf("after the init container exited: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, main)
@@ -605,10 +605,10 @@ func TestPredecessorOfASameNamePodIsUnknown(t *testing.T) {
 
 	// Both seen at once, by an agent that just started: the runtime's creation times
 	// order them.
-	b := NewBuilder(runtimeView{&runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+	b := NewBuilder(Options{Runtime: runtimeView{&runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
 		{UID: successor, Namespace: "default", Name: "resnet50", CreatedAt: time.Unix(200, 0)},
 		{UID: podUID, Namespace: "default", Name: "resnet50", CreatedAt: time.Unix(100, 0)},
-	}}}, w.tracker, w.namespaces, w.cgroups, 5*time.Second, discard())
+	}}}, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups, MaxAllocationAge: 5 * time.Second, Log: discard()})
 	snap = b.Build(time.Now())
 	if cg := snap.CG(podUID); cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, successor) {
 		t.Errorf("the earlier sandbox: known %v (%q), want unknown, naming its successor", cg.AllocationKnown, cg.AllocationUnknown)

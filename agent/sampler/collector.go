@@ -147,9 +147,11 @@ func running(cg *view.Measured) []*view.Container {
 	return out
 }
 
-// NewSampleDuration is the nr1_sample_duration_seconds histogram; observe each
-// sample's scan time into it.
-func NewSampleDuration() prometheus.Histogram {
+// Duration is the nr1_sample_duration_seconds histogram: each sample's time, inventory
+// and attribution included.
+func (s *Sampler) Duration() prometheus.Collector { return s.duration }
+
+func newSampleDuration() prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "nr1_sample_duration_seconds",
 		Help:    "Time one footprint scan of every process took.",

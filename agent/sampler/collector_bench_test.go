@@ -26,7 +26,7 @@ func BenchmarkMetrics100CGs(b *testing.B) {
 		snap.CGs = append(snap.CGs, cg)
 	}
 	reg := registry(&fixedSamples{snap})
-	reg.MustRegister(metrics.NewBuildInfo("v"), NewSampleDuration())
+	reg.MustRegister(metrics.NewBuildInfo("v"), newSampleDuration())
 	h := metrics.NewServer(":0", reg, slog.New(slog.DiscardHandler)).Handler()
 	for b.Loop() {
 		rec := httptest.NewRecorder()

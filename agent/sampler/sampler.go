@@ -8,15 +8,15 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
-	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
@@ -59,172 +59,83 @@ type PartitionUsage struct {
 	Failed map[string]string
 }
 
-// Sampler runs the footprint source on the inventory every interval.
-type Sampler struct {
-	inv       Inventory
-	source    footprint.Source
-	targets   *footprint.Targets
-	partition Partition
-	interval  time.Duration
-	clock     clock.WithTicker
-	log       *slog.Logger
+// Options are what a sampler measures with.
+type Options struct {
+	Inventory Inventory
+	Source    footprint.Source
+	Targets   *footprint.Targets
+	Partition Partition
+	// ScanTimeout bounds one scan: a source slowed down by what a CG does (a flood of fds
+	// or mappings) stops, and the CGs it did not read are uncertain, not the node.
+	ScanTimeout time.Duration
+	Clock       clock.PassiveClock
+	Log         *slog.Logger
+}
 
-	observer  func(*Snapshot)
-	wake      <-chan struct{}
-	wakeGap   time.Duration
-	published []func() <-chan struct{}
-	idle      time.Duration
-	busy      func() bool
-	planned   atomic.Int64             // the interval to the next sample, as last planned
-	deaf      atomic.Bool              // wake was closed: changes are no longer followed
-	value     *latest.Value[*Snapshot] // nil before the first sample
+// Sampler measures the node when stepped (the cadence decides when) and publishes each
+// sample.
+type Sampler struct {
+	opts     Options
+	duration prometheus.Histogram
+	value    *latest.Value[*Snapshot] // nil before the first sample
 	latest.View[*Snapshot]
 }
 
-// OnSample calls fn with every sample taken, before it is published.
-func (s *Sampler) OnSample(fn func(*Snapshot)) { s.observer = fn }
-
-// New returns a sampler sampling every interval of clk.
-func New(inv Inventory, source footprint.Source, targets *footprint.Targets, partition Partition, interval time.Duration, clk clock.WithTicker, log *slog.Logger) *Sampler {
+// New returns a sampler; nothing is sampled until Step.
+func New(opts Options) *Sampler {
 	value := latest.New[*Snapshot](nil)
-	return &Sampler{inv: inv, source: source, targets: targets, partition: partition, interval: interval, clock: clk, log: log,
-		value: value, View: value.View()}
+	return &Sampler{opts: opts, duration: newSampleDuration(), value: value, View: value.View()}
 }
 
-// SampleOnWake makes the sampler sample at once when wake fires (a process took a
-// target; closed when no more will come, and then it never rests), or when one of
-// published says something new was published (each returns a channel closed at its
-// source's next value: the runtime's containers), and the docker partition is read
-// again, not only every interval; but never twice within gap: a storm of wakes costs at
-// most one sample per gap. Set before Run.
-func (s *Sampler) SampleOnWake(wake <-chan struct{}, gap time.Duration, published ...func() <-chan struct{}) {
-	s.wake, s.wakeGap, s.published = wake, gap, published
-}
-
-// Rest lets the sampler sample every idle instead of every interval while all is calm:
-// every CG of its last sample with its allocation and namespace known and measured in
-// full, and busy (the enforcement: a ladder under way, the agent or a container in its
-// warm-up) false. It is for a sampler woken by changes (SampleOnWake): what takes more
-// of an NR1 file wakes it at once, and the enforcement wakes it when a ladder starts,
-// whose steps are then timed at the interval. Whether a CG is over is the
-// enforcement's to say (its exemptions, its partition rule), not the sampler's. Set
-// before Run.
-func (s *Sampler) Rest(idle time.Duration, busy func() bool) {
-	s.idle, s.busy = idle, busy
-}
-
-// Planned is the time from one sample to the next when nothing wakes the sampler, as
-// last planned: the interval, or the idle interval while all is calm.
-func (s *Sampler) Planned() time.Duration { return time.Duration(s.planned.Load()) }
-
-// next plans the time to the next sample when nothing wakes the sampler.
-func (s *Sampler) next() time.Duration {
-	d := s.plan()
-	s.planned.Store(int64(d))
-	return d
-}
-
-func (s *Sampler) plan() time.Duration {
-	if s.idle <= s.interval || s.deaf.Load() || (s.busy != nil && s.busy()) {
-		return s.interval
-	}
+// Unsettled says why the node must be sampled at the interval rather than at rest, as
+// far as the last sample can tell: a CG whose allocation is not read yet, whose usage is
+// a lower bound, or whose namespace's labels (which may exempt it) are not known is
+// judged once they are, at the next sample. Whether a CG is over is the enforcement's to
+// say (its exemptions, its partition rule), not the sampler's.
+func (s *Sampler) Unsettled(time.Time) string {
 	snap, _ := s.Load()
 	if snap == nil {
-		return s.interval
+		return "no sample yet"
 	}
 	for _, cg := range snap.CGs {
-		// What is not known is not calm: an allocation not read yet, usage a lower bound,
-		// the namespace's labels (which may exempt it) not known: it is judged once they
-		// are, at the next sample.
-		if cg.UsageUncertain != "" || !cg.AllocationKnown || cg.NamespaceUnknown != "" {
-			return s.interval
+		switch {
+		case !cg.AllocationKnown:
+			return fmt.Sprintf("the allocation of %s/%s is not known", cg.Namespace, cg.Name)
+		case cg.UsageUncertain != "":
+			return fmt.Sprintf("the usage of %s/%s is a lower bound", cg.Namespace, cg.Name)
+		case cg.NamespaceUnknown != "":
+			return fmt.Sprintf("the labels of namespace %s are not known", cg.Namespace)
 		}
 	}
-	return s.idle
+	return ""
 }
 
-// wakes merges what wakes the sampler: the changes, the docker partition's new readings
-// (a writable layer grown past its CG's partition is seen at the reading), and the
-// sources given to SampleOnWake (the runtime's new containers).
-func (s *Sampler) wakes(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{}, 1)
-	send := func() {
-		select {
-		case out <- struct{}{}:
-		default:
-		}
-	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-s.wake:
-				if !ok {
-					// No wake will come: resting would hide what is taken for idle.
-					s.deaf.Store(true)
-					send()
-					return
-				}
-				send()
-			}
-		}
-	}()
-	sources := append([]func() <-chan struct{}{func() <-chan struct{} { _, ch := s.partition.Load(); return ch }}, s.published...)
-	for _, next := range sources {
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-next():
-					send()
-				}
-			}
-		}()
-	}
-	return out
-}
-
-// Run samples every interval (or idle, see Rest), and on wakes, until ctx ends.
-func (s *Sampler) Run(ctx context.Context) error {
-	if s.wake != nil {
-		loop.Sooner(ctx, s.clock, s.next, s.wakeGap, s.wakes(ctx), s.step)
-		return nil
-	}
-	loop.Every(ctx, s.clock, s.interval, s.step)
-	return nil
-}
-
-func (s *Sampler) step(ctx context.Context) {
+// Step samples once and publishes the sample; a failure is the stage's health.
+func (s *Sampler) Step(ctx context.Context) {
 	snap, err := s.Sample(ctx)
 	if err != nil {
-		s.log.Warn("sample failed", "err", err)
+		s.opts.Log.Warn("sample failed", "err", err)
 		s.value.Fail(err)
 		return
 	}
-	if s.observer != nil {
-		s.observer(snap)
-	}
+	s.duration.Observe(snap.Took.Seconds())
 	s.value.Publish(snap.Taken, snap)
 }
 
 // Sample takes one sample now: the inventory, then one scan of every process. Took is
 // the whole sample's time, inventory and attribution included: what a sample costs.
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
-	now := s.clock.Now()
-	inv := s.inv.Build(now)
-	// The scan has the interval: a source slowed down by what a CG does (a flood of fds
-	// or mappings) stops, and the CGs it did not read are uncertain, not the node.
-	sctx, cancel := context.WithTimeout(ctx, s.interval)
-	scan, err := s.source.Scan(sctx)
+	now := s.opts.Clock.Now()
+	inv := s.opts.Inventory.Build(now)
+	sctx, cancel := context.WithTimeout(ctx, s.opts.ScanTimeout)
+	scan, err := s.opts.Source.Scan(sctx)
 	cancel()
 	if err != nil {
 		return nil, err
 	}
-	part, _ := s.partition.Load()
-	snap := Attribute(now, inv, scan, s.targets, part)
-	snap.Took = s.clock.Since(now)
+	part, _ := s.opts.Partition.Load()
+	snap := Attribute(now, inv, scan, s.opts.Targets, part)
+	snap.Took = s.opts.Clock.Since(now)
 	return snap, nil
 }
 

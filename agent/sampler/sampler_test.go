@@ -14,6 +14,10 @@ import (
 
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -81,8 +85,8 @@ func fixture(t *testing.T) (*Sampler, *testingclock.FakeClock) {
 	part := PartitionUsage{Read: time.Unix(90, 0), ByCG: map[string]nr1.Base{"u1": 2000 << 20}, ByCtr: map[string]nr1.Base{"hh": 100 << 20},
 		Failed: map[string]string{"u2": "ContainerStats of health-handler: deadline exceeded"}}
 	clk := testingclock.NewFakeClock(time.Unix(200, 0))
-	return New(fixedInventory{inv}, fixedScan{scan}, targets(t), fixedPartition{part}, time.Second,
-		clk, slog.New(slog.NewTextHandler(io.Discard, nil))), clk
+	return New(Options{Inventory: fixedInventory{inv}, Source: fixedScan{scan}, Targets: targets(t), Partition: fixedPartition{part},
+		ScanTimeout: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}), clk
 }
 
 func TestSampleAttributesByCgroup(t *testing.T) {
@@ -195,21 +199,26 @@ func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 	}
 }
 
-func TestRunPublishesEveryInterval(t *testing.T) {
+// Each step publishes its sample, wakes the sample's readers and counts its time.
+func TestStepPublishesEachSample(t *testing.T) {
 	s, clk := fixture(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	_, changed := s.Load()
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	for n := range 3 {
-		<-changed // the sample at start, then one per interval of the clock
+		s.Step(context.Background())
+		<-changed
 		snap, next := s.Load()
 		if want := time.Unix(200+int64(n), 0); snap == nil || !snap.Taken.Equal(want) {
 			t.Fatalf("sample %d: %v, want taken at %v", n, snap, want)
 		}
 		changed = next
 		clk.Step(time.Second)
+	}
+	if got := testutil.CollectAndCount(s.Duration(), "nr1_sample_duration_seconds"); got != 1 {
+		t.Errorf("%d duration series, want 1", got)
+	}
+	var m dto.Metric
+	if err := s.duration.(prometheus.Metric).Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 3 {
+		t.Errorf("duration histogram counted %d samples (%v), want 3", m.GetHistogram().GetSampleCount(), err)
 	}
 }
 
@@ -322,70 +331,38 @@ func TestContainerWithoutCgroupLeavesItsCGUncertain(t *testing.T) {
 	}
 }
 
-// Woken by changes, the sampler rests (samples every idle) only while every CG has its
-// allocation known and is measured in full, and no ladder is under way.
-func TestRestsOnlyWhileAllIsCalm(t *testing.T) {
+// The sampler needs samples at the interval while a CG of its last sample is not
+// known in full; whether one is over is the enforcement's to say.
+func TestUnsettledWhileACGIsNotKnownInFull(t *testing.T) {
 	s, clk := fixture(t)
-	busy := false
-	s.SampleOnWake(make(chan struct{}), 50*time.Millisecond)
-	s.Rest(5*time.Second, func() bool { return busy })
-	if d := s.next(); d != time.Second {
-		t.Errorf("before the first sample: %v, want the interval", d)
+	if why := s.Unsettled(clk.Now()); why == "" {
+		t.Error("settled before the first sample")
 	}
 	cg := func(ratio view.Ratio, uncertain string, known bool) *Snapshot {
 		return &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{
 			{CG: &view.CG{UID: "calm", AllocationKnown: true}, Ratio: view.Ratio{0.5, 0, 1, 1}},
-			{CG: &view.CG{UID: "other", AllocationKnown: known}, Ratio: ratio, UsageUncertain: uncertain},
+			{CG: &view.CG{UID: "other", Namespace: "ml", Name: "other", AllocationKnown: known}, Ratio: ratio, UsageUncertain: uncertain},
 		}}}
 	}
 	for _, c := range []struct {
 		name string
 		snap *Snapshot
-		busy bool
-		want time.Duration
+		want string
 	}{
-		{"all within", cg(view.Ratio{1, 1, 0.2, 0}, "", true), false, 5 * time.Second},
-		// Over is the enforcement's to judge: it is busy then.
-		{"one over, not judged yet", cg(view.Ratio{1.01, 0, 0, view.Fraction(math.Inf(1))}, "", true), false, 5 * time.Second},
-		{"one uncertain", cg(view.Ratio{}, "out of time", true), false, time.Second},
-		{"a ladder under way", cg(view.Ratio{}, "", true), true, time.Second},
-		{"an allocation unknown", cg(view.Ratio{}, "", false), false, time.Second},
+		{"all within", cg(view.Ratio{1, 1, 0.2, 0}, "", true), ""},
+		{"one over, not judged yet", cg(view.Ratio{1.01, 0, 0, view.Fraction(math.Inf(1))}, "", true), ""},
+		{"one uncertain", cg(view.Ratio{}, "out of time", true), "the usage of ml/other is a lower bound"},
+		{"an allocation unknown", cg(view.Ratio{}, "", false), "the allocation of ml/other is not known"},
 		{"a namespace's labels unknown", func() *Snapshot {
 			s := cg(view.Ratio{}, "", true)
 			s.CGs[1].NamespaceUnknown = "namespaces not listed yet"
 			return s
-		}(), false, time.Second},
+		}(), "the labels of namespace ml are not known"},
 	} {
-		busy = c.busy
 		s.value.Publish(clk.Now(), c.snap)
-		if d := s.next(); d != c.want {
-			t.Errorf("%s: next sample in %v, want %v", c.name, d, c.want)
+		if why := s.Unsettled(clk.Now()); why != c.want {
+			t.Errorf("%s: %q, want %q", c.name, why, c.want)
 		}
-	}
-}
-
-// A sampler whose changes can no longer be read (its wake closed) never rests again:
-// what a CG takes would be seen only at the idle interval.
-func TestNoRestOnceChangesStop(t *testing.T) {
-	s, clk := fixture(t)
-	wake := make(chan struct{})
-	s.SampleOnWake(wake, 50*time.Millisecond)
-	s.Rest(5*time.Second, nil)
-	s.value.Publish(clk.Now(), &Snapshot{Sample: &view.Sample{CGs: []*view.Measured{{CG: &view.CG{UID: "calm", AllocationKnown: true}}}}})
-	if d := s.next(); d != 5*time.Second {
-		t.Fatalf("all calm: %v, want the idle interval", d)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	woken := s.wakes(ctx)
-	close(wake)
-	select {
-	case <-woken:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no sample when the changes stopped")
-	}
-	if d := s.next(); d != time.Second {
-		t.Errorf("changes stopped: next sample in %v, want the interval", d)
 	}
 }
 

@@ -8,6 +8,7 @@
 package statusfit
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -106,6 +107,32 @@ func New(gates Gates, events Events, log *slog.Logger) *Checker {
 // resource health.
 func (c *Checker) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.gauge, c.health}
+}
+
+// Samples gives the latest sample and a channel closed at the next.
+type Samples interface {
+	Load() (*view.Sample, <-chan struct{})
+}
+
+// Run checks the CGs of every new sample until ctx ends.
+func (c *Checker) Run(ctx context.Context, samples Samples) {
+	var last *view.Sample
+	for {
+		snap, changed := samples.Load()
+		if snap != nil && snap != last {
+			last = snap
+			cgs := make([]*view.CG, len(snap.CGs))
+			for i, cg := range snap.CGs {
+				cgs[i] = cg.CG
+			}
+			c.Check(cgs)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // Check checks the CGs not checked yet whose allocation is known, and forgets those gone.

@@ -1,6 +1,7 @@
 package statusfit
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/neureality-sdk/nr1-agent/agent/view"
+	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -100,5 +102,25 @@ func TestCheckTellsOncePerCG(t *testing.T) {
 	c.Check([]*view.CG{cg("big3", true, listed(nr1.Amounts{100000}))})
 	if len(ev.got) != 2 || ev.got[1].uid != "big3" || testutil.ToFloat64(health) != 1 {
 		t.Errorf("a big CG after the gates turned on: events %+v, gauge %v", ev.got, testutil.ToFloat64(health))
+	}
+}
+
+// Run checks the CGs of each new sample as it is published.
+func TestRunChecksEachNewSample(t *testing.T) {
+	ev := &events{}
+	c := New(func() (bool, string) { return true, "ResourceHealthStatus=on" }, ev, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	samples := latest.New[*view.Sample](nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx, samples.View()) }()
+	samples.Publish(time.Now(), &view.Sample{CGs: []*view.Measured{{CG: cg("big", true, listed(nr1.Amounts{100000}))}}})
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(c.Collectors()[0]) != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if len(ev.got) != 1 || ev.got[0].uid != "big" {
+		t.Errorf("events %+v, want one on big", ev.got)
 	}
 }

@@ -43,7 +43,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	defer stop()
 	removal := watchRemoval(ctx, cfg, getenv, log)
 	code := 0
-	if err := agent.Run(ctx, cfg, version, log); err != nil {
+	a, err := agent.New(cfg, version, log)
+	if err == nil {
+		err = a.Run(ctx)
+	}
+	if err != nil {
 		log.Error("nr1-agent failed", "err", err)
 		fmt.Fprintf(stderr, "nr1-agent: %v\n", err)
 		code = 1

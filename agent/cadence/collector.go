@@ -1,4 +1,4 @@
-package sampler
+package cadence
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -8,14 +8,17 @@ type ChangeCounts interface {
 	Lost() uint64
 }
 
-// NewChangeCollectors exports the counts of changes that woke the sampler, and the
-// sampler's planned interval.
-func NewChangeCollectors(c ChangeCounts, s *Sampler) []prometheus.Collector {
-	return []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nr1_sampling_interval_seconds",
-			Help: "The time from one sample to the next when nothing wakes the sampler: sampling.idleInterval while every CG is calm, sampling.interval while a ladder is under way or a CG's allocation or usage is not known.",
-		}, func() float64 { return s.Planned().Seconds() }),
+// NewCollectors exports the planned time between samples, and the counts of the changes
+// that woke a sample (none without counts: no changes are followed).
+func NewCollectors(cad *Cadence, c ChangeCounts) []prometheus.Collector {
+	planned := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nr1_sampling_interval_seconds",
+		Help: "The time from one sample to the next when nothing wakes the sampler: sampling.idleInterval while every CG is calm, sampling.interval while a ladder is under way or a CG's allocation or usage is not known.",
+	}, func() float64 { d, _ := cad.Planned(); return d.Seconds() })
+	if c == nil {
+		return []prometheus.Collector{planned}
+	}
+	return []prometheus.Collector{planned,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "nr1_footprint_changes_total",
 			Help: "Processes opening or mapping an NR1 file (or taking an fd of one), reported by the kernel as they happened; each wakes the sampler, at most once per sampling.changeGap.",
