@@ -34,8 +34,9 @@ type Driver struct {
 	store      *Store
 	health     HealthSource
 	log        *slog.Logger
-	// clock times the restarts of a failed server; listen makes its sockets.
-	clock  clock.Clock
+	// clock times the ResourceSlice's checks, the health resends and the restarts of a
+	// failed server; listen makes its sockets.
+	clock  clock.WithTicker
 	listen func(path string) (net.Listener, error)
 
 	// mu serializes preparing and unpreparing: the checkpoint and the CDI specs are

@@ -261,7 +261,7 @@ const healthTimeout = 3 * healthResend
 // NodeWatchResources reports the NR1's health to the kubelet, which shows it in the
 // status of the pods using it: at once, on every change, and every healthResend.
 func (h *healthService) NodeWatchResources(_ *drahealthv1.NodeWatchResourcesRequest, stream grpc.ServerStreamingServer[drahealthv1.NodeWatchResourcesResponse]) error {
-	tick := time.NewTicker(healthResend)
+	tick := h.d.clock.NewTicker(healthResend)
 	defer tick.Stop()
 	for {
 		health, changed := h.d.health.Load()
@@ -284,7 +284,7 @@ func (h *healthService) NodeWatchResources(_ *drahealthv1.NodeWatchResourcesRequ
 		case <-stream.Context().Done():
 			return nil
 		case <-changed:
-		case <-tick.C:
+		case <-tick.C():
 		}
 	}
 }

@@ -38,13 +38,13 @@ func (d *Driver) publish(ctx context.Context, api API) {
 			d.log.Info("the NR1's ResourceSlice is published again")
 			failing = false
 		}
-		t := time.NewTimer(wait)
+		t := d.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-changed:
-		case <-t.C:
+		case <-t.C():
 		}
 		t.Stop()
 	}
