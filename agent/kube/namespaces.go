@@ -40,6 +40,10 @@ var errNotListed = errors.New("namespaces not listed yet")
 // The labels are current while the watch is open. Once it fails they are kept, since
 // they change only when someone labels a namespace through the API server, but only for
 // maxAge: after that a partitioned agent could be missing a change, and they are unknown.
+//
+// Not client-go's cache.Reflector: it retries a refused watch without telling anyone
+// (no error reaches its handler, so the labels' age could not be counted from the first
+// failure), and after any other failed watch it lists every namespace again.
 type Namespaces struct {
 	client namespaceClient
 	maxAge time.Duration

@@ -32,6 +32,9 @@ var errNoDaemonSet = errors.New("the agent's pod has no DaemonSet controller")
 // deleted pod or a drained node leave it in place. It watches that DaemonSet while the
 // agent runs, since an uninstall goes on to delete the agent's ServiceAccount and RBAC:
 // by the time the agent is stopped, it may no longer be allowed to ask.
+//
+// Not client-go's cache.Reflector: one DaemonSet is read by name (get, watch), and a
+// Reflector lists, which the agent's RBAC does not grant on DaemonSets.
 type Removal struct {
 	getPod         podGetter
 	daemonSets     daemonSetClient
