@@ -65,7 +65,8 @@ func newOffer(cfg *config.Config, dev theNR1, clk clock.WithTicker, log *slog.Lo
 	for k, v := range dev.inv.Attributes() {
 		attrs[resourceapi.QualifiedName(k)] = resourceapi.DeviceAttribute{StringValue: &v}
 	}
-	driver := dra.New(dev.node, dev.capacity, attrs, dra.CDI{Dir: cfg.Paths.CDI, Files: dev.files}, store, dev.monitor, log)
+	driver := dra.New(dra.Options{Node: dev.node, Capacity: dev.capacity, Attributes: attrs, CDI: dra.CDI{Dir: cfg.Paths.CDI, Files: dev.files},
+		Store: store, Health: dev.monitor, Log: log})
 	log.Info("DRA mode", "driver", dra.DriverName, "node", dev.node, "claims", len(store.Claims()), "cdi", cfg.Paths.CDI)
 	return &draOffer{driver: driver, api: api, clk: clk, log: log, recover: damaged, run: func(ctx context.Context) error { return driver.Run(ctx, api, cfg.Paths.Kubelet) }}, store, nil
 }

@@ -46,8 +46,8 @@ func TestClaimsAreRecoveredOnlyAfterADamagedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	driver := dra.New("node-a", nr1.Amounts{116244, 512, 13417, 65536}, nil, dra.CDI{Dir: filepath.Join(dir, "cdi")}, store, nil,
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	driver := dra.New(dra.Options{Node: "node-a", Capacity: nr1.Amounts{116244, 512, 13417, 65536}, CDI: dra.CDI{Dir: filepath.Join(dir, "cdi")},
+		Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	rc := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{UID: "c1", Namespace: "ml", Name: "resnet50-nr1"},
 		Status: resourceapi.ResourceClaimStatus{

@@ -50,9 +50,21 @@ type Driver struct {
 	sliceErr error
 }
 
-// New returns the driver of node's NR1, of capacity, described by attributes.
-func New(node string, capacity nr1.Amounts, attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, cdi CDI, store *Store, health HealthSource, log *slog.Logger) *Driver {
-	return &Driver{node: node, capacity: capacity, attributes: attributes, cdi: cdi, store: store, health: health, log: log,
+// Options describe the node's NR1 as the driver offers it.
+type Options struct {
+	Node       string
+	Capacity   nr1.Amounts
+	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	CDI        CDI
+	// Store holds the prepared claims across the agent's restarts.
+	Store  *Store
+	Health HealthSource
+	Log    *slog.Logger
+}
+
+// New returns the driver of the node's NR1; nothing is served until Run.
+func New(o Options) *Driver {
+	return &Driver{node: o.Node, capacity: o.Capacity, attributes: o.Attributes, cdi: o.CDI, store: o.Store, health: o.Health, log: o.Log,
 		clock: clock.RealClock{}, listen: listenUnix}
 }
 

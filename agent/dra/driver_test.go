@@ -83,8 +83,8 @@ func testDriver(t *testing.T, dir string) *Driver {
 		{File: device.File{Path: "/dev/nr1_0_cpu_dma"}, Resource: nr1.CPUDMAMemory},
 		{File: device.File{Path: "/dev/nr1_0_queue", ContainerPath: "/dev/nr1_queue"}, Resource: nr1.HypervisorQueue, Identity: device.Identity{Char: true}},
 	}
-	return New("node-a", typical, nil, CDI{Dir: filepath.Join(dir, "cdi"), Files: files}, store, latest.New(healthy()),
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return New(Options{Node: "node-a", Capacity: typical, CDI: CDI{Dir: filepath.Join(dir, "cdi"), Files: files}, Store: store,
+		Health: latest.New(healthy()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }
 
 // claim is a claim the scheduler allocated on node-a's NR1 with the consumed amounts.
@@ -243,7 +243,8 @@ func BenchmarkPrepare(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := New("node-a", typical, nil, CDI{Dir: filepath.Join(dir, "cdi")}, store, latest.New(healthy()), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d := New(Options{Node: "node-a", Capacity: typical, CDI: CDI{Dir: filepath.Join(dir, "cdi")}, Store: store,
+		Health: latest.New(healthy()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	consumed := map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "dockerPartition": "2392Mi", "hvQueues": "7"}
 	// 50 CGs prepared already: the checkpoint written at each new claim holds them.
 	for i := range 50 {
