@@ -84,7 +84,8 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 	pace := cadence.New(cadence.Options{Interval: cfg.Sampling.Interval.Duration, Idle: cfg.Sampling.IdleInterval.Duration,
 		Gap: cfg.Sampling.ChangeGap.Duration, Changes: changes.wake(), Clock: clk,
 		// A new container, docker-partition reading or allocation table, a ladder
-		// starting, the kubelet failing: each is sampled at once.
+		// starting, the kubelet failing: each is sampled at once while the kernel's
+		// changes are followed (without them, every interval only).
 		Wakes: []func() <-chan struct{}{next(watcher), next(partition), next(tracker), enforcer.TurnedBusy, tracker.StartsFailing},
 		Needs: []cadence.Need{smp.Unsettled, enforcer.Needs, tracker.Needs}})
 

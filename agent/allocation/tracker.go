@@ -95,7 +95,7 @@ func NewTracker(o Options) *Tracker {
 	return &Tracker{lister: o.Lister, interval: o.Interval, onDemand: o.OnDemand, clock: o.Clock, log: o.Log, value: value, View: value.View(), failingNow: make(chan struct{})}
 }
 
-// StartsFailing returns a channel closed when reads next start failing: a sampler at
+// StartsFailing returns a channel closed when reads next start failing: a cadence at
 // rest must sample again, for the allocations to age into unknown where they are shown.
 func (t *Tracker) StartsFailing() <-chan struct{} {
 	t.mu.Lock()

@@ -22,7 +22,7 @@ type flakyLister struct{ err error }
 
 func (f *flakyLister) List(context.Context) (Table, error) { return Table{}, f.err }
 
-// A sampler at rest is told when reads start failing, once per outage.
+// A cadence at rest is told when reads start failing, once per outage.
 func TestTrackerTellsWhenReadsStartFailing(t *testing.T) {
 	l := &flakyLister{}
 	tr := NewTracker(Options{Lister: l, Interval: time.Second, Clock: testingclock.NewFakeClock(time.Unix(0, 0)), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

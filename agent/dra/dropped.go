@@ -112,19 +112,24 @@ func (d *Driver) checkStored(ctx context.Context, api API, sent, stored *resourc
 // noteDropped records the fields dropped from the node's slice (none: it is whole).
 func (d *Driver) noteDropped(ctx context.Context, api API, slice string, fields []string) {
 	d.sliceMu.Lock()
-	defer d.sliceMu.Unlock()
 	if slices.Equal(fields, d.dropped) {
+		d.sliceMu.Unlock()
 		return
 	}
 	d.dropped = fields
 	if len(fields) == 0 {
 		d.sliceErr = nil
+		d.sliceMu.Unlock()
 		d.log.Info("the API server stores the NR1's ResourceSlice whole again", "slice", slice)
 		return
 	}
-	d.sliceErr = errFieldsDropped(slice, fields)
-	d.log.Error("NR1 ResourceSlice stored without fields the driver set", "slice", slice, "fields", fields, "err", d.sliceErr)
-	if err := api.NodeEvent(ctx, d.node, corev1.EventTypeWarning, ReasonFieldsDropped, d.sliceErr.Error()); err != nil {
+	err := errFieldsDropped(slice, fields)
+	d.sliceErr = err
+	// The Event is written unlocked: the stage's health is read at every scrape, and must
+	// not wait on the API server.
+	d.sliceMu.Unlock()
+	d.log.Error("NR1 ResourceSlice stored without fields the driver set", "slice", slice, "fields", fields, "err", err)
+	if err := api.NodeEvent(ctx, d.node, corev1.EventTypeWarning, ReasonFieldsDropped, err.Error()); err != nil {
 		d.log.Warn("Event on the node not written", "node", d.node, "reason", ReasonFieldsDropped, "err", err)
 	}
 }

@@ -54,7 +54,6 @@ type Manager struct {
 	deadline time.Duration
 	busy     bool
 	busyNow  chan struct{} // closed when the state turns busy
-	judged   *view.Sample  // the last sample Decide read
 }
 
 // Count keys the manager's action counters.
@@ -126,9 +125,10 @@ func (m *Manager) Healthy() error {
 }
 
 // Needs says why samples must come at the interval now: a ladder under way
-// (State.Busy), the agent's warm-up, or a container of the last sample judged in its
+// (State.Busy), the agent's warm-up, or a container of the latest sample in its
 // warm-up; what is in a warm-up is judged when it ends, on time only if samples keep
-// coming. "" when none.
+// coming. The latest sample, not the last judged: the cadence asks as soon as a sample
+// is published, before this manager has judged it. "" when none.
 func (m *Manager) Needs(now time.Time) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -137,9 +137,11 @@ func (m *Manager) Needs(now time.Time) string {
 		return "a ladder is under way"
 	case now.Sub(m.state.Started) < m.policy.Warmup.Duration:
 		return "the agent's warm-up"
+	case m.samples == nil:
+		return ""
 	}
-	if m.judged != nil {
-		for _, cg := range m.judged.CGs {
+	if snap, _ := m.samples.Load(); snap != nil {
+		for _, cg := range snap.CGs {
 			if inWarmup(now, cg, m.policy) {
 				return fmt.Sprintf("a container of %s/%s is in its warm-up", cg.Namespace, cg.Name)
 			}
@@ -178,7 +180,6 @@ func (m *Manager) Run(ctx context.Context) error {
 func (m *Manager) Step(ctx context.Context, snap *view.Sample) {
 	m.mu.Lock()
 	actions := Decide(m.clock.Now(), snap, m.state, m.policy)
-	m.judged = snap
 	if busy := m.state.Busy(); busy != m.busy {
 		m.busy = busy
 		if busy {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -205,7 +206,7 @@ func TestSyncThrottles(t *testing.T) {
 	}
 }
 
-// A resting sampler is told when a ladder starts, and only then.
+// A cadence at rest is told when a ladder starts, and only then.
 func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	clk := &fakeClock{now: t0}
 	m := NewManager(Options{Policy: noWarmup(), Actuator: &actuator{}, State: NewState(t0.Add(-time.Hour)), Clock: clk, Log: quiet()})
@@ -234,29 +235,31 @@ func TestManagerTellsWhenALadderStarts(t *testing.T) {
 	}
 }
 
-// The agent's warm-up and a container's keep the sampler from resting: what is held is
-// judged when they end, and must be sampled then. A container's warm-up is read from the
-// sample last judged, not from the sampler's.
+type latestSample struct{ s *view.Sample }
+
+func (l latestSample) Load() (*view.Sample, <-chan struct{}) { return l.s, nil }
+
+// The agent's warm-up and a container's keep the cadence from resting: what is held is
+// judged when they end, and must be sampled then. A container's warm-up is read from
+// the latest sample, which the cadence asks about before the manager has judged it.
 func TestManagerNeedsSamplesDuringWarmups(t *testing.T) {
 	p := DefaultPolicy()
 	clk := &fakeClock{now: t0}
 	fresh := cg("a", nr1.Usage{})
 	fresh.Containers[0].StartedAt = t0.Add(-time.Second)
-	m := NewManager(Options{Policy: p, Actuator: &actuator{}, State: NewState(t0.Add(-5 * time.Second)), Clock: clk, Log: quiet()})
-	if why := m.Needs(clk.Now()); !strings.Contains(why, "the agent's warm-up") {
+	m := NewManager(Options{Samples: latestSample{snap(t0, cg("b", nr1.Usage{}))}, Policy: p, Actuator: &actuator{},
+		State: NewState(t0.Add(-5 * time.Second)), Clock: clk, Log: quiet()})
+	if why := m.Needs(clk.Now()); why != "the agent's warm-up" {
 		t.Errorf("in the agent's warm-up: %q", why)
 	}
 	clk.Step(6 * time.Second)
 	if why := m.Needs(clk.Now()); why != "" {
-		t.Errorf("after the agent's warm-up, before any sample: %q", why)
+		t.Errorf("after the agent's warm-up, no container in its own: %q", why)
 	}
-	m = NewManager(Options{Policy: p, Actuator: &actuator{}, State: NewState(t0.Add(-time.Hour)), Clock: &fakeClock{now: t0}, Log: quiet()})
-	if why := m.Needs(t0); why != "" {
-		t.Errorf("nothing judged yet: %q", why)
-	}
-	m.Step(context.Background(), snap(t0, fresh))
-	if why := m.Needs(t0); !strings.Contains(why, "in its warm-up") {
-		t.Errorf("a container in its warm-up: %q", why)
+	m = NewManager(Options{Samples: latestSample{snap(t0, fresh)}, Policy: p, Actuator: &actuator{},
+		State: NewState(t0.Add(-time.Hour)), Clock: &fakeClock{now: t0}, Log: quiet()})
+	if why := m.Needs(t0); !strings.Contains(why, "a container of") || !strings.Contains(why, "in its warm-up") {
+		t.Errorf("a container in its warm-up, not judged yet: %q", why)
 	}
 	if why := m.Needs(t0.Add(p.ContainerWarmup.Duration)); why != "" {
 		t.Errorf("after the container's warm-up: %q", why)

@@ -249,7 +249,7 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 		}
 	}
 	// A relist that finds what the events said (at rest, every relist) publishes nothing:
-	// a new snapshot wakes the sampler and the allocation tracker.
+	// a new snapshot wakes a sample and the allocation tracker.
 	if last, _ := w.Load(); last.Connected && reflect.DeepEqual(w.pods, pods) && reflect.DeepEqual(w.containers, containers) && maps.Equal(w.sandboxOf, sandboxOf) {
 		w.value.Succeeded(w.opts.Clock.Now())
 		return nil

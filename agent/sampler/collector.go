@@ -154,7 +154,7 @@ func (s *Sampler) Duration() prometheus.Collector { return s.duration }
 func newSampleDuration() prometheus.Histogram {
 	return prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "nr1_sample_duration_seconds",
-		Help:    "Time one footprint scan of every process took.",
+		Help:    "Time one sample took: the inventory, one footprint scan of every process and the attribution.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
 }

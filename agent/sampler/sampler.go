@@ -1,5 +1,5 @@
-// Package sampler measures, at an interval and when woken, what each compute graph
-// holds of each NR1 resource, per container, against what it was allocated.
+// Package sampler measures, at each step (the cadence decides when), what each compute
+// graph holds of each NR1 resource, per container, against what it was allocated.
 package sampler
 
 import (

@@ -11,7 +11,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/bpf"
 )
 
-// Changes tells the sampler, as it happens, that a process opened or mapped a target
+// Changes tells, as it happens, that a process opened or mapped a target
 // (or took an fd of one from another process): a CG may have just taken more than it
 // was given, and a scan now finds out in milliseconds instead of at the next interval.
 // It is a wake-up only; the scan decides what anyone holds.
@@ -49,7 +49,7 @@ func (c *Changes) Lost() uint64 {
 }
 
 // Run reads the changes until ctx ends, then detaches the tracepoints. A failure to
-// read closes Wake, so that a sampler that rested on the wakes samples at its interval
+// read closes Wake, so that a cadence that rested on the wakes samples at its interval
 // again, and is logged.
 func (c *Changes) Run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { _ = c.ch.Close() })
