@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # nr1-agent. `make help` lists the targets.
 SHELL := /usr/bin/env bash
 GO ?= go
@@ -52,16 +53,19 @@ build: ## build the binaries for this machine into bin/
 build-amd64 build-arm64: build-%: ## cross-build the binaries for linux/amd64 or linux/arm64 into bin/linux_<arch>/
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/linux_$*/ $(BINARIES)
 
+# licenses,ARCH,FILES: ociimage's --file for each license text an image carries at its path.
+licenses = $(foreach f,$(2),--file $(1)=$(f):/$(f))
+
 image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load and pause images offline, each one OCI archive for amd64 and arm64 (_output/images)
 	@mkdir -p $(IMAGES)
-	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-agent:/nr1-agent) --max-compressed $(AGENT_IMAGE_MAX) --out $(IMAGES)/nr1-agent.tar
-	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load) --out $(IMAGES)/nr1-load.tar
+	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-agent:/nr1-agent $(call licenses,$(a),LICENSE LICENSES/GPL-2.0-only.txt LICENSES/BSD-2-Clause.txt)) --max-compressed $(AGENT_IMAGE_MAX) --out $(IMAGES)/nr1-agent.tar
+	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load $(call licenses,$(a),LICENSE)) --out $(IMAGES)/nr1-load.tar
 	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/pause:/pause) --out $(IMAGES)/pause.tar
 
 dist: $(ARCHES:%=build-%) ## the kubectl plugin's release archives, one per architecture, with their checksums (_output/dist)
 	@mkdir -p _output/dist
 	for a in $(ARCHES); do \
-		tar -C bin/linux_$$a -czf _output/dist/kubectl-nr1_$(VERSION)_linux_$$a.tar.gz --owner 0 --group 0 --mtime @0 kubectl-nr1; \
+		tar -czf _output/dist/kubectl-nr1_$(VERSION)_linux_$$a.tar.gz --owner 0 --group 0 --mtime @0 --sort=name LICENSE -C bin/linux_$$a kubectl-nr1; \
 	done
 	cd _output/dist && sha256sum kubectl-nr1_$(VERSION)_linux_*.tar.gz > kubectl-nr1_$(VERSION)_SHA256SUMS && cat kubectl-nr1_$(VERSION)_SHA256SUMS
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //go:build ignore
 
 // Footprint of the NR1 device files, per process and cgroup: the task_file iterator
@@ -16,7 +17,7 @@
 // An O_PATH fd names a file without opening it: no I/O, no mapping, nothing held.
 #define FMODE_PATH (1U << 14)
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 // A target is a character device by its device number (a runtime makes its own node in
 // each container), or a regular file by (device, inode), which a bind mount keeps.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //go:build ignore
 
 // Throttle of a CG: attached to the pod's cgroup (v2), it refuses every access to the
@@ -8,7 +9,7 @@
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
-char LICENSE[] SEC("license") = "GPL";
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 struct dev_key {
 	__u32 major;

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package actuate carries out enforcement actions: Events, the device-cgroup throttle
 // (and optionally the freezer), CRI StopContainer, and the Eviction API.
 package actuate

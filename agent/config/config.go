@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package config is the agent's configuration: a versioned YAML file, flags and their
 // NR1_AGENT_* environment twins, with precedence flag > env > file > default.
 package config

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package deviceplugin
 
 // Device IDs are the unit's index in base 62, shortest form first. The kubelet reads a

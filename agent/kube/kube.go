@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kube is the agent's Kubernetes API client: Events on pods, the Eviction API,
 // the namespaces' labels, the watch on its own DaemonSet that tells the agent it is
 // being removed, and the DRA driver's claims and ResourceSlices. It is

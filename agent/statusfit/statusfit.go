@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package statusfit tells the operator of a CG whose pod status the kubelet cannot
 // write. In device-plugin mode one NR1 unit is one device, and with its resource health
 // on (the ResourceHealthStatus feature gate, on by default since Kubernetes 1.36) the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The few kernel types the NR1 footprint programs read. Fields are relocated against the
  * running kernel's BTF (CO-RE), so only names and types matter here, not layout. */
 #ifndef NR1_VMLINUX_H

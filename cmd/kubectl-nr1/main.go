@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kubectl-nr1 is the kubectl plugin for NR1 nodes (`kubectl nr1`): what each CG
 // was given and holds (top), a CG's pod spec from the toolchain's resources.yaml
 // (inject), and a CG's enforcement story (explain). It reads nr1-agent through the API

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command nr1-agent is the NR1 node agent: it advertises the NR1 resources to the
 // kubelet and enforces what each compute graph was allocated. `nr1-agent cleanup`
 // undoes on a node what the agent did there.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command nr1-load is a compute-graph workload for the simulated NR1: it maps DMA
 // memory, opens hypervisor queues and fills its writable layer as told, changes that
 // over time, and reports what it holds. With --fork it holds the same in several

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command nr1-sim creates, flips and removes a simulated NR1 (see package nr1/sim).
 package main
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every fuzz target of the module for FUZZTIME each (make fuzz). `go test -fuzz`
 # takes one target per package run, so the targets are found by their declarations: a
 # new one is fuzzed without being listed anywhere. A crasher is written by go test to

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's quick start as a newcomer types it, in both modes: `make run` (FOLLOW=0, so
 # it returns after the example output) and `make run MODE=dra`, each output checked
 # (deploy/e2e/quickstart_test.go); on the DRA cluster, the README's install commands as

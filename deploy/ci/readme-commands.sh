@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's install and uninstall commands, typed as written, on the local cluster left
 # up by `make run` (run by deploy/ci/quickstart.sh): kubectl nr1 installed with `go
 # install …@latest` (the module served from this clone's HEAD by a file proxy in front of

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ci checks what the README tells a newcomer to type: every make target and
 // variable it names exists, and every subcommand of the local stack it names. The
 // commands themselves run in CI as written (.ci/run, deploy/ci/quickstart.sh).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the unit tests built for arm64, the NR1 node's architecture, under qemu-user
 # (make test-arm64; arguments go to go test). Tests start their own binary again as a
 # helper, or one they built, so the kernel must hand arm64 executables to qemu as well:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build e2e
 
 // Package e2e tests nr1-agent on the local node stack (deploy/local): a real kubelet,

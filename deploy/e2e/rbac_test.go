@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build e2eafter
 
 // The agent's RBAC, checked against what it did: run by make e2e after every e2e suite,

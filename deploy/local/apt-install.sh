@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # apt-install.sh PKG...: installs those of the Debian packages that are missing, as root;
 # the package lists are refreshed at most every 12 hours ($NR1_CACHE/.apt-updated).
 set -euo pipefail

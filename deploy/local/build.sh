@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the local node stack's binaries from the Go module proxy and installs the Debian
 # packages it needs. Binaries are cached outside the clone, keyed by version, so a warm
 # run only checks that they exist.

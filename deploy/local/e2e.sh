@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # make e2e (e2e.sh) and make trust (e2e.sh trust): brings the local node stack up
 # (unless it already runs), deploys the agent, runs the e2e tests or the generative trust
 # suite (NR1_TRUST_SEED, NR1_TRUST_DURATION), and tears down what it brought up, even on

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes the local cluster's certificates and kubeconfigs with openssl: a CA, the API
 # server's serving certificate, one client certificate per component, and the service
 # account key pair. Usage: pki.sh DIR NODE NODE_IP

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # make run: the local node stack with the simulated NR1, the agent deployed in NR1_MODE
 # (devicePlugin or dra), that mode's example CGs running (deploy/examples/<mode>), and
 # what the agent does shown: the node's NR1, the CGs, the metrics, kubectl nr1 top, then

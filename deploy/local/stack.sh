@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The local single-node Kubernetes: containerd + runc + CNI bridge, etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler and kubelet, with a simulated NR1.
 #   stack.sh up       bring it up (idempotent); images from $NR1_IMAGES are imported

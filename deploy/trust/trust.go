@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package trust invents the cases of the generative trust suite (make trust): CGs of
 // random shapes holding the NR1 in random ways, each either within its booking for its
 // whole life or going over by a chosen amount at a chosen moment, and faults at random

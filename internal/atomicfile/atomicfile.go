@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package atomicfile writes a file whole or not at all: the agent's checkpoints and the
 // CDI specs it hands the runtime are read by others at any moment, and a crash must
 // leave the old file or the new one, never half of one.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package checkpoint frames the files in which the agent keeps what must outlive it (the
 // enforcement state, the prepared DRA claims): a version, so that an agent never reads
 // another version's meaning into it, and a checksum, so that a damaged file is told

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package clocktest is a fake clock for tests that step time instead of sleeping. A step
 // taken before the code under test starts to wait is lost to that wait, so the clock
 // tells the test each wait as it starts: the test steps once the code waits, never

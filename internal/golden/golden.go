@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package golden keeps a test's expected output in a file beside the test: Read returns
 // it, after rewriting it with what the test produced when the test runs with -update.
 // It is imported by tests only.

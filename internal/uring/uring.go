@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package uring sets up io_urings with registered files, the way a process can hold
 // files open with no fd on them: enough for nr1-load's adversaries and the tests of the
 // footprint scans, not a ring to submit work to.

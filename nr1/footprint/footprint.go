@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package footprint measures what processes hold of the NR1 device files: the bytes of
 // their mappings and their open file descriptions, with the detail behind each figure.
 // A scan reports records per process and cgroup; Tally sums them per group of the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package sim is a simulated NR1: the driver's device files and its sysfs-like capacity
 // and health tree, in a directory. Everything the agent measures on it is real kernel
 // state: the DMA files are real files mapped by real processes, the queue file a real

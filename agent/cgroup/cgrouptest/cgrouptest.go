@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cgrouptest runs a test binary's helper processes inside real cgroups, beside a
 // simulated NR1 queue device and DMA file, for the privileged tests of throttling,
 // freezing and cleanup. It is for tests only.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fakecri is a CRI runtime service for tests of one package: pods and containers
 // held in memory, served over real gRPC on a unix socket, with events the test controls.
 package fakecri

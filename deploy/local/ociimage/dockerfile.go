@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -11,12 +13,13 @@ import (
 // stage is what the image takes from a final Dockerfile stage.
 type stage struct {
 	copies     []string // destinations of COPY
+	labels     map[string]string
 	user       string
 	entrypoint []string
 }
 
-// parseStage reads the named stage of a Dockerfile: its COPY destinations, USER and
-// exec-form ENTRYPOINT. Anything else in the stage is refused, so the offline image can
+// parseStage reads the named stage of a Dockerfile: its COPY destinations, LABELs
+// (key="value"), USER and exec-form ENTRYPOINT. Anything else in the stage is refused, so the offline image can
 // never silently differ from the Dockerfile's.
 func parseStage(r io.Reader, target string) (stage, error) {
 	var (
@@ -53,6 +56,10 @@ func parseStage(r io.Reader, target string) (stage, error) {
 				return st, fmt.Errorf("line %d: COPY wants a source and a destination", n)
 			}
 			st.copies = append(st.copies, f[len(f)-1])
+		case "LABEL":
+			if err := parseLabels(rest, &st); err != nil {
+				return st, fmt.Errorf("line %d: %w", n, err)
+			}
 		case "USER":
 			st.user = strings.TrimSpace(rest)
 		case "ENTRYPOINT":
@@ -73,4 +80,27 @@ func parseStage(r io.Reader, target string) (stage, error) {
 		return st, fmt.Errorf("stage %s has no ENTRYPOINT", target)
 	}
 	return st, nil
+}
+
+// parseLabels reads LABEL's key="value" pairs; a value must be quoted (JSON string
+// escapes), so that what the image says is exactly what the Dockerfile says.
+func parseLabels(rest string, st *stage) error {
+	rest = strings.TrimSpace(rest)
+	for rest != "" {
+		key, after, ok := strings.Cut(rest, "=")
+		if !ok || key == "" || strings.ContainsAny(key, " \t\"") || !strings.HasPrefix(after, `"`) {
+			return fmt.Errorf("LABEL wants key=\"value\" pairs, got %s", rest)
+		}
+		dec := json.NewDecoder(strings.NewReader(after))
+		var value string
+		if err := dec.Decode(&value); err != nil {
+			return fmt.Errorf("LABEL %s: %w", key, err)
+		}
+		if st.labels == nil {
+			st.labels = map[string]string{}
+		}
+		st.labels[key] = value
+		rest = strings.TrimSpace(after[dec.InputOffset():])
+	}
+	return nil
 }

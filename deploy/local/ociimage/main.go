@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command ociimage writes a multi-platform OCI image archive (an OCI layout in a tar)
 // from static binaries, for `ctr images import` where no registry and no image builder
 // is reachable: one image index with a linux manifest per architecture, each with one
@@ -220,14 +222,18 @@ func build(name string, st stage, files fileList) (image, error) {
 		if err != nil {
 			return img, fmt.Errorf("linux/%s layer: %w", arch, err)
 		}
+		config := map[string]any{
+			"Entrypoint": st.entrypoint,
+			"User":       st.user,
+			"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		}
+		if len(st.labels) > 0 {
+			config["Labels"] = st.labels
+		}
 		cfg, err := json.Marshal(map[string]any{
 			"architecture": arch,
 			"os":           "linux",
-			"config": map[string]any{
-				"Entrypoint": st.entrypoint,
-				"User":       st.user,
-				"Env":        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-			},
+			"config":       config,
 			"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 			"history": []map[string]string{{"created_by": "ociimage", "created": epoch.Format(time.RFC3339)}},
 		})
@@ -327,7 +333,11 @@ func buildLayer(arch string, files map[string]string) (gz []byte, diffID string,
 		if err := checkMachine(arch, data); err != nil {
 			return nil, "", 0, fmt.Errorf("%s for %s: %w", files[dst], dst, err)
 		}
-		if err := writeFile(tw, strings.TrimPrefix(dst, "/"), data, 0o755); err != nil {
+		mode := int64(0o644) // a license, a configuration: read, never run
+		if bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
+			mode = 0o755
+		}
+		if err := writeFile(tw, strings.TrimPrefix(dst, "/"), data, mode); err != nil {
 			return nil, "", 0, err
 		}
 		unpacked += int64(len(data))

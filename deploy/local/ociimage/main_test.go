@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -92,6 +94,9 @@ func agentImage(t *testing.T, dir string, extra ...string) (string, string, erro
 		}
 		elfFile(t, bin, m)
 		args = append(args, "--file", arch+"="+bin+":/nr1-agent")
+		for _, l := range agentLicenses {
+			args = append(args, "--file", arch+"=../../../"+l+":/"+l)
+		}
 	}
 	out := filepath.Join(dir, "img.tar")
 	var report bytes.Buffer
@@ -141,6 +146,7 @@ func TestImageHoldsEachPlatform(t *testing.T) {
 			Config           struct {
 				Entrypoint []string
 				User       string
+				Labels     map[string]string
 			}
 			RootFS struct {
 				DiffIDs []string `json:"diff_ids"`
@@ -149,7 +155,8 @@ func TestImageHoldsEachPlatform(t *testing.T) {
 		if err := json.Unmarshal(configBlob, &cfg); err != nil {
 			t.Fatal(err)
 		}
-		if cfg.Architecture != arch || cfg.OS != "linux" || strings.Join(cfg.Config.Entrypoint, " ") != "/nr1-agent" || cfg.Config.User != "0:0" {
+		if cfg.Architecture != arch || cfg.OS != "linux" || strings.Join(cfg.Config.Entrypoint, " ") != "/nr1-agent" || cfg.Config.User != "0:0" ||
+			cfg.Config.Labels["org.opencontainers.image.licenses"] != "Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)" {
 			t.Errorf("%s config %+v", arch, cfg)
 		}
 		layerBlob := blob(t, files, manifest.Layers[0].Digest)
@@ -164,14 +171,23 @@ func TestImageHoldsEachPlatform(t *testing.T) {
 		if len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.DiffIDs[0] != digest(raw) {
 			t.Errorf("%s diff IDs %v, want the uncompressed layer's %s", arch, cfg.RootFS.DiffIDs, digest(raw))
 		}
-		tr := tar.NewReader(bytes.NewReader(raw))
-		h, err := tr.Next()
-		if err != nil || h.Name != "nr1-agent" || h.Mode != 0o755 {
-			t.Fatalf("%s layer entry %+v %v", arch, h, err)
+		entries := layerFiles(t, raw)
+		bin := entries["nr1-agent"].data
+		if entries["nr1-agent"].mode != 0o755 {
+			t.Fatalf("%s layer: nr1-agent mode %o", arch, entries["nr1-agent"].mode)
 		}
-		bin, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
+		unpacked := 0
+		for _, e := range entries {
+			unpacked += len(e.data)
+		}
+		for _, l := range agentLicenses {
+			want, err := os.ReadFile("../../../" + l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := entries[l]; !ok || e.mode != 0o644 || !bytes.Equal(e.data, want) {
+				t.Errorf("%s layer: %s missing, not %s, or not read-only (mode %o)", arch, l, l, e.mode)
+			}
 		}
 		f, err := elf.NewFile(bytes.NewReader(bin))
 		if err != nil {
@@ -183,7 +199,7 @@ func TestImageHoldsEachPlatform(t *testing.T) {
 		// containerd's image size for the platform: what the walk from the image's
 		// target (the index) down the platform's manifest meets.
 		size := len(indexBlob) + len(manifestBlob) + len(configBlob) + len(layerBlob)
-		line := fmt.Sprintf("nr1.local/nr1-agent:dev linux/%s: %s compressed (containerd's image size), %s unpacked", arch, mib(int64(size)), mib(int64(len(bin))))
+		line := fmt.Sprintf("nr1.local/nr1-agent:dev linux/%s: %s compressed (containerd's image size), %s unpacked", arch, mib(int64(size)), mib(int64(unpacked)))
 		if !strings.Contains(report, line+"\n") {
 			t.Errorf("report %q lacks %q", report, line)
 		}
@@ -261,6 +277,14 @@ func TestSizeFlag(t *testing.T) {
 	}
 }
 
+// LABELs are read as the Dockerfile writes them, several to a line.
+func TestLabelsAreRead(t *testing.T) {
+	st, err := parseStage(strings.NewReader("FROM scratch AS app\nLABEL a=\"x y\" b=\"(1 OR 2)\"\nLABEL c=\"\"\nENTRYPOINT [\"/app\"]\n"), "app")
+	if err != nil || st.labels["a"] != "x y" || st.labels["b"] != "(1 OR 2)" || len(st.labels) != 3 {
+		t.Errorf("labels %v, %v", st.labels, err)
+	}
+}
+
 func TestStageMismatchIsRefused(t *testing.T) {
 	df := "FROM golang AS build\nRUN make\nFROM scratch AS app\nCOPY --from=build /out/app /app\nUSER 65532\nENTRYPOINT [\"/app\"]\n"
 	st, err := parseStage(strings.NewReader(df), "app")
@@ -281,6 +305,8 @@ func TestStageMismatchIsRefused(t *testing.T) {
 		"FROM scratch AS app\nRUN true\nENTRYPOINT [\"/app\"]\n",
 		"FROM scratch AS app\nENTRYPOINT /app\n",
 		"FROM scratch AS other\nENTRYPOINT [\"/app\"]\n",
+		"FROM scratch AS app\nLABEL a=b\nENTRYPOINT [\"/app\"]\n",
+		"FROM scratch AS app\nLABEL a=\"b\nENTRYPOINT [\"/app\"]\n",
 	} {
 		if _, err := parseStage(strings.NewReader(bad), "app"); err == nil {
 			t.Errorf("accepted %q", bad)
@@ -297,5 +323,38 @@ func TestFileFlag(t *testing.T) {
 		if err := f.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted", bad)
 		}
+	}
+}
+
+// agentLicenses are the license texts the agent's image carries, at these paths.
+var agentLicenses = []string{"LICENSE", "LICENSES/GPL-2.0-only.txt", "LICENSES/BSD-2-Clause.txt"}
+
+// layerEntry is a regular file of a layer.
+type layerEntry struct {
+	mode int64
+	data []byte
+}
+
+// layerFiles reads a layer's regular files by name.
+func layerFiles(t *testing.T, raw []byte) map[string]layerEntry {
+	t.Helper()
+	out := map[string]layerEntry{}
+	tr := tar.NewReader(bytes.NewReader(raw))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[h.Name] = layerEntry{mode: h.Mode, data: data}
 	}
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command pause is the pod sandbox's process for the local node stack, which has no
 // registry to pull the usual pause image from: it waits for a signal and exits.
 package main
