@@ -234,8 +234,8 @@ func build(name string, st stage, files fileList) (image, error) {
 			"architecture": arch,
 			"os":           "linux",
 			"config":       config,
-			"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-			"history": []map[string]string{{"created_by": "ociimage", "created": epoch.Format(time.RFC3339)}},
+			"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{diffID}},
+			"history":      []map[string]string{{"created_by": "ociimage", "created": epoch.Format(time.RFC3339)}},
 		})
 		if err != nil {
 			return img, err
