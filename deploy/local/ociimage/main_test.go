@@ -10,6 +10,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -342,7 +343,7 @@ func layerFiles(t *testing.T, raw []byte) map[string]layerEntry {
 	tr := tar.NewReader(bytes.NewReader(raw))
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {
