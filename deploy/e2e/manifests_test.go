@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -121,4 +122,20 @@ func TestRenderingsAcceptedByAPIServer(t *testing.T) {
 	}
 	// The base (production) rendering too.
 	run(t, "kubectl", "apply", "--dry-run=server", "-k", filepath.Join(repo, "deploy", "kustomize", "base"))
+}
+
+// A misspelt key of the agent's configuration fails helm install, against the chart's
+// schema (the configuration type's), instead of crash-looping the agent on every node.
+func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
+	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
+	for set, want := range map[string]string{
+		"config.sampling.intervall=5s": "at '/config/sampling': additional properties 'intervall' not allowed",
+		"config.sampling.interval=5":   "at '/config/sampling/interval': got number, want string",
+	} {
+		_, err := runErr("helm", "install", "nr1-typo", chart, "--dry-run=server", "--namespace", "default", "--set", set)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want refused: %s", set, err, want)
+		}
+	}
+	run(t, "helm", "install", "nr1-typo", chart, "--dry-run=server", "--namespace", "default", "--set", "config.sampling.interval=5s")
 }

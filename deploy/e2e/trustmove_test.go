@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -109,18 +108,6 @@ func (r *trustRun) moveWorker(ctx context.Context, ns, name, container string) (
 		return sub, worker, os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(worker)), 0o644)
 	}
 	return "", 0, errors.New("no running container")
-}
-
-// runErr runs a command and returns its output, or an error with its stderr.
-func runErr(name string, args ...string) ([]byte, error) {
-	cmd := exec.Command(name, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, stderr.String())
-	}
-	return out, nil
 }
 
 // cgroupV2Dir is the directory of process pid's cgroup in the v2 hierarchy.
