@@ -139,3 +139,26 @@ func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 	}
 	run(t, "helm", "install", "nr1-typo", chart, "--dry-run=server", "--namespace", "default", "--set", "config.sampling.interval=5s")
 }
+
+// The kubelet's root, the CDI directory and the runtime's socket follow the agent's
+// configuration, on the host and in the agent's container alike: microk8s and CRI-O
+// keep them elsewhere.
+func TestChartFollowsTheConfiguredHostPaths(t *testing.T) {
+	const kubelet, crio, cdi = "/var/snap/microk8s/common/var/lib/kubelet", "/var/run/crio", "/etc/cdi"
+	out := string(run(t, "helm", "template", "nr1-agent", filepath.Join(repo, "deploy", "helm", "nr1-agent"),
+		"--set", "config.paths.kubelet="+kubelet, "--set", "config.runtime.endpoint=unix://"+crio+"/crio.sock", "--set", "config.paths.cdi="+cdi))
+	for _, want := range []string{
+		"mountPath: " + kubelet + "/device-plugins}", "path: " + kubelet + "/device-plugins,",
+		"mountPath: " + kubelet + "/plugins}", "path: " + kubelet + "/plugins_registry,",
+		"mountPath: " + kubelet + "/pod-resources,", "path: " + kubelet + "/pod-resources,",
+		"{name: cri, mountPath: " + crio + ",", "path: " + crio + ",",
+		"{name: cdi, mountPath: " + cdi + "}", "path: " + cdi + ",",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the rendering has no %q", want)
+		}
+	}
+	if strings.Contains(out, "ath: /var/lib/kubelet") || strings.Contains(out, "/run/containerd") {
+		t.Error("the rendering still names the default paths")
+	}
+}

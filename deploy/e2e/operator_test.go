@@ -59,7 +59,8 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 
 	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
 	rendered := run(t, "helm", "template", "nr1-agent", chart, "--namespace", "nr1-system",
-		"--set", "prometheus.serviceMonitor=true", "--set", "prometheus.rules=true", "--show-only", "templates/prometheus.yaml")
+		"--set", "prometheus.serviceMonitor=true", "--set", "prometheus.rules=true", "--set", "prometheus.additionalLabels.release=kps",
+		"--show-only", "templates/prometheus.yaml")
 	path := filepath.Join(t.TempDir(), "prometheus.yaml")
 	writeFile(t, path, rendered)
 	run(t, "kubectl", "apply", "--server-side", "--field-manager=nr1-e2e", "--validate=strict", "-n", "nr1-system", "-f", path)
@@ -70,7 +71,8 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	// What the API server stored is what the chart meant: the endpoint on the metrics
 	// port, every rule of the canonical file.
 	var sm struct {
-		Spec struct {
+		Metadata struct{ Labels map[string]string }
+		Spec     struct {
 			Endpoints []struct{ Port string }
 			Selector  struct{ MatchLabels map[string]string }
 		}
@@ -81,8 +83,13 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != "nr1-agent" {
 		t.Errorf("ServiceMonitor as stored: %+v", sm.Spec)
 	}
+	// kube-prometheus-stack selects what carries its release's label.
+	if sm.Metadata.Labels["release"] != "kps" {
+		t.Errorf("ServiceMonitor labels %v, want the additional release label", sm.Metadata.Labels)
+	}
 	var pr struct {
-		Spec struct {
+		Metadata struct{ Labels map[string]string }
+		Spec     struct {
 			Groups []struct{ Rules []json.RawMessage }
 		}
 	}
@@ -98,6 +105,9 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	}
 	if err := sigsyaml.Unmarshal(b, &file); err != nil {
 		t.Fatal(err)
+	}
+	if pr.Metadata.Labels["release"] != "kps" {
+		t.Errorf("PrometheusRule labels %v, want the additional release label", pr.Metadata.Labels)
 	}
 	if count(pr.Spec.Groups) != count(file.Groups) || count(file.Groups) == 0 {
 		t.Errorf("PrometheusRule holds %d rules, the rules file %d", count(pr.Spec.Groups), count(file.Groups))
@@ -168,4 +178,34 @@ func TestPlainScrapeConfig(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The dashboard ships as a ConfigMap Grafana's sidecar picks up: labelled for it, holding
+// the dashboard file as it is, accepted by the API server.
+func TestDashboardConfigMap(t *testing.T) {
+	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
+	rendered := run(t, "helm", "template", "nr1-agent", chart, "--set", "grafana.dashboard=true", "--set", "grafana.namespace=default",
+		"--show-only", "templates/grafana.yaml")
+	var cm struct {
+		Metadata struct {
+			Namespace string
+			Labels    map[string]string
+		}
+		Data map[string]string
+	}
+	if err := sigsyaml.Unmarshal(rendered, &cm); err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(chart, "files", "nr1-agent.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Metadata.Namespace != "default" || cm.Metadata.Labels["grafana_dashboard"] != "1" ||
+		strings.TrimSpace(cm.Data["nr1-agent.json"]) != strings.TrimSpace(string(want)) {
+		t.Errorf("dashboard ConfigMap in %q labelled %v, holding the dashboard: %v", cm.Metadata.Namespace, cm.Metadata.Labels,
+			strings.TrimSpace(cm.Data["nr1-agent.json"]) == strings.TrimSpace(string(want)))
+	}
+	path := filepath.Join(t.TempDir(), "dashboard.yaml")
+	writeFile(t, path, rendered)
+	run(t, "kubectl", "apply", "--dry-run=server", "--validate=strict", "-f", path)
 }
