@@ -137,7 +137,9 @@ func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 			t.Errorf("--set %s: %v, want refused: %s", set, err, want)
 		}
 	}
-	run(t, "helm", "install", "nr1-typo", chart, "--dry-run=server", "--namespace", "default", "--set", "config.sampling.interval=5s")
+	// The same key spelt right passes the schema (rendered: the agent this suite runs owns
+	// the chart's objects on the stack, which an install would find taken).
+	run(t, "helm", "template", "nr1-typo", chart, "--set", "config.sampling.interval=5s")
 }
 
 // The kubelet's root, the CDI directory and the runtime's socket follow the agent's
