@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
@@ -426,30 +427,12 @@ func TestRefusedRegistrationIsRetried(t *testing.T) {
 	}
 }
 
-// syncLog is a log the test reads while the manager writes it.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestServesAgainAfterItsListenerFails: a plugin's server whose listener fails while
 // its socket stays (the kubelet's calls then find nobody) is logged, replaced after a
 // backoff on the manager's clock by a plugin on a new socket, and registered again;
 // nor event nor resync prompts it.
 func TestServesAgainAfterItsListenerFails(t *testing.T) {
-	logged := &syncLog{}
+	logged := &syncbuf.Buffer{}
 	var mu sync.Mutex
 	listeners := map[string]net.Listener{}
 	h := startManager(t, func(m *Manager) {

@@ -28,6 +28,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
@@ -434,24 +435,6 @@ func TestSliceFieldsDroppedAreReported(t *testing.T) {
 	}
 }
 
-// syncLog is a log the test reads while the driver writes it.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A socket whose listener fails under its server while the driver runs is logged,
 // then served again after a backoff on the driver's clock: the kubelet's plugin watcher
 // finds the registration socket anew, and its client of the DRA socket reconnects.
@@ -462,7 +445,7 @@ func TestSocketServedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := testDriver(t, dir)
-	logged := &syncLog{}
+	logged := &syncbuf.Buffer{}
 	d.log = slog.New(slog.NewTextHandler(logged, nil))
 	clk := testingclock.NewFakeClock(time.Now())
 	d.clock = clk

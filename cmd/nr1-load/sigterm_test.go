@@ -7,37 +7,20 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 )
-
-// syncBuffer is an output both the test and the child's copier use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startMain runs nr1-load as a process with args and waits until it logs want; done
 // receives how the process ended.
-func startMain(t *testing.T, want string, args ...string) (cmd *exec.Cmd, out *syncBuffer, done <-chan error) {
+func startMain(t *testing.T, want string, args ...string) (cmd *exec.Cmd, out *syncbuf.Buffer, done <-chan error) {
 	t.Helper()
 	cmd = exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "NR1_LOAD_TEST_MAIN=1")
-	out = &syncBuffer{}
+	out = &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -53,7 +36,7 @@ func startMain(t *testing.T, want string, args ...string) (cmd *exec.Cmd, out *s
 }
 
 // exitedOnSignal checks that nr1-load ended with 143, as a workload ended by SIGTERM.
-func exitedOnSignal(t *testing.T, done <-chan error, out *syncBuffer) {
+func exitedOnSignal(t *testing.T, done <-chan error, out *syncbuf.Buffer) {
 	t.Helper()
 	select {
 	case err := <-done:
@@ -66,7 +49,7 @@ func exitedOnSignal(t *testing.T, done <-chan error, out *syncBuffer) {
 	}
 }
 
-func waitLog(t *testing.T, out *syncBuffer, want string) {
+func waitLog(t *testing.T, out *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), want) {

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/sim"
 )
@@ -205,12 +206,12 @@ func newPopulation(tb testing.TB) *population {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var sharerOut []*syncBuffer
+	var sharerOut []*syncbuf.Buffer
 	for j := range sharers {
 		cg := j % ncgroups
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), "NR1_FP_SHARER="+s.File(sim.HypervisorQ))
-		out := &syncBuffer{}
+		out := &syncbuf.Buffer{}
 		cmd.Stdout = out
 		sharerOut = append(sharerOut, out)
 		p.start(tb, cg, cmd)
@@ -308,22 +309,4 @@ func (p *population) processes(tb testing.TB) int {
 		}
 	}
 	return n
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b = append(s.b, p...)
-	return len(p), nil
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.b)
 }

@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 	"github.com/neureality-sdk/nr1-agent/internal/uring"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/sim"
@@ -298,20 +299,18 @@ func (p *population) startMapper(t testing.TB, cg int, spec mapperSpec) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	p.start(t, cg, cmd)
 	t.Cleanup(func() { _ = stdin.Close() })
 	p.waitOutput(t, out, func(b []byte) bool { return bytes.Contains(b, []byte("ready\n")) }, fmt.Sprintf("mapper %s", b))
 }
 
-func (p *population) waitOutput(t testing.TB, out *syncBuffer, done func([]byte) bool, what string) []byte {
+func (p *population) waitOutput(t testing.TB, out *syncbuf.Buffer, done func([]byte) bool, what string) []byte {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out.mu.Lock()
-		b := bytes.Clone(out.b)
-		out.mu.Unlock()
+		b := []byte(out.String())
 		if done(b) {
 			return b
 		}
@@ -352,7 +351,7 @@ func TestSourcesCountTheUnionOfMappedRanges(t *testing.T) {
 	}
 	sh := exec.Command(exe)
 	sh.Env = append(os.Environ(), "NR1_FP_SHARER="+queue)
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	sh.Stdout = out
 	p.start(t, podA, sh)
 	b := p.waitOutput(t, out, func(b []byte) bool { return bytes.HasSuffix(b, []byte("\n")) }, "sharer")
