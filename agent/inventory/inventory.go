@@ -234,8 +234,8 @@ func (b *Builder) refuse(cg *view.CG, sandboxID string, refused []string) {
 // container reads a container's cgroup. The error is a cgroupsPath refused; a cgroup
 // gone meanwhile is no error, only no processes.
 func (b *Builder) container(c *runtime.Container) (*view.Container, error) {
-	ctr := &view.Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: view.ContainerState(c.State), StartedAt: c.StartedAt}
-	if c.State != runtime.Running || c.CgroupsPath == "" {
+	ctr := &view.Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: c.State, StartedAt: c.StartedAt}
+	if c.State != view.Running || c.CgroupsPath == "" {
 		return ctr, nil
 	}
 	paths, err := b.cgroups.Resolve(c.CgroupsPath)
@@ -332,7 +332,7 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 		// claim the agent cannot tell is unknown, never given nothing.
 		held, err := b.heldClaims(c)
 		if err != nil {
-			if c.State == runtime.Running {
+			if c.State == view.Running {
 				problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
 			}
 			continue
@@ -355,7 +355,7 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 			}
 			// Only running containers are compared: the runtime keeps exited instances
 			// whose annotations may come from an earlier allocation.
-			if c.State == runtime.Running {
+			if c.State == view.Running {
 				if problem := b.crossCheck(cg, c, l.Units, annotated, found, err); problem != "" && err == nil {
 					problems = append(problems, problem)
 				}
@@ -370,7 +370,7 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 			unlisted[k] = a
 		}
 		switch {
-		case err != nil && c.State == runtime.Running:
+		case err != nil && c.State == view.Running:
 			problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
 		case found && err == nil:
 			ctr.Allocation, ctr.AllocationSource = nr1.Add(annotated, fromClaims), view.FromAnnotations

@@ -239,7 +239,7 @@ func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
 		for _, c := range p.Containers {
 			exited := want.State == runtimeapi.ContainerState_CONTAINER_EXITED
 			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && (want.Info != "" || c.CgroupsPath == want.CgroupsPath) &&
-				slices.Equal(c.CDIDevices, want.CDIDevices) && exited == (c.State == runtime.Exited) {
+				slices.Equal(c.CDIDevices, want.CDIDevices) && exited == (c.State == view.Exited) {
 				found = true
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 
 // containerd is a containerd 2.x of the local stack's build, run by the test on its own
@@ -207,7 +208,7 @@ func TestRealContainerd(t *testing.T) {
 	sbID, id := runPod(t, conn.RS, "first")
 	started := time.Now()
 	s := r.until(t, time.Second, "started container seen within 1 s", func(s *Snapshot) error {
-		if c := findContainer(s, id); c == nil || c.State != Running || c.PID == 0 {
+		if c := findContainer(s, id); c == nil || c.State != view.Running || c.PID == 0 {
 			return fmt.Errorf("container %s: %+v", id, c)
 		}
 		return nil
@@ -304,7 +305,7 @@ func TestRealContainerd(t *testing.T) {
 		}
 	}
 	r.until(t, time.Second, "stop seen within 1 s", func(s *Snapshot) error {
-		if c := findContainer(s, id); c == nil || c.State != Exited {
+		if c := findContainer(s, id); c == nil || c.State != view.Exited {
 			return fmt.Errorf("container %+v", c)
 		}
 		return nil

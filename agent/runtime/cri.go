@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 
 // DefaultEndpoints are the runtimes' standard sockets, tried in order when no endpoint
@@ -186,23 +188,23 @@ func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c
 			return fmt.Errorf("status of container %s: %w", c.ID, err)
 		}
 		c.CgroupsPath, c.CDIDevices = d.CgroupsPath, d.CDIDevices
-		if c.State == Running {
+		if c.State == view.Running {
 			c.PID = d.PID
 		}
 	}
 	return nil
 }
 
-func stateOf(s runtimeapi.ContainerState) ContainerState {
+func stateOf(s runtimeapi.ContainerState) view.ContainerState {
 	switch s {
 	case runtimeapi.ContainerState_CONTAINER_CREATED:
-		return Created
+		return view.Created
 	case runtimeapi.ContainerState_CONTAINER_RUNNING:
-		return Running
+		return view.Running
 	case runtimeapi.ContainerState_CONTAINER_EXITED:
-		return Exited
+		return view.Exited
 	default:
-		return Unknown
+		return view.Unknown
 	}
 }
 

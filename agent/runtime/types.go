@@ -9,17 +9,8 @@ import (
 	"path"
 	"strings"
 	"time"
-)
 
-// ContainerState is a container's CRI state.
-type ContainerState string
-
-// The CRI container states.
-const (
-	Created ContainerState = "created"
-	Running ContainerState = "running"
-	Exited  ContainerState = "exited"
-	Unknown ContainerState = "unknown"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 
 // Pod is a pod sandbox and its containers, as the runtime knows them.
@@ -44,13 +35,13 @@ type Pod struct {
 
 // Container is one container of a pod.
 type Container struct {
-	ID        string         `json:"id"`
-	Name      string         `json:"name"`
-	Image     string         `json:"image"`
-	ImageRef  string         `json:"imageRef"`
-	State     ContainerState `json:"state"`
-	CreatedAt time.Time      `json:"createdAt"`
-	StartedAt time.Time      `json:"startedAt,omitzero"`
+	ID        string              `json:"id"`
+	Name      string              `json:"name"`
+	Image     string              `json:"image"`
+	ImageRef  string              `json:"imageRef"`
+	State     view.ContainerState `json:"state"`
+	CreatedAt time.Time           `json:"createdAt"`
+	StartedAt time.Time           `json:"startedAt,omitzero"`
 	// PID is the container's init process on the host while it runs.
 	PID int `json:"pid,omitempty"`
 	// CgroupsPath is the OCI spec's linux.cgroupsPath, in the runtime's driver's form.
@@ -106,7 +97,7 @@ func (s *Snapshot) Pod(uid string) *Pod {
 // Running says whether one of the pod's containers runs.
 func (p *Pod) Running() bool {
 	for _, c := range p.Containers {
-		if c.State == Running {
+		if c.State == view.Running {
 			return true
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
 )
 
@@ -164,7 +165,7 @@ func TestInitialList(t *testing.T) {
 		t.Errorf("pod %+v qos %s", p, p.QoS())
 	}
 	hh := containerIn(s, "uid-1", "health-handler")
-	if hh.PID != 101 || hh.State != Running || hh.CgroupsPath != "/kubepods/besteffort/poduid-1/c-hh" ||
+	if hh.PID != 101 || hh.State != view.Running || hh.CgroupsPath != "/kubepods/besteffort/poduid-1/c-hh" ||
 		hh.Annotations["nr1.neureality.ai/compute_dma_memory"] != "3" {
 		t.Errorf("health-handler %+v", hh)
 	}
@@ -184,7 +185,7 @@ func TestEventsFollowTheLifecycle(t *testing.T) {
 
 	r.cri.ExitContainer("c-2", false)
 	r.until(t, time.Second, "stop by event", func(s *Snapshot) error {
-		if c := containerIn(s, "uid-2", "health-handler"); c == nil || c.State != Exited || c.PID != 0 {
+		if c := containerIn(s, "uid-2", "health-handler"); c == nil || c.State != view.Exited || c.PID != 0 {
 			return fmt.Errorf("container %+v", c)
 		}
 		return nil
@@ -401,7 +402,7 @@ func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {
 		t.Error("runtime reported unreachable over one container's info")
 	}
 	for _, name := range []string{"bad", "negative"} {
-		if c := containerIn(s, "uid-1", name); c.State != Running || c.PID != 0 || c.CgroupsPath != "" {
+		if c := containerIn(s, "uid-1", name); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" {
 			t.Errorf("%s: %+v, want running without PID or cgroupsPath", name, c)
 		}
 	}
@@ -432,7 +433,7 @@ func TestHugeStatusBlindsOnlyThatContainer(t *testing.T) {
 	if !s.Connected {
 		t.Fatal("runtime reported unreachable over one container's status")
 	}
-	if c := containerIn(s, "uid-1", "c-huge"); c.State != Running || c.PID != 0 || c.CgroupsPath != "" {
+	if c := containerIn(s, "uid-1", "c-huge"); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" {
 		t.Errorf("c-huge: %+v, want running without PID or cgroupsPath", c)
 	}
 	if hh := containerIn(s, "uid-1", "health-handler"); hh.PID != 101 || hh.CgroupsPath == "" {
@@ -441,7 +442,7 @@ func TestHugeStatusBlindsOnlyThatContainer(t *testing.T) {
 	r.subscribed(t)
 	r.cri.PutContainer(huge("c-late"), false)
 	s = r.until(t, 5*time.Second, "event", hasContainers("uid-1", "c-huge", "c-late", "graph", "health-handler"))
-	if c := containerIn(s, "uid-1", "c-late"); c.State != Running || c.PID != 0 || c.CgroupsPath != "" {
+	if c := containerIn(s, "uid-1", "c-late"); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" {
 		t.Errorf("c-late: %+v", c)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
 	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -64,19 +65,19 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 // Measure measures now. A container whose writable layer cannot be read leaves its CG
 // unknown; an image whose size cannot be read fails the whole measurement.
 func (p *PartitionSampler) Measure(ctx context.Context) error {
-	view, _ := p.view.Load()
+	rs, _ := p.view.Load()
 	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]nr1.Base{}, ByCtr: map[string]nr1.Base{}, Failed: map[string]string{}}
 	images := map[string]int64{}
 	// A pod's sandboxes are one CG: a sandbox the runtime keeps after the pod's
 	// network was set up again holds exited containers, and must not hide (nor
 	// double) what the live one holds. Each image counts once per pod.
 	seen := map[string]map[string]bool{}
-	for _, pod := range view.Pods {
+	for _, pod := range rs.Pods {
 		if seen[pod.UID] == nil {
 			seen[pod.UID] = map[string]bool{}
 		}
 		for _, c := range pod.Containers {
-			if c.State != runtime.Running {
+			if c.State != view.Running {
 				continue
 			}
 			if _, failed := usage.Failed[pod.UID]; failed {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -47,13 +48,13 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	t.Cleanup(cri.Stop)
 
 	running := func(id, name, image string) *runtime.Container {
-		return &runtime.Container{ID: id, Name: name, ImageRef: image, State: runtime.Running}
+		return &runtime.Container{ID: id, Name: name, ImageRef: image, State: view.Running}
 	}
-	view := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+	rs := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
 		{UID: "ua", Containers: []*runtime.Container{running("a1", "health-handler", "img-a"), running("a2", "sidecar", "img-a")}},
 		{UID: "ub", Containers: []*runtime.Container{running("b1", "health-handler", "img-b")}},
 	}}
-	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{view}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := p.Measure(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +85,8 @@ func TestPartitionOfAPodWithALeftoverSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cri.Stop)
-	exited := &runtime.Container{ID: "old", Name: "health-handler", ImageRef: "img-a", State: runtime.Exited}
-	live := &runtime.Container{ID: "live", Name: "health-handler", ImageRef: "img-a", State: runtime.Running}
+	exited := &runtime.Container{ID: "old", Name: "health-handler", ImageRef: "img-a", State: view.Exited}
+	live := &runtime.Container{ID: "live", Name: "health-handler", ImageRef: "img-a", State: view.Running}
 	for _, order := range [][]*runtime.Pod{
 		{{UID: "ua", SandboxID: "s2", Ready: true, Containers: []*runtime.Container{live}}, {UID: "ua", SandboxID: "s1", Containers: []*runtime.Container{exited}}},
 		{{UID: "ua", SandboxID: "s1", Containers: []*runtime.Container{exited}}, {UID: "ua", SandboxID: "s2", Ready: true, Containers: []*runtime.Container{live}}},
@@ -112,10 +113,10 @@ func TestPartitionWakesOnlyOnChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cri.Stop)
-	view := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
-		{UID: "ua", Containers: []*runtime.Container{{ID: "a1", Name: "health-handler", ImageRef: "img-a", State: runtime.Running}}},
+	rs := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+		{UID: "ua", Containers: []*runtime.Container{{ID: "a1", Name: "health-handler", ImageRef: "img-a", State: view.Running}}},
 	}}
-	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{view}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	woken := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
