@@ -147,7 +147,7 @@ func TestCleanupLiftsThrottlesAndThawsWhatTheAgentFroze(t *testing.T) {
 			t.Errorf("%d device programs left on %s", p, cg)
 		}
 	}
-	if n.Frozen(n.throttled) || !n.Progresses(200*time.Millisecond) {
+	if n.Frozen(n.throttled) || !n.KeepsGoing(5*time.Second) {
 		t.Error("the throttled pod is still frozen")
 	}
 	if e := n.Open(ctr); e != 0 {

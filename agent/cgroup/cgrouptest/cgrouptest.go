@@ -248,7 +248,28 @@ func (r *Rig) Count() (int, string) {
 	return n, ""
 }
 
-// Progresses reports whether the holder counts on over d, failing on a holder error.
+// KeepsGoing reports whether the holder counts on within d, failing on a holder error:
+// for a holder that must not be stopped, it waits as long as a loaded machine may take
+// to schedule it, and no longer than it does.
+func (r *Rig) KeepsGoing(d time.Duration) bool {
+	r.T.Helper()
+	before, bad := r.Count()
+	for deadline := time.Now().Add(d); ; time.Sleep(10 * time.Millisecond) {
+		after, bad2 := r.Count()
+		if bad != "" || bad2 != "" {
+			r.T.Fatalf("holder reports %q %q", bad, bad2)
+		}
+		if after > before {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+}
+
+// Progresses reports whether the holder counts on over d, failing on a holder error:
+// for a holder that must be stopped, which only a whole window can show.
 func (r *Rig) Progresses(d time.Duration) bool {
 	r.T.Helper()
 	before, bad := r.Count()
