@@ -4,8 +4,9 @@
 # up by `make run` (run by deploy/ci/quickstart.sh): kubectl nr1 installed with `go
 # install …@latest` (the module served from this clone's HEAD by a file proxy in front of
 # the Go module proxy) and run; the operators' RoleBinding; the kustomize uninstall, then
-# `kubectl apply -k deploy/kustomize/base` and its uninstall; `helm install` and
-# `helm uninstall`. Each is checked for what the README says it does.
+# `kubectl apply -k deploy/kustomize/base` and its uninstall; `helm install` into its
+# namespace, the namespace's Pod Security label, `helm uninstall` and the namespace's
+# deletion. Each is checked for what the README says it does.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -71,12 +72,17 @@ image=$(kubectl -n nr1-system get daemonset nr1-agent -o jsonpath='{.spec.templa
 [[ $image == ghcr.io/neureality-sdk/nr1-agent:* ]] || fail "kustomize base's image is $image"
 uninstall_kustomize
 
-step "helm install nr1-agent deploy/helm/nr1-agent"
-helm install nr1-agent deploy/helm/nr1-agent
+step "helm install nr1-agent deploy/helm/nr1-agent --namespace nr1-system --create-namespace"
+helm install nr1-agent deploy/helm/nr1-agent --namespace nr1-system --create-namespace
 daemonset_scheduled
-[ "$(helm status nr1-agent -o json | jq -r .info.status)" = deployed ] || fail "helm status: not deployed"
-step "helm uninstall nr1-agent"
-helm uninstall nr1-agent
+[ "$(helm status nr1-agent --namespace nr1-system -o json | jq -r .info.status)" = deployed ] || fail "helm status: not deployed"
+step "kubectl label namespace nr1-system pod-security.kubernetes.io/enforce=privileged"
+kubectl label namespace nr1-system pod-security.kubernetes.io/enforce=privileged
+step "helm uninstall nr1-agent --namespace nr1-system"
+helm uninstall nr1-agent --namespace nr1-system
+kubectl -n nr1-system wait --for=delete pod -l app.kubernetes.io/name=nr1-agent --timeout=120s
+step "kubectl delete namespace nr1-system"
+kubectl delete namespace nr1-system
 kubectl wait --for=delete namespace/nr1-system --timeout=120s
 echo "== readme: the README's install commands did what it says"
 cd "$repo"

@@ -6,9 +6,11 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -19,16 +21,70 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
+var chart = filepath.Join(repo, "deploy", "helm", "nr1-agent")
+
+// helmTemplate renders the chart as helm template does for the stack's API server: the
+// chart's kubeVersion refuses helm's default (Kubernetes 1.20) without it.
+func helmTemplate(t *testing.T, release, namespace string, args ...string) []byte {
+	t.Helper()
+	var v struct {
+		ServerVersion struct{ GitVersion string } `json:"serverVersion"`
+	}
+	if err := json.Unmarshal(run(t, "kubectl", "version", "-o", "json"), &v); err != nil || v.ServerVersion.GitVersion == "" {
+		t.Fatalf("the API server's version: %v", err)
+	}
+	return run(t, "helm", append([]string{"template", release, chart, "--namespace", namespace, "--kube-version", v.ServerVersion.GitVersion}, args...)...)
+}
+
 // render returns the Helm chart with the local values and the kustomize local overlay,
 // as the stack's own helm and kubectl render them.
 func render(t *testing.T) (helm, kustomize []byte) {
 	t.Helper()
-	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
 	run(t, "helm", "lint", "--strict", chart, "-f", filepath.Join(chart, "values-local.yaml"))
 	run(t, "helm", "lint", "--strict", chart)
-	helm = run(t, "helm", "template", "nr1-agent", chart, "-f", filepath.Join(chart, "values-local.yaml"))
+	helm = helmTemplate(t, "nr1-agent", "nr1-system", "-f", filepath.Join(chart, "values-local.yaml"))
 	kustomize = run(t, "kubectl", "kustomize", filepath.Join(repo, "deploy", "kustomize", "overlays", "local"))
 	return helm, kustomize
+}
+
+// helmRelease is what a Helm rendering says of its release, which a kustomize rendering
+// has no release to say: the labels naming the release, its manager and chart, and the
+// configuration's checksum rolling the agents when it changes (kustomize's users apply
+// the DaemonSet and its ConfigMap together, and restart it).
+var helmRelease = struct{ labels, annotations []string }{
+	labels:      []string{"app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "helm.sh/chart"},
+	annotations: []string{"checksum/config"},
+}
+
+// withoutRelease drops helmRelease's labels and annotations from an object and its pod
+// template.
+func withoutRelease(obj map[string]any) {
+	for _, path := range [][]string{{"metadata"}, {"spec", "template", "metadata"}} {
+		meta, ok := dig(obj, path...).(map[string]any)
+		if !ok {
+			continue
+		}
+		for field, keys := range map[string][]string{"labels": helmRelease.labels, "annotations": helmRelease.annotations} {
+			m, _ := meta[field].(map[string]any)
+			for _, k := range keys {
+				delete(m, k)
+			}
+			if m != nil && len(m) == 0 {
+				delete(meta, field)
+			}
+		}
+	}
+}
+
+func dig(v any, path ...string) any {
+	for _, k := range path {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
 }
 
 // objects parses a multi-document rendering into objects keyed by kind/namespace/name,
@@ -96,6 +152,9 @@ func name(v any) string {
 func TestHelmAndKustomizeRenderTheSameObjects(t *testing.T) {
 	helm, kustomize := render(t)
 	h, k := objects(t, helm), objects(t, kustomize)
+	for _, obj := range h {
+		withoutRelease(obj.(map[string]any))
+	}
 	if len(h) == 0 || len(h) != len(k) {
 		t.Fatalf("helm renders %d objects, kustomize %d", len(h), len(k))
 	}
@@ -127,7 +186,6 @@ func TestRenderingsAcceptedByAPIServer(t *testing.T) {
 // A misspelt key of the agent's configuration fails helm install, against the chart's
 // schema (the configuration type's), instead of crash-looping the agent on every node.
 func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
-	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
 	for set, want := range map[string]string{
 		"config.sampling.intervall=5s": "at '/config/sampling': additional properties 'intervall' not allowed",
 		"config.sampling.interval=5":   "at '/config/sampling/interval': got number, want string",
@@ -139,7 +197,7 @@ func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 	}
 	// The same key spelt right passes the schema (rendered: the agent this suite runs owns
 	// the chart's objects on the stack, which an install would find taken).
-	run(t, "helm", "template", "nr1-typo", chart, "--set", "config.sampling.interval=5s")
+	helmTemplate(t, "nr1-typo", "default", "--set", "config.sampling.interval=5s")
 }
 
 // The kubelet's root, the CDI directory and the runtime's socket follow the agent's
@@ -147,7 +205,7 @@ func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 // keep them elsewhere.
 func TestChartFollowsTheConfiguredHostPaths(t *testing.T) {
 	const kubelet, crio, cdi = "/var/snap/microk8s/common/var/lib/kubelet", "/var/run/crio", "/etc/cdi"
-	out := string(run(t, "helm", "template", "nr1-agent", filepath.Join(repo, "deploy", "helm", "nr1-agent"),
+	out := string(helmTemplate(t, "nr1-agent", "nr1-system",
 		"--set", "config.paths.kubelet="+kubelet, "--set", "config.runtime.endpoint=unix://"+crio+"/crio.sock", "--set", "config.paths.cdi="+cdi))
 	for _, want := range []string{
 		"mountPath: " + kubelet + "/device-plugins}", "path: " + kubelet + "/device-plugins,",
@@ -163,4 +221,96 @@ func TestChartFollowsTheConfiguredHostPaths(t *testing.T) {
 	if strings.Contains(out, "ath: /var/lib/kubelet") || strings.Contains(out, "/run/containerd") {
 		t.Error("the rendering still names the default paths")
 	}
+}
+
+// The chart installs into its release's namespace and labels every object as Kubernetes
+// and Helm recommend, with a DaemonSet selector that no release can change; a changed
+// configuration rolls the agents; the namespace object is rendered only when asked for.
+func TestChartFollowsHelmsConventions(t *testing.T) {
+	chartMeta := struct{ Version, AppVersion string }{}
+	b, err := os.ReadFile(filepath.Join(chart, "Chart.yaml"))
+	if err == nil {
+		err = sigsyaml.Unmarshal(b, &chartMeta)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"app.kubernetes.io/name":       "nr1-agent",
+		"app.kubernetes.io/instance":   "ops",
+		"app.kubernetes.io/version":    chartMeta.AppVersion,
+		"app.kubernetes.io/part-of":    "nr1-agent",
+		"app.kubernetes.io/managed-by": "Helm",
+		"helm.sh/chart":                "nr1-agent-" + chartMeta.Version,
+	}
+	objs := objects(t, helmTemplate(t, "ops", "nr1-ops", "--set", "dra.enabled=true"))
+	for key, obj := range objs {
+		o := obj.(map[string]any)
+		if o["kind"] == "Namespace" {
+			t.Errorf("%s rendered without namespace.create", key)
+		}
+		labels, _ := dig(o, "metadata", "labels").(map[string]any)
+		for k, v := range want {
+			if labels[k] != v {
+				t.Errorf("%s: label %s=%v, want %q", key, k, labels[k], v)
+			}
+		}
+		if ns, ok := dig(o, "metadata", "namespace").(string); ok && ns != "nr1-ops" {
+			t.Errorf("%s: in namespace %s, not the release's", key, ns)
+		}
+	}
+	ds, ok := objs["DaemonSet/nr1-ops/nr1-agent"].(map[string]any)
+	if !ok {
+		t.Fatalf("no DaemonSet nr1-agent in the release's namespace: %v", keys(objs))
+	}
+	if sel := dig(ds, "spec", "selector", "matchLabels"); !reflect.DeepEqual(sel, map[string]any{"app.kubernetes.io/name": "nr1-agent"}) {
+		t.Errorf("the DaemonSet selects %v: a selector naming the release or version could not be upgraded", sel)
+	}
+	podLabels, _ := dig(ds, "spec", "template", "metadata", "labels").(map[string]any)
+	for k, v := range want {
+		if podLabels[k] != v {
+			t.Errorf("the agents' pods: label %s=%v, want %q", k, podLabels[k], v)
+		}
+	}
+	for _, subject := range []string{"ClusterRoleBinding/<nil>/nr1-agent", "ClusterRoleBinding/<nil>/nr1-agent-dra"} {
+		subjects, _ := dig(objs[subject], "subjects").([]any)
+		if len(subjects) != 1 || dig(subjects[0], "namespace") != "nr1-ops" {
+			t.Errorf("%s binds %v, not the release's ServiceAccount", subject, subjects)
+		}
+	}
+	if expr := fmt.Sprint(dig(objs["ValidatingAdmissionPolicy/<nil>/nr1-agent-resourceslices"], "spec")); !strings.Contains(expr, "system:serviceaccount:nr1-ops:nr1-agent") {
+		t.Errorf("the ResourceSlice policy does not name the release's ServiceAccount: %s", expr)
+	}
+
+	// The namespace object, when asked for, is the release's, labelled for the agents'
+	// privileged pods.
+	ns := objects(t, helmTemplate(t, "ops", "nr1-ops", "--set", "namespace.create=true"))["Namespace/<nil>/nr1-ops"]
+	if dig(ns, "metadata", "labels", "pod-security.kubernetes.io/enforce") != "privileged" {
+		t.Errorf("namespace.create=true renders %v", ns)
+	}
+
+	// checksum/config follows the configuration, and only it.
+	checksum := func(args ...string) any {
+		o := objects(t, helmTemplate(t, "ops", "nr1-ops", args...))["DaemonSet/nr1-ops/nr1-agent"]
+		return dig(o, "spec", "template", "metadata", "annotations", "checksum/config")
+	}
+	base, again := checksum(), checksum("--set", "resources.limits.memory=300Mi")
+	changed := checksum("--set", "config.sampling.interval=5s")
+	if base == nil || base != again || base == changed {
+		t.Errorf("checksum/config: %v by default, %v with other values, %v with another configuration", base, again, changed)
+	}
+
+	// An API server older than the chart supports is refused at install, by name.
+	if out, err := runErr("helm", "template", "ops", chart, "--kube-version", "v1.29.0"); err == nil || !strings.Contains(string(out)+err.Error(), "kubeVersion") {
+		t.Errorf("Kubernetes 1.29 accepted: %v %s", err, out)
+	}
+}
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

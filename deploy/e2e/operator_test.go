@@ -57,8 +57,7 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	run(t, "kubectl", "wait", "--for=condition=Established", "--timeout=60s",
 		"crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
-	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
-	rendered := run(t, "helm", "template", "nr1-agent", chart, "--namespace", "nr1-system",
+	rendered := helmTemplate(t, "nr1-agent", "nr1-system",
 		"--set", "prometheus.serviceMonitor=true", "--set", "prometheus.rules=true", "--set", "prometheus.additionalLabels.release=kps",
 		"--show-only", "templates/prometheus.yaml")
 	path := filepath.Join(t.TempDir(), "prometheus.yaml")
@@ -183,8 +182,7 @@ func TestPlainScrapeConfig(t *testing.T) {
 // The dashboard ships as a ConfigMap Grafana's sidecar picks up: labelled for it, holding
 // the dashboard file as it is, accepted by the API server.
 func TestDashboardConfigMap(t *testing.T) {
-	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
-	rendered := run(t, "helm", "template", "nr1-agent", chart, "--set", "grafana.dashboard=true", "--set", "grafana.namespace=default",
+	rendered := helmTemplate(t, "nr1-agent", "nr1-system", "--set", "grafana.dashboard=true", "--set", "grafana.namespace=default",
 		"--show-only", "templates/grafana.yaml")
 	var cm struct {
 		Metadata struct {
