@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
@@ -44,6 +43,8 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 		}
 	}()
 	clk := clock.RealClock{}
+	node := ourNode(cfg, log)
+	cfg = selectMode(cfg, node, log)
 	dev, err := findNR1(cfg, clk, log)
 	if err != nil {
 		return nil, err
@@ -100,6 +101,9 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 		a.run(func(ctx context.Context) error { nsWatch.Run(ctx); return nil })
 	}
 	a.run(changes.run)
+	if p := labelPublisher(cfg, node, &dev, clk, log); p != nil {
+		a.run(p.Run)
+	}
 	err = a.observe(cfg, version, observed{dev: dev, offer: offer, watcher: watcher, tracker: tracker, namespaces: nsWatch,
 		inventory: inv, partition: partition, sampler: smp, source: source.Name(), bpfRefused: bpfRefused, changes: changes,
 		cadence: pace, enforcer: enforcer, actuator: act}, log)
@@ -145,10 +149,7 @@ type theNR1 struct {
 
 // findNR1 reads the NR1's capacity and resolves its files.
 func findNR1(cfg *config.Config, clk clock.WithTicker, log *slog.Logger) (theNR1, error) {
-	d := theNR1{node: cfg.NodeName, inv: device.NewInventory(cfg.NR1, cfg.Paths.Sysfs, cfg.Paths.Dev)}
-	if d.node == "" {
-		d.node, _ = os.Hostname()
-	}
+	d := theNR1{node: nodeName(cfg), inv: device.NewInventory(cfg.NR1, cfg.Paths.Sysfs, cfg.Paths.Dev)}
 	var err error
 	if d.capacity, d.sources, err = d.inv.Capacity(); err != nil {
 		return d, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/neureality-sdk/nr1-agent/agent/enforce"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -50,6 +51,18 @@ type Config struct {
 	// service account. Without an API server, Events and evictions are only logged.
 	Kubeconfig string        `json:"kubeconfig"`
 	NR1        device.Config `json:"nr1"`
+	Node       Node          `json:"node"`
+}
+
+// Node configures what the agent reads and writes on its Node object.
+type Node struct {
+	// ModeLabel is the node label whose value, devicePlugin or dra, chooses the node's
+	// mode over Mode, so that a cluster moves from one mode to the other node by node;
+	// empty leaves the choice to Mode alone.
+	ModeLabel string `json:"modeLabel"`
+	// Labels has the agent label its node with what it found: the mode it runs in, each
+	// resource's capacity and the NR1 driver's version (neureality.ai/nr1.*).
+	Labels bool `json:"labels"`
 }
 
 // Runtime configures the CRI watcher.
@@ -154,6 +167,7 @@ func Default() Config {
 			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}, AllocationRefresh: Duration{Duration: 30 * time.Second}},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
+		Node:        Node{ModeLabel: "nr1.neureality.ai/mode", Labels: true},
 	}
 }
 
@@ -190,6 +204,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Mode != ModeDevicePlugin && c.Mode != ModeDRA {
 		field("mode", "must be %s or %s, got %q", ModeDevicePlugin, ModeDRA, c.Mode)
+	}
+	if c.Node.ModeLabel != "" {
+		if errs := validation.IsQualifiedName(c.Node.ModeLabel); len(errs) > 0 {
+			field("node.modeLabel", "must be a label key, got %q: %s", c.Node.ModeLabel, strings.Join(errs, "; "))
+		}
 	}
 	if c.DebugAddr != "" {
 		if _, _, err := net.SplitHostPort(c.DebugAddr); err != nil {

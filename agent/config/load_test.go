@@ -125,6 +125,7 @@ func TestBadConfiguration(t *testing.T) {
 		{name: "bad address", args: []string{"--metrics-addr", "9470"}, want: []string{`metricsAddr: must be host:port, got "9470"`}},
 		{name: "bad debug address", env: map[string]string{"NR1_AGENT_DEBUG_ADDR": "localhost"}, want: []string{`debugAddr: must be host:port or empty, got "localhost"`}},
 		{name: "unknown mode", args: []string{"--mode", "plugin"}, want: []string{`mode: must be devicePlugin or dra, got "plugin"`}},
+		{name: "bad mode label", file: header + "node:\n  modeLabel: \"nr1 mode\"\n", want: []string{`node.modeLabel: must be a label key, got "nr1 mode"`}},
 		{name: "relative CDI directory", env: map[string]string{"NR1_AGENT_PATH_CDI": "run/cdi"}, want: []string{`paths.cdi: must be an absolute path, got "run/cdi"`}},
 		{name: "allocation refresh under the interval", file: header + "sampling:\n  allocationRefresh: 500ms\n", want: []string{"sampling.allocationRefresh: must be 0s or at least sampling.interval (1s), got 500ms"}},
 		{name: "unknown flag", args: []string{"--path.sysf", "/x"}, want: []string{"flag provided but not defined: -path.sysf"}},

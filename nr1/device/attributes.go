@@ -33,3 +33,18 @@ func (inv *Inventory) Attributes() map[string]string {
 }
 
 func notPrintable(r rune) bool { return r > unicode.MaxASCII || !unicode.IsPrint(r) }
+
+// DriverVersion is the version the NR1's kernel module declares, where sysfs shows every
+// module's (the device's driver's module's version attribute), or "" when it declares
+// none or something unprintable.
+func (inv *Inventory) DriverVersion() string {
+	b, err := readAttribute(filepath.Join(inv.attributePath("device"), "driver", "module", "version"))
+	if err != nil {
+		return ""
+	}
+	v := strings.TrimSpace(string(b))
+	if len(v) > 64 || strings.IndexFunc(v, notPrintable) >= 0 {
+		return ""
+	}
+	return v
+}

@@ -26,11 +26,13 @@ type Options struct {
 	// QueueMajor and QueueMinor are the numbers of the queue character device. They reuse
 	// a harmless driver present on the host (tun, 10:200) so that opening the node works.
 	QueueMajor, QueueMinor uint32
+	// DriverVersion is the version the simulated driver's module declares in sysfs.
+	DriverVersion string
 }
 
 // DefaultOptions is a typical NR1 node.
 func DefaultOptions() Options {
-	return Options{Capacity: nr1.Amounts{116244, 512, 13417, 65536}, QueueMajor: 10, QueueMinor: 200}
+	return Options{Capacity: nr1.Amounts{116244, 512, 13417, 65536}, QueueMajor: 10, QueueMinor: 200, DriverVersion: "1.4.0-sim"}
 }
 
 // Layout of a simulator directory, matching the NR1 driver's default names.
@@ -74,6 +76,9 @@ func Create(dir string, opts Options) (*Sim, error) {
 			return nil, fmt.Errorf("simulator attribute %s: %w", name, err)
 		}
 	}
+	if err := s.driver(opts.DriverVersion); err != nil {
+		return nil, err
+	}
 	for name, mb := range map[string]nr1.Units{ComputeDMA: opts.Capacity[nr1.ComputeDMAMemory], CPUDMA: opts.Capacity[nr1.CPUDMAMemory]} {
 		if err := sparseFile(filepath.Join(dir, DevDir, name), int64(nr1.ComputeDMAMemory.InBase(mb))); err != nil {
 			return nil, err
@@ -90,6 +95,45 @@ func Create(dir string, opts Options) (*Sim, error) {
 		return nil, fmt.Errorf("simulator queue device %s: %w", q, err)
 	}
 	return s, nil
+}
+
+// driver lays out the NR1's device, its driver and the driver's module as sysfs links
+// them: a platform device (not PCI: the simulated NR1 has no PCI address to report),
+// bound to the driver nr1, whose module declares version.
+func (s *Sim) driver(version string) error {
+	sys := s.SysfsRoot()
+	dev := filepath.Join(sys, "devices", "platform", "nr1-sim.0")
+	drv := filepath.Join(sys, "bus", "platform", "drivers", "nr1")
+	mod := filepath.Join(sys, "module", "nr1")
+	for _, d := range []string{dev, drv, mod} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fmt.Errorf("simulator sysfs: %w", err)
+		}
+	}
+	links := map[string]string{
+		filepath.Join(s.sysfsDevice(), "device"): dev,
+		filepath.Join(dev, "driver"):             drv,
+		filepath.Join(drv, "module"):             mod,
+	}
+	for link, target := range links {
+		rel, err := filepath.Rel(filepath.Dir(link), target)
+		if err == nil {
+			err = os.Remove(link)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("simulator sysfs link %s: %w", link, err)
+		}
+		if err := os.Symlink(rel, link); err != nil {
+			return fmt.Errorf("simulator sysfs link %s: %w", link, err)
+		}
+	}
+	if version == "" {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(mod, "version"), []byte(version+"\n"), 0o644); err != nil {
+		return fmt.Errorf("simulator module version: %w", err)
+	}
+	return nil
 }
 
 // sparseFile makes a file of size bytes that holds no blocks until written.

@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/agent/nodelabels"
+)
+
+// labelRecheck is how often the node's labels are looked at again, for someone may have
+// edited them.
+const labelRecheck = 5 * time.Minute
+
+// modeReadTimeout bounds how long startup waits for the node's mode label.
+const modeReadTimeout = 15 * time.Second
+
+// nodeName is the node the agent runs on: the configured one, else the host's name.
+func nodeName(cfg *config.Config) string {
+	if cfg.NodeName != "" {
+		return cfg.NodeName
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+// ourNode is the agent's Node in the API server, or nil on a node without one (a
+// standalone kubelet) or when neither its mode label nor its labels are wanted.
+func ourNode(cfg *config.Config, log *slog.Logger) *kube.Node {
+	if cfg.Node.ModeLabel == "" && !cfg.Node.Labels {
+		return nil
+	}
+	n, err := kube.NewNode(cfg.Kubeconfig, nodeName(cfg))
+	if err != nil {
+		log.Warn("no Kubernetes API server: the node's labels are neither read nor written", "err", err)
+		return nil
+	}
+	return n
+}
+
+// selectMode returns cfg with the mode the node's label selects, when it selects one:
+// the label's value as the API server has it, else, when the API server cannot be read,
+// the value this node's agent last read, kept in its state directory. A value that is
+// not a mode is logged and the configured mode kept.
+func selectMode(cfg *config.Config, node *kube.Node, log *slog.Logger) *config.Config {
+	if node == nil || cfg.Node.ModeLabel == "" {
+		return cfg
+	}
+	remembered := nodelabels.Remembered{Path: filepath.Join(cfg.Paths.State, "mode")}
+	ctx, cancel := context.WithTimeout(context.Background(), modeReadTimeout)
+	defer cancel()
+	selected, err := readSelected(ctx, node, cfg.Node.ModeLabel)
+	switch {
+	case err == nil:
+		if err := remembered.Store(selected); err != nil {
+			log.Warn("the node's mode not remembered for a restart without the API server", "err", err)
+		}
+	case ctx.Err() != nil:
+		last, lerr := remembered.Load()
+		log.Warn("the node's mode label could not be read: the mode last read is kept",
+			"label", cfg.Node.ModeLabel, "err", err, "mode", last, "rememberErr", lerr)
+		selected = last
+	default:
+		log.Warn("the node's mode label is ignored", "err", err, "mode", cfg.Mode)
+	}
+	if selected == "" || selected == cfg.Mode {
+		return cfg
+	}
+	log.Info("the node's label selects the mode", "label", cfg.Node.ModeLabel, "mode", selected, "configured", cfg.Mode)
+	c := *cfg
+	c.Mode = selected
+	return &c
+}
+
+// readSelected reads the mode the node's label selects, trying again until ctx ends
+// while the API server does not answer; a label that is not a mode is not tried again.
+func readSelected(ctx context.Context, node *kube.Node, key string) (string, error) {
+	for {
+		labels, err := node.Labels(ctx)
+		if err == nil {
+			return nodelabels.Selected(labels, key)
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// labelPublisher keeps the node labelled with what the agent found, or is nil when it
+// is not to.
+func labelPublisher(cfg *config.Config, node *kube.Node, dev *theNR1, clk clock.Clock, log *slog.Logger) *nodelabels.Publisher {
+	if node == nil || !cfg.Node.Labels {
+		return nil
+	}
+	return &nodelabels.Publisher{Node: node, Want: nodelabels.Found(cfg.Mode, dev.capacity, dev.inv.DriverVersion()),
+		Recheck: labelRecheck, Clock: clk, Log: log}
+}
