@@ -70,25 +70,55 @@ func TestDashboardUsesOnlyExportedMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dash struct {
+		Templating struct {
+			List []struct {
+				Type  string
+				Query any
+			}
+		}
 		Panels []struct {
-			Title   string
-			Targets []struct{ Expr string }
+			Title       string
+			FieldConfig struct{ Defaults struct{ Unit string } }
+			Targets     []struct{ Expr string }
 		}
 	}
 	if err := json.Unmarshal(b, &dash); err != nil {
 		t.Fatalf("dashboard JSON: %v", err)
 	}
 	var exprs []string
+	for _, v := range dash.Templating.List {
+		if q, ok := v.Query.(string); ok && v.Type == "query" {
+			exprs = append(exprs, q)
+		}
+	}
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
+		// A panel of amounts shows them in their unit: bytes as Grafana's IEC bytes,
+		// queues as a count; never both on one axis.
+		units := map[string]bool{}
 		for _, tg := range p.Targets {
 			exprs = append(exprs, tg.Expr)
+			for _, m := range amountRE.FindAllStringSubmatch(tg.Expr, -1) {
+				units[m[1]] = true
+			}
+		}
+		unit := p.FieldConfig.Defaults.Unit
+		switch {
+		case units["bytes"] && units["queues"]:
+			t.Errorf("panel %q shows bytes and queues together", p.Title)
+		case units["bytes"] && unit != "bytes":
+			t.Errorf("panel %q shows bytes in unit %q, not bytes", p.Title, unit)
+		case units["queues"] && unit != "short" && unit != "none":
+			t.Errorf("panel %q shows queues in unit %q, not a count", p.Title, unit)
 		}
 	}
 	checkNames(t, "dashboard", exprs, exported(t))
 }
+
+// amountRE finds the NR1 amounts a query reads, by the unit their family ends with.
+var amountRE = regexp.MustCompile(`\bnr1_[a-z0-9_]+_(bytes|queues)\b`)
 
 func TestAlertRules(t *testing.T) {
 	const rules = "../deploy/prometheus/nr1-agent.rules.yaml"

@@ -44,14 +44,15 @@ type resourceInfo struct {
 	name   string // the Kubernetes extended-resource name
 	short  string // the metric label and configuration key
 	unit   string
+	base   string // what Base counts, as a metric name ends
 	envVar string // set by Allocate to the number of units granted
 }
 
 var info = [NumResources]resourceInfo{
-	{Domain + "/compute_dma_memory_in_mb", "compute_dma_memory", "MB", "NR1_COMPUTE_DMA_MEMORY_MB"},
-	{Domain + "/cpu_dma_memory_in_mb", "cpu_dma_memory", "MB", "NR1_CPU_DMA_MEMORY_MB"},
-	{Domain + "/docker_partition_in_mb", "docker_partition", "MB", "NR1_DOCKER_PARTITION_MB"},
-	{Domain + "/ai_hypervisor_queue", "ai_hypervisor_queue", "queue", "NR1_AI_HYPERVISOR_QUEUES"},
+	{Domain + "/compute_dma_memory_in_mb", "compute_dma_memory", "MB", "bytes", "NR1_COMPUTE_DMA_MEMORY_MB"},
+	{Domain + "/cpu_dma_memory_in_mb", "cpu_dma_memory", "MB", "bytes", "NR1_CPU_DMA_MEMORY_MB"},
+	{Domain + "/docker_partition_in_mb", "docker_partition", "MB", "bytes", "NR1_DOCKER_PARTITION_MB"},
+	{Domain + "/ai_hypervisor_queue", "ai_hypervisor_queue", "queue", "queues", "NR1_AI_HYPERVISOR_QUEUES"},
 }
 
 // Valid reports whether r is one of the four resources.
@@ -65,6 +66,11 @@ func (r Resource) Short() string { return r.info().short }
 
 // Unit is what one unit of the resource is: "MB" or "queue".
 func (r Resource) Unit() string { return r.info().unit }
+
+// BaseUnit is what r's base amounts count, plural, as Prometheus ends a metric's name
+// with its unit: "bytes" for the DMA memories and the docker partition, "queues" for the
+// queues. Resources of one base unit share a metric family; no family mixes units.
+func (r Resource) BaseUnit() string { return r.info().base }
 
 // EnvVar is the environment variable through which Allocate tells a container its budget.
 func (r Resource) EnvVar() string { return r.info().envVar }

@@ -33,6 +33,14 @@ func TestResourceNames(t *testing.T) {
 	if HypervisorQueue.UnitBytes() != 1 || ComputeDMAMemory.UnitBytes() != 1<<20 {
 		t.Error("unit sizes wrong")
 	}
+	// A metric family of one base unit holds each resource's base amount: an MB is
+	// exported as its bytes, a queue as one.
+	for _, r := range All {
+		want := map[string]int64{"bytes": 1 << 20, "queues": 1}
+		if got, ok := want[r.BaseUnit()]; !ok || got != r.UnitBytes() {
+			t.Errorf("%s: base unit %q with %d bytes a unit", r.Short(), r.BaseUnit(), r.UnitBytes())
+		}
+	}
 }
 
 func TestAmounts(t *testing.T) {

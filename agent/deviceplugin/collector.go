@@ -5,6 +5,7 @@ package deviceplugin
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
@@ -17,10 +18,12 @@ type State interface {
 	Registrations() int
 }
 
-// Collector exports capacity, health and device-plugin registration per resource.
+// Collector exports capacity, health and device-plugin registration per resource; the
+// capacities in bytes and queues, as the samples' amounts are.
 type Collector struct {
-	state                                            State
-	capacity, allocatable, healthy, registered, regs *prometheus.Desc
+	state                     State
+	capacity, allocatable     *metrics.Amount
+	healthy, registered, regs *prometheus.Desc
 }
 
 // NewCollector collects from state.
@@ -28,8 +31,8 @@ func NewCollector(state State) *Collector {
 	return &Collector{
 		state:       state,
 		regs:        prometheus.NewDesc("nr1_kubelet_registrations_total", "Device-plugin registrations with the kubelet.", nil, nil),
-		capacity:    prometheus.NewDesc("nr1_capacity", "NR1 capacity of the node, in the resource's units (MB or queues).", []string{"resource"}, nil),
-		allocatable: prometheus.NewDesc("nr1_allocatable", "NR1 units the device plugin advertises as allocatable: the capacity while healthy, else 0.", []string{"resource"}, nil),
+		capacity:    metrics.NewAmount("nr1_capacity", "NR1 capacity of the node, in %s."),
+		allocatable: metrics.NewAmount("nr1_allocatable", "NR1 capacity the node offers as allocatable, in %s: all of it while healthy, else 0."),
 		healthy:     prometheus.NewDesc("nr1_device_healthy", "1 when the NR1 resource is healthy.", []string{"resource"}, nil),
 		registered:  prometheus.NewDesc("nr1_device_plugin_registered", "1 when the resource's device plugin is registered with the kubelet.", []string{"resource"}, nil),
 	}
@@ -38,8 +41,8 @@ func NewCollector(state State) *Collector {
 // Describe sends the descriptors.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.regs
-	ch <- c.capacity
-	ch <- c.allocatable
+	c.capacity.Describe(ch)
+	c.allocatable.Describe(ch)
 	ch <- c.healthy
 	ch <- c.registered
 }
@@ -49,8 +52,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.regs, prometheus.CounterValue, float64(c.state.Registrations()))
 	capacity, health := c.state.Capacity(), c.state.Health()
 	for _, r := range nr1.All {
-		ch <- prometheus.MustNewConstMetric(c.capacity, prometheus.GaugeValue, float64(capacity[r]), r.Short())
-		ch <- prometheus.MustNewConstMetric(c.allocatable, prometheus.GaugeValue, boolValue(health[r].Healthy)*float64(capacity[r]), r.Short())
+		ch <- c.capacity.Metric(r, r.InBase(capacity[r]))
+		var allocatable nr1.Base
+		if health[r].Healthy {
+			allocatable = r.InBase(capacity[r])
+		}
+		ch <- c.allocatable.Metric(r, allocatable)
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, boolValue(health[r].Healthy), r.Short())
 		ch <- prometheus.MustNewConstMetric(c.registered, prometheus.GaugeValue, boolValue(c.state.Registered(r)), r.Short())
 	}

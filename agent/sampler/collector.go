@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neureality-sdk/nr1-agent/agent/view"
+	"github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -18,32 +19,32 @@ type Samples interface {
 
 // Collector exports every CG's allocation, usage and ratio from the latest sample at
 // scrape time: a new CG has series before it consumes anything, and a deleted pod's
-// series are gone at the next scrape. Memory is exported in MB (2^20 bytes), like the
-// allocations; queues as counts. No label carries a PID, buffer or handle.
+// series are gone at the next scrape. Amounts are in base units: memory and the docker
+// partition in bytes (an allocation's MB as its 2^20 bytes), queues as counts, each in
+// its own family. No label carries a PID, buffer or handle.
 type Collector struct {
-	samples                                        Samples
-	source, bpfRefused                             string
-	allocated, usage, ratio, unattributed, unknown *prometheus.Desc
-	uncertain, cgUsage, cgAllocated                *prometheus.Desc
-	sourceDesc, refusedDesc                        *prometheus.Desc
+	samples                                              Samples
+	source, bpfRefused                                   string
+	allocated, usage, cgAllocated, cgUsage, unattributed *metrics.Amount
+	ratio, unknown, uncertain, sourceDesc, refusedDesc   *prometheus.Desc
 }
 
 // NewCollector collects from samples, measured by the footprint source named source;
 // bpfRefused says why the BPF source was wanted and refused, empty when it was not.
 func NewCollector(samples Samples, source, bpfRefused string) *Collector {
-	ctr := []string{"namespace", "pod", "container", "resource"}
+	cg, ctr := []string{"namespace", "pod"}, []string{"namespace", "pod", "container"}
 	return &Collector{
 		samples:      samples,
 		source:       source,
 		bpfRefused:   bpfRefused,
 		sourceDesc:   prometheus.NewDesc("nr1_footprint_source", "The footprint source in use (bpf or procfs).", []string{"source"}, nil),
 		refusedDesc:  prometheus.NewDesc("nr1_footprint_bpf_refused", "1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).", []string{"reason"}, nil),
-		allocated:    prometheus.NewDesc("nr1_allocated", "NR1 units allocated to a container by the kubelet (MB or queues).", ctr, nil),
-		usage:        prometheus.NewDesc("nr1_usage", "NR1 units a container holds (MB or queues).", ctr, nil),
-		cgAllocated:  prometheus.NewDesc("nr1_cg_allocated", "NR1 units allocated to a CG (MB or queues), what its ratio is over: a DRA claim several of its containers use counts once, and an init container's allocation as the kubelet books it (the larger of it and the rest). Sum this, not nr1_allocated, for what a node has allocated.", []string{"namespace", "pod", "resource"}, nil),
-		cgUsage:      prometheus.NewDesc("nr1_cg_usage", "NR1 units a CG holds (MB or queues), what its ratio is of: a buffer or queue several of its containers hold counts once.", []string{"namespace", "pod", "resource"}, nil),
-		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", []string{"namespace", "pod", "resource"}, nil),
-		unattributed: prometheus.NewDesc("nr1_unattributed_usage", "NR1 units held by processes outside every known container (MB or queues).", []string{"resource"}, nil),
+		allocated:    metrics.NewAmount("nr1_allocated", "NR1 allocated to a container by the kubelet, in %s.", ctr...),
+		usage:        metrics.NewAmount("nr1_usage", "What a container holds of the NR1, in %s.", ctr...),
+		cgAllocated:  metrics.NewAmount("nr1_cg_allocated", "NR1 allocated to a CG, in %s, what its ratio is over: a DRA claim several of its containers use counts once, and an init container's allocation as the kubelet books it (the larger of it and the rest). Sum this, not its containers' nr1_allocated_*, for what a node has allocated.", cg...),
+		cgUsage:      metrics.NewAmount("nr1_cg_usage", "What a CG holds of the NR1, in %s, what its ratio is of: a buffer or queue several of its containers hold counts once.", cg...),
+		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", append(cg, "resource"), nil),
+		unattributed: metrics.NewAmount("nr1_unattributed_usage", "What processes outside every known container hold of the NR1, in %s."),
 		uncertain:    prometheus.NewDesc("nr1_usage_uncertain", "1 for a CG whose processes the last scan could not all read in its time (a flood of fds or mappings): its usage is a lower bound, acted on only when even that is over.", []string{"namespace", "pod"}, nil),
 		unknown:      prometheus.NewDesc("nr1_allocation_unknown", "1 for a pod whose NR1 allocation is not known (not in the kubelet's answer, an answer too old, or Allocate annotations disagreeing): it is neither measured against an allocation nor enforced.", []string{"namespace", "pod"}, nil),
 	}
@@ -53,12 +54,12 @@ func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sourceDesc
 	ch <- c.refusedDesc
-	ch <- c.allocated
-	ch <- c.usage
+	c.allocated.Describe(ch)
+	c.usage.Describe(ch)
 	ch <- c.ratio
-	ch <- c.cgUsage
-	ch <- c.cgAllocated
-	ch <- c.unattributed
+	c.cgUsage.Describe(ch)
+	c.cgAllocated.Describe(ch)
+	c.unattributed.Describe(ch)
 	ch <- c.unknown
 	ch <- c.uncertain
 }
@@ -74,7 +75,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, r := range nr1.All {
-		ch <- prometheus.MustNewConstMetric(c.unattributed, prometheus.GaugeValue, r.InUnits(snap.Unattributed[r]), r.Short())
+		ch <- c.unattributed.Metric(r, snap.Unattributed[r])
 	}
 	seen := make(map[[2]string]bool, len(snap.CGs))
 	for _, cg := range snap.CGs {
@@ -96,7 +97,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		// A pod given nothing has no allocation series, as its containers have none.
 		if cg.Allocation != (nr1.Amounts{}) {
 			for _, r := range nr1.All {
-				ch <- prometheus.MustNewConstMetric(c.cgAllocated, prometheus.GaugeValue, float64(cg.Allocation[r]), cg.Namespace, cg.Name, r.Short())
+				ch <- c.cgAllocated.Metric(r, r.InBase(cg.Allocation[r]), cg.Namespace, cg.Name)
 			}
 		}
 		// A docker partition not measured yet, or whose reading failed, is unknown: it
@@ -109,16 +110,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			allocated := ctr.Allocation != nr1.Amounts{}
 			for _, r := range nr1.All {
 				if allocated {
-					ch <- prometheus.MustNewConstMetric(c.allocated, prometheus.GaugeValue, float64(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+					ch <- c.allocated.Metric(r, r.InBase(ctr.Allocation[r]), cg.Namespace, cg.Name, ctr.Name)
 				}
 				if measured(r) {
-					ch <- prometheus.MustNewConstMetric(c.usage, prometheus.GaugeValue, r.InUnits(used[r]), cg.Namespace, cg.Name, ctr.Name, r.Short())
+					ch <- c.usage.Metric(r, used[r], cg.Namespace, cg.Name, ctr.Name)
 				}
 			}
 		}
 		for _, r := range nr1.All {
 			if measured(r) {
-				ch <- prometheus.MustNewConstMetric(c.cgUsage, prometheus.GaugeValue, r.InUnits(cg.Usage[r]), cg.Namespace, cg.Name, r.Short())
+				ch <- c.cgUsage.Metric(r, cg.Usage[r], cg.Namespace, cg.Name)
 				ch <- prometheus.MustNewConstMetric(c.ratio, prometheus.GaugeValue, float64(cg.Ratio[r]), cg.Namespace, cg.Name, r.Short())
 			}
 		}

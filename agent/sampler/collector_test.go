@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/neureality-sdk/nr1-agent/agent/view"
@@ -94,15 +95,100 @@ func TestGoldenMetrics(t *testing.T) {
 func TestDeletedPodSeriesGoAtTheNextScrape(t *testing.T) {
 	samples := &fixedSamples{scrapeFixture()}
 	reg := registry(samples)
-	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 12 {
-		t.Fatalf("%d nr1_usage series, want 12 (3 containers × 4 resources)", n)
+	if n := testutil.CollectAndCount(reg, "nr1_usage_bytes", "nr1_usage_queues"); n != 12 {
+		t.Fatalf("%d nr1_usage_* series, want 12 (3 containers × 4 resources)", n)
 	}
 	next := scrapeFixture()
 	next.CGs = next.CGs[2:] // resnet50 deleted
 	samples.s = next
-	if n := testutil.CollectAndCount(reg, "nr1_usage"); n != 4 {
-		t.Fatalf("%d nr1_usage series after the pod went, want 4", n)
+	if n := testutil.CollectAndCount(reg, "nr1_usage_bytes", "nr1_usage_queues"); n != 4 {
+		t.Fatalf("%d nr1_usage_* series after the pod went, want 4", n)
 	}
+}
+
+// Every amount family holds one unit, the one its name ends with: each of its series is
+// of a resource counted in that unit, and its value the sample's amount in it (an
+// allocation's units times the bytes of one, usage as measured).
+func TestAmountsInBaseUnits(t *testing.T) {
+	snap := scrapeFixture()
+	cgs := map[string]*view.Measured{}
+	for _, cg := range snap.CGs {
+		if cg.Ready {
+			cgs[cg.Name] = cg
+		}
+	}
+	inBase := func(r nr1.Resource, u nr1.Units) float64 { return float64(u) * float64(r.UnitBytes()) }
+	want := func(family string, l map[string]string, r nr1.Resource) (float64, bool) {
+		cg := cgs[l["pod"]]
+		switch family {
+		case "nr1_unattributed_usage":
+			return float64(snap.Unattributed[r]), true
+		case "nr1_cg_usage":
+			return float64(cg.Usage[r]), true
+		case "nr1_usage":
+			return float64(cg.PerContainer[l["container"]][r]), true
+		case "nr1_cg_allocated":
+			return inBase(r, cg.Allocation[r]), true
+		case "nr1_allocated":
+			for _, ctr := range cg.Containers {
+				if ctr.Name == l["container"] {
+					return inBase(r, ctr.Allocation[r]), true
+				}
+			}
+		}
+		return 0, false
+	}
+	mfs, err := registry(&fixedSamples{snap}).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, mf := range mfs {
+		family, unit, ok := amountFamily(mf.GetName())
+		if !ok {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := labelMap(m)
+			r, err := nr1.ParseResource(l["resource"])
+			if err != nil || r.BaseUnit() != unit {
+				t.Errorf("%s holds a series of resource %q: %v", mf.GetName(), l["resource"], err)
+				continue
+			}
+			w, ok := want(family, l, r)
+			if !ok {
+				t.Errorf("%s %v: no such amount in the sample", mf.GetName(), l)
+				continue
+			}
+			if got := m.GetGauge().GetValue(); got != w {
+				t.Errorf("%s %v = %v, want %v", mf.GetName(), l, got, w)
+			}
+			seen[family]++
+		}
+	}
+	for _, f := range []string{"nr1_allocated", "nr1_usage", "nr1_cg_allocated", "nr1_cg_usage", "nr1_unattributed_usage"} {
+		if seen[f] == 0 {
+			t.Errorf("no series of %s_*", f)
+		}
+	}
+}
+
+// amountFamily splits name into an amount's family and the base unit it ends with.
+func amountFamily(name string) (family, unit string, ok bool) {
+	for _, r := range nr1.All {
+		if f, ok := strings.CutSuffix(name, "_"+r.BaseUnit()); ok {
+			return f, r.BaseUnit(), true
+		}
+	}
+	return "", "", false
+}
+
+func labelMap(m *dto.Metric) map[string]string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
 }
 
 // TestPromtoolAcceptsTheMetrics runs the real promtool on a scrape.
@@ -134,9 +220,9 @@ func TestUnknownPartitionHasNoSeries(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		`nr1_usage{container="main",namespace="ml",pod="greedy",resource="ai_hypervisor_queue"} 2`,
+		`nr1_usage_queues{container="main",namespace="ml",pod="greedy",resource="ai_hypervisor_queue"} 2`,
 		`nr1_usage_ratio{namespace="ml",pod="greedy",resource="ai_hypervisor_queue"} +Inf`,
-		`nr1_cg_usage{namespace="default",pod="resnet50",resource="docker_partition"} 1200`,
+		`nr1_cg_usage_bytes{namespace="default",pod="resnet50",resource="docker_partition"} 1.2582912e+09`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %s", want)

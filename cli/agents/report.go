@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// Quantity is an amount in the resource's units (MB or queues), or unknown (nil).
+// Quantity is an amount in the resource's units (MB or queues), as the NR1 toolchain
+// books it, or unknown (nil). The agents export amounts in bytes and queues.
 type Quantity = *float64
 
 // Node is one NR1 node as its agent reports it. When the agent could not be read, Error
@@ -170,9 +172,9 @@ func Parse(node, agent string, in io.Reader) (*Node, error) {
 		}
 		return c
 	}
-	each(fams, "nr1_capacity", func(m *dto.Metric, r nr1.Resource) { n.Capacity[r] = value(m) })
-	each(fams, "nr1_allocatable", func(m *dto.Metric, r nr1.Resource) { n.Allocatable[r] = value(m) })
-	each(fams, "nr1_unattributed_usage", func(m *dto.Metric, r nr1.Resource) { n.Unattributed[r] = value(m) })
+	amounts(fams, "nr1_capacity", func(_ *dto.Metric, r nr1.Resource, q Quantity) { n.Capacity[r] = q })
+	amounts(fams, "nr1_allocatable", func(_ *dto.Metric, r nr1.Resource, q Quantity) { n.Allocatable[r] = q })
+	amounts(fams, "nr1_unattributed_usage", func(_ *dto.Metric, r nr1.Resource, q Quantity) { n.Unattributed[r] = q })
 	for _, m := range metrics(fams, "nr1_allocation_unknown") {
 		seen(cg(m)).AllocationUnknown = true
 	}
@@ -182,26 +184,26 @@ func Parse(node, agent string, in io.Reader) (*Node, error) {
 	for _, m := range metrics(fams, "nr1_enforcement_mode") {
 		n.Mode = label(m, "mode")
 	}
-	each(fams, "nr1_cg_usage", func(m *dto.Metric, r nr1.Resource) { seen(cg(m)).Usage[r] = value(m) })
+	amounts(fams, "nr1_cg_usage", func(m *dto.Metric, r nr1.Resource, q Quantity) { seen(cg(m)).Usage[r] = q })
 	each(fams, "nr1_usage_ratio", func(m *dto.Metric, r nr1.Resource) { seen(cg(m)).Ratio[r] = Ratio(number(m)) })
 	// A CG's allocation is the agent's own figure (a claim its containers share counted
 	// once); an agent that exports none (older than nr1_cg_allocated) gives the sum of
 	// its containers'.
 	cgAllocated := map[*CG]bool{}
-	each(fams, "nr1_cg_allocated", func(m *dto.Metric, r nr1.Resource) {
+	amounts(fams, "nr1_cg_allocated", func(m *dto.Metric, r nr1.Resource, q Quantity) {
 		c := seen(cg(m))
 		cgAllocated[c] = true
-		c.Allocation[r] = value(m)
+		c.Allocation[r] = q
 	})
-	each(fams, "nr1_allocated", func(m *dto.Metric, r nr1.Resource) {
+	amounts(fams, "nr1_allocated", func(m *dto.Metric, r nr1.Resource, q Quantity) {
 		c := seen(cg(m))
-		container(c, label(m, "container")).Allocation[r] = value(m)
+		container(c, label(m, "container")).Allocation[r] = q
 		if !cgAllocated[c] {
-			c.Allocation[r] = add(c.Allocation[r], value(m))
+			c.Allocation[r] = add(c.Allocation[r], q)
 		}
 	})
-	each(fams, "nr1_usage", func(m *dto.Metric, r nr1.Resource) {
-		container(seen(cg(m)), label(m, "container")).Usage[r] = value(m)
+	amounts(fams, "nr1_usage", func(m *dto.Metric, r nr1.Resource, q Quantity) {
+		container(seen(cg(m)), label(m, "container")).Usage[r] = q
 	})
 	enforcement := func(m *dto.Metric) *Enforcement {
 		c, uid := cg(m), label(m, "uid")
@@ -284,6 +286,29 @@ func each(fams map[string]*dto.MetricFamily, name string, fn func(*dto.Metric, n
 			}
 		}
 	}
+}
+
+// amounts calls fn for every series of the NR1 amount name with its value in the
+// resource's units: the agent exports name_bytes and name_queues, each of the resources
+// its unit counts, and kubectl nr1 shows MB and queues as the toolchain books them. An
+// agent older than that split exports name itself, in units: it is read as it is, so
+// that a kubectl nr1 newer than some agents shows them all.
+func amounts(fams map[string]*dto.MetricFamily, name string, fn func(*dto.Metric, nr1.Resource, Quantity)) {
+	var units []string
+	for _, r := range nr1.All {
+		if !slices.Contains(units, r.BaseUnit()) {
+			units = append(units, r.BaseUnit())
+		}
+	}
+	for _, unit := range units {
+		each(fams, name+"_"+unit, func(m *dto.Metric, r nr1.Resource) {
+			if r.BaseUnit() == unit {
+				v := number(m) / float64(r.UnitBytes())
+				fn(m, r, &v)
+			}
+		})
+	}
+	each(fams, name, func(m *dto.Metric, r nr1.Resource) { fn(m, r, value(m)) })
 }
 
 func container(c *CG, name string) *Container {

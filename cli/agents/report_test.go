@@ -105,10 +105,14 @@ func TestParseCGAllocationCountsASharedClaimOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	graph := strings.ReplaceAll(strings.Join(slices.DeleteFunc(strings.Split(string(b), "\n"), func(l string) bool {
-		return !strings.HasPrefix(l, `nr1_allocated{container="health-handler",namespace="default",pod="resnet50"`)
-	}), "\n"), "health-handler", "graph")
-	shared := strings.Replace(string(b), "# TYPE nr1_usage gauge\n", graph+"\n# TYPE nr1_usage gauge\n", 1)
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		lines = append(lines, l)
+		if strings.HasPrefix(l, "nr1_allocated_") && strings.Contains(l, `{container="health-handler",namespace="default",pod="resnet50"`) {
+			lines = append(lines, strings.Replace(l, "health-handler", "graph", 1))
+		}
+	}
+	shared := strings.Join(lines, "\n")
 	n, err := Parse("node-a", "a", strings.NewReader(shared))
 	if err != nil {
 		t.Fatal(err)
@@ -128,6 +132,31 @@ func TestParseCGAllocationCountsASharedClaimOnce(t *testing.T) {
 	}
 	if got := *pod(n, "default", "resnet50").Allocation[nr1.HypervisorQueue]; got != 14 {
 		t.Errorf("from an agent without nr1_cg_allocated: %v queues, want its containers' sum", got)
+	}
+}
+
+// An agent older than the families per unit exports each amount in one family, in MB
+// or queues: kubectl nr1 reads it as it reads a newer one's bytes.
+func TestParseAnAgentOlderThanTheUnitFamilies(t *testing.T) {
+	f, err := os.Open("testdata/node-a.unsplit.metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	older, err := Parse("node-a", "nr1-system/nr1-agent-x", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(parseFixture(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("from an agent older than the families per unit:\n%s\nwant\n%s", got, want)
 	}
 }
 

@@ -161,7 +161,8 @@ func TestPlainScrapeConfig(t *testing.T) {
 	eventually(t, 60*time.Second, "Prometheus scraping the agent found by the plain scrape config", func() error {
 		for _, q := range []string{
 			fmt.Sprintf(`up{job="nr1-agent",instance=%q} == 1`, node),
-			fmt.Sprintf(`count(nr1_capacity{job="nr1-agent",instance=%q}) == 4`, node),
+			fmt.Sprintf(`count(nr1_capacity_bytes{job="nr1-agent",instance=%q}) == 3`, node),
+			fmt.Sprintf(`count(nr1_capacity_queues{job="nr1-agent",instance=%q}) == 1`, node),
 		} {
 			var r struct {
 				Data struct{ Result []json.RawMessage } `json:"data"`

@@ -111,8 +111,9 @@ scrape_configs:
 		return len(r.Data.Result), err
 	}
 	running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
-	eventually(t, 60*time.Second, "Prometheus has nr1_usage and nr1_allocated of the example CG", func() error {
-		for _, q := range []string{`nr1_usage{pod="resnet50",resource="ai_hypervisor_queue"} == 7`, `nr1_allocated{pod="resnet50",container="health-handler",resource="compute_dma_memory"} == 3`} {
+	// Amounts are in bytes and queues: the CG's 3 MB of compute DMA are 3 MiB.
+	eventually(t, 60*time.Second, "Prometheus has nr1_usage_queues and nr1_allocated_bytes of the example CG", func() error {
+		for _, q := range []string{`nr1_usage_queues{pod="resnet50",resource="ai_hypervisor_queue"} == 7`, `nr1_allocated_bytes{pod="resnet50",container="health-handler",resource="compute_dma_memory"} == 3 * 1024 * 1024`} {
 			n, err := query(q)
 			if err != nil {
 				return fmt.Errorf("%s: %w", q, err)

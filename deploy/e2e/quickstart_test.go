@@ -47,12 +47,12 @@ var quickStartShowsAlways = []expectation{
 	expect("the oversized CG pending", `^default +oversized +0/1 +Pending `),
 	expect("the oversized CG's phase", `^== the oversized CG: Pending$`),
 	expect("the ResNet-50 CG's budget, as its health-handler read it", `budget NR1_AI_HYPERVISOR_QUEUES=7 NR1_COMPUTE_DMA_MEMORY_MB=3 (NR1_CPU_DMA_MEMORY_MB=0 )?NR1_DOCKER_PARTITION_MB=2392$`),
-	expect("the node's capacity in the metrics", `^nr1_capacity\{resource="compute_dma_memory"\} 116244$`),
-	expect("the ResNet-50 CG's usage in the metrics", `^nr1_cg_usage\{namespace="default",pod="resnet50",resource="ai_hypervisor_queue"\} \d+$`),
+	expect("the node's capacity in the metrics, 116244 MB in bytes", `^nr1_capacity_bytes\{resource="compute_dma_memory"\} 1\.21890668544e\+11$`),
+	expect("the ResNet-50 CG's usage in the metrics", `^nr1_cg_usage_queues\{namespace="default",pod="resnet50",resource="ai_hypervisor_queue"\} \d+$`),
 	expect("kubectl nr1 top's node table", `^NODE +RESOURCE +CAPACITY +ALLOCATABLE +ALLOCATED +USED +UNATTRIBUTED$`),
 	expect("kubectl nr1 top's node capacity", `^\S+ +compute_dma_memory +116244 +116244 +3 `),
 	expect("kubectl nr1 top's ResNet-50 CG with its budget, measured", `^default +resnet50 +\S+ +[\d.]+/3 +[\d.]+/0 +[\d.]+/2392 +\d+/7 `),
-	expect("the ResNet-50 CG's docker partition in the metrics", `^nr1_cg_usage\{namespace="default",pod="resnet50",resource="docker_partition"\} [\d.e+]+$`),
+	expect("the ResNet-50 CG's docker partition in the metrics", `^nr1_cg_usage_bytes\{namespace="default",pod="resnet50",resource="docker_partition"\} [\d.e+]+$`),
 	expect("the agent's log", `^== agent log .*\n.*level=`),
 }
 

@@ -45,7 +45,7 @@ agent=$(kubectl -n nr1-system get pods -l app.kubernetes.io/name=nr1-agent -o js
 # writable layers within its partition interval: until then top would show it without
 # figures.
 deadline=$((SECONDS + 90))
-until curl -fsS "http://$agent:9470/metrics" 2>/dev/null | grep -q '^nr1_cg_usage{.*pod="resnet50",resource="docker_partition"'; do
+until curl -fsS "http://$agent:9470/metrics" 2>/dev/null | grep -q '^nr1_cg_usage_bytes{.*pod="resnet50",resource="docker_partition"'; do
   [ $SECONDS -lt $deadline ] || fail "the agent has not measured the ResNet-50 CG after 90 s"
   sleep 1
 done

@@ -110,6 +110,11 @@ func (c *Config) Validate(prefix string) error {
 		if rc.Capacity != nil && *rc.Capacity < 0 {
 			field(name+".capacity", "must not be negative, got %d", *rc.Capacity)
 		}
+		// The capacity is offered (DRA) and exported in bytes: as a sysfs attribute's,
+		// its bytes must fit in 64 bits.
+		if rc.Capacity != nil && *rc.Capacity > r.MaxUnits() {
+			field(name+".capacity", "must be at most %d, got %d", r.MaxUnits(), *rc.Capacity)
+		}
 		if p := rc.Partition; p != nil {
 			if r != nr1.DockerPartition {
 				field(name+".partition", "only the docker_partition resource is measured from a partition")

@@ -267,6 +267,8 @@ func TestValidate(t *testing.T) {
 	cfg := DefaultConfig()
 	neg := nr1.Units(-3)
 	cfg.Resources[nr1.CPUDMAMemory].Capacity = &neg
+	huge := nr1.ComputeDMAMemory.MaxUnits() + 1
+	cfg.Resources[nr1.ComputeDMAMemory].Capacity = &huge
 	cfg.Resources[nr1.HypervisorQueue].Files = []File{{Path: "dev/q"}, {Path: "/dev/q2", Measure: "fdinfo"}, {Path: "/dev/q3", Measure: "bytes"}, {Path: "/dev/../etc/q"}}
 	cfg.Resources[nr1.ComputeDMAMemory].Partition = &Partition{Path: "/x"}
 	cfg.Resources[nr1.DockerPartition] = Resource{}
@@ -274,6 +276,7 @@ func TestValidate(t *testing.T) {
 	err := cfg.Validate("nr1")
 	for _, want := range []string{
 		"nr1.resources.cpu_dma_memory.capacity: must not be negative, got -3",
+		"nr1.resources.compute_dma_memory.capacity: must be at most 8796093022207, got 8796093022208",
 		`nr1.resources.ai_hypervisor_queue.files[0].path: must be a clean absolute path, got "dev/q"`,
 		`nr1.resources.ai_hypervisor_queue.files[3].path: must be a clean absolute path, got "/dev/../etc/q"`,
 		"nr1.resources.ai_hypervisor_queue.files[1].fdinfoKey: must name the fdinfo key to sum",
