@@ -290,9 +290,7 @@ func each(fams map[string]*dto.MetricFamily, name string, fn func(*dto.Metric, n
 
 // amounts calls fn for every series of the NR1 amount name with its value in the
 // resource's units: the agent exports name_bytes and name_queues, each of the resources
-// its unit counts, and kubectl nr1 shows MB and queues as the toolchain books them. An
-// agent older than that split exports name itself, in units: it is read as it is, so
-// that a kubectl nr1 newer than some agents shows them all.
+// its unit counts, and kubectl nr1 shows MB and queues as the toolchain books them.
 func amounts(fams map[string]*dto.MetricFamily, name string, fn func(*dto.Metric, nr1.Resource, Quantity)) {
 	var units []string
 	for _, r := range nr1.All {
@@ -308,7 +306,6 @@ func amounts(fams map[string]*dto.MetricFamily, name string, fn func(*dto.Metric
 			}
 		})
 	}
-	each(fams, name, func(m *dto.Metric, r nr1.Resource) { fn(m, r, value(m)) })
 }
 
 func container(c *CG, name string) *Container {

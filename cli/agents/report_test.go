@@ -135,31 +135,6 @@ func TestParseCGAllocationCountsASharedClaimOnce(t *testing.T) {
 	}
 }
 
-// An agent older than the families per unit exports each amount in one family, in MB
-// or queues: kubectl nr1 reads it as it reads a newer one's bytes.
-func TestParseAnAgentOlderThanTheUnitFamilies(t *testing.T) {
-	f, err := os.Open("testdata/node-a.unsplit.metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	older, err := Parse("node-a", "nr1-system/nr1-agent-x", f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := json.Marshal(older)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := json.Marshal(parseFixture(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("from an agent older than the families per unit:\n%s\nwant\n%s", got, want)
-	}
-}
-
 func deref(p nr1.PerResource[Quantity]) (out nr1.PerResource[float64]) {
 	for r, q := range p {
 		if q != nil {
