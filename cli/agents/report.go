@@ -339,11 +339,6 @@ func number(m *dto.Metric) float64 {
 	return m.GetUntyped().GetValue()
 }
 
-func value(m *dto.Metric) Quantity {
-	v := number(m)
-	return &v
-}
-
 func timestamp(m *dto.Metric) time.Time {
 	s := number(m)
 	sec, frac := math.Modf(s)
