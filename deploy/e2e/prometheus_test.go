@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -196,4 +197,144 @@ scrape_configs:
 		}
 		return fmt.Errorf("%d alerts, none NR1EnforcementKillOrEviction", len(alerts))
 	})
+
+	// With CGs measured, one over its allocation and one killed: every panel of the
+	// dashboard shows data, and every rule evaluates without error.
+	checkDashboard(t, prom, agent.Spec.NodeName)
+	checkRules(t, prom, rules)
+}
+
+// dashboard is what the panels ask Prometheus, and the values of the resource variable.
+type dashboard struct {
+	Panels []struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+// checkDashboard runs each panel's queries as Grafana would for node, for every value
+// of the resource variable, and requires each panel to show some series.
+func checkDashboard(t *testing.T, prom, node string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "deploy", "helm", "nr1-agent", "files", "nr1-agent.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	// The resource variable's values, as Grafana lists them: a custom variable's list, or
+	// label_values of its query.
+	resources := []string{""}
+	for _, v := range d.Templating.List {
+		if v.Name != "resource" {
+			continue
+		}
+		q := fmt.Sprint(v.Query)
+		if m, ok := v.Query.(map[string]any); ok {
+			q = fmt.Sprint(m["query"])
+		}
+		if v.Type == "custom" {
+			resources = strings.Split(q, ",")
+			continue
+		}
+		metric, label, ok := strings.Cut(strings.TrimSuffix(strings.TrimPrefix(q, "label_values("), ")"), ",")
+		if !ok {
+			t.Fatalf("the resource variable's query %q is neither a list nor label_values(metric, label)", q)
+		}
+		var r struct {
+			Data []string `json:"data"`
+		}
+		u := "http://" + prom + "/api/v1/label/" + strings.TrimSpace(label) + "/values?match[]=" + url.QueryEscape(strings.TrimSpace(metric))
+		if err := getJSON(u, &r); err != nil || len(r.Data) == 0 {
+			t.Fatalf("the resource variable's values (%s): %v %v", q, r.Data, err)
+		}
+		resources = r.Data
+	}
+	series := func(q string) (int, error) {
+		var r struct {
+			Status string `json:"status"`
+			Data   struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		err := getJSON("http://"+prom+"/api/v1/query?query="+url.QueryEscape(q), &r)
+		return len(r.Data.Result), err
+	}
+	if len(d.Panels) == 0 {
+		t.Fatal("the dashboard has no panel")
+	}
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			continue // a row or a text panel
+		}
+		for _, res := range resources {
+			err := func() error {
+				var empty []string
+				for _, tg := range p.Targets {
+					q := strings.NewReplacer("$node", node, "$resource", res, "$__rate_interval", "1m").Replace(tg.Expr)
+					n, err := series(q)
+					if err != nil {
+						return fmt.Errorf("%s: %w", q, err)
+					}
+					if n > 0 {
+						return nil
+					}
+					empty = append(empty, q)
+				}
+				return fmt.Errorf("no series from %s", strings.Join(empty, "; "))
+			}()
+			if err != nil {
+				t.Errorf("panel %q (resource %q) shows nothing: %v", p.Title, res, err)
+			}
+		}
+	}
+}
+
+// checkRules requires Prometheus to have loaded every rule of the rules file and to have
+// evaluated each without error.
+func checkRules(t *testing.T, prom, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Count(string(b), "- alert:") + strings.Count(string(b), "- record:")
+	var r struct {
+		Data struct {
+			Groups []struct {
+				Rules []struct {
+					Name           string `json:"name"`
+					Health         string `json:"health"`
+					LastError      string `json:"lastError"`
+					LastEvaluation string `json:"lastEvaluation"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := getJSON("http://"+prom+"/api/v1/rules", &r); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range r.Data.Groups {
+		for _, rule := range g.Rules {
+			n++
+			if rule.Health != "ok" || rule.LastError != "" {
+				t.Errorf("rule %s: health %q, %s", rule.Name, rule.Health, rule.LastError)
+			}
+		}
+	}
+	if n != want || n == 0 {
+		t.Errorf("Prometheus evaluates %d rules, the file holds %d", n, want)
+	}
 }
