@@ -6,7 +6,11 @@ CACHE ?= $(HOME)/.cache/nr1-agent
 TOOLS := $(CACHE)/tools
 GOLANGCI_LINT_VERSION := v2.15.0
 BENCHSTAT_VERSION := v0.0.0-20260908200009-22c9c6c9d4da
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The version built and released: v$(cat VERSION) at its tag, else a semver pre-release
+# of it naming the commit (deploy/dist/version.sh); worked out once.
+VERSION ?= $(shell deploy/dist/version.sh)
+VERSION := $(VERSION)
+KREW_VERSION := v0.4.3
 LDFLAGS := -s -w -X main.version=$(VERSION)
 BENCH_COUNT ?= 6
 # A count, not a duration: with a duration, Go's fuzz coordinator (before Go 1.27) can
@@ -15,6 +19,10 @@ BENCH_COUNT ?= 6
 FUZZTIME ?= 300000x
 # The architectures the images hold; arm64 is the NR1 node's.
 ARCHES := amd64 arm64
+# The platforms of kubectl nr1's release: the nodes' and the operators' machines.
+DIST_PLATFORMS := linux_amd64 linux_arm64 darwin_amd64 darwin_arm64
+DIST := _output/dist
+KREW := $(TOOLS)/krew-$(KREW_VERSION)
 IMAGES := _output/images
 # The agent image's budget per platform, compressed as containerd counts it.
 AGENT_IMAGE_MAX := 20MiB
@@ -40,10 +48,13 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help build $(ARCHES:%=build-%) dist test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+version: ## print the version the binaries and archives are built as (VERSION)
+	@echo $(VERSION)
 
 BINARIES := ./cmd/... ./deploy/local/pause ./deploy/local/ociimage
 
@@ -62,12 +73,26 @@ image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load and pause imag
 	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load $(call licenses,$(a),LICENSE)) --out $(IMAGES)/nr1-load.tar
 	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/pause:/pause) --out $(IMAGES)/pause.tar
 
-dist: $(ARCHES:%=build-%) ## the kubectl plugin's release archives, one per architecture, with their checksums (_output/dist)
-	@mkdir -p _output/dist
-	for a in $(ARCHES); do \
-		tar -czf _output/dist/kubectl-nr1_$(VERSION)_linux_$$a.tar.gz --owner 0 --group 0 --mtime @0 --sort=name LICENSE -C bin/linux_$$a kubectl-nr1; \
+# dist: each platform's plugin built, with the license and the completion helper, into
+# one archive of fixed owner, modes, times and order, so that a release rebuilt is the
+# same bytes; then the sums and the krew manifest, which reads the archives back.
+dist: ## the kubectl plugin's release: an archive per platform (linux, darwin; amd64, arm64), their SHA256SUMS and the krew manifest nr1.yaml (_output/dist)
+	rm -rf $(DIST)
+	set -euo pipefail; for p in $(DIST_PLATFORMS); do \
+		d=$(DIST)/.stage/$$p; mkdir -p $$d; \
+		CGO_ENABLED=0 GOOS=$${p%_*} GOARCH=$${p#*_} $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $$d/kubectl-nr1 ./cmd/kubectl-nr1; \
+		chmod 0755 $$d/kubectl-nr1; \
+		install -m 0644 LICENSE $$d/LICENSE; \
+		install -m 0755 cmd/kubectl-nr1/kubectl_complete-nr1 $$d/kubectl_complete-nr1; \
+		tar -c --owner 0 --group 0 --numeric-owner --mtime @0 --sort=name -C $$d LICENSE kubectl-nr1 kubectl_complete-nr1 \
+			| gzip -9n > $(DIST)/kubectl-nr1_$(VERSION)_$$p.tar.gz; \
 	done
-	cd _output/dist && sha256sum kubectl-nr1_$(VERSION)_linux_*.tar.gz > kubectl-nr1_$(VERSION)_SHA256SUMS && cat kubectl-nr1_$(VERSION)_SHA256SUMS
+	rm -rf $(DIST)/.stage
+	cd $(DIST) && sha256sum kubectl-nr1_$(VERSION)_*.tar.gz > kubectl-nr1_$(VERSION)_SHA256SUMS && cat kubectl-nr1_$(VERSION)_SHA256SUMS
+	$(GO) run ./deploy/dist/krew -version $(VERSION) -out $(DIST)/nr1.yaml $(foreach p,$(DIST_PLATFORMS),$(DIST)/kubectl-nr1_$(VERSION)_$(p).tar.gz)
+
+dist-check: dist $(KREW)/krew ## make dist, checked as krew and kubectl use it: the manifest by krew's validator, every archive's files, each installed by krew (offline), this machine's run; a second make dist the same bytes
+	KREW=$(KREW) DIST=$(DIST) VERSION=$(VERSION) deploy/dist/check.sh
 
 up: image ## bring up the local node stack with the simulated NR1 (root)
 	$(STACK) up
@@ -132,7 +157,11 @@ deps: ## install the Debian packages make generate, the tests and make test-arm6
 test-deps: ## install the Debian packages the tests need (as root)
 	@$(APT_INSTALL) $(TEST_DEB_DEPS)
 
-tools: $(TOOLS)/golangci-lint $(TOOLS)/benchstat ## install the pinned tools
+tools: $(TOOLS)/golangci-lint $(TOOLS)/benchstat $(KREW)/krew ## install the pinned tools
+
+# krew and its manifest validator, from the Go module proxy (make dist-check).
+$(KREW)/krew:
+	GOBIN=$(KREW) $(GO) install sigs.k8s.io/krew/cmd/krew@$(KREW_VERSION) sigs.k8s.io/krew/cmd/validate-krew-manifest@$(KREW_VERSION)
 
 $(TOOLS)/golangci-lint:
 	GOBIN=$(TOOLS) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

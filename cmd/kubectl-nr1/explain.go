@@ -30,7 +30,13 @@ func newExplain(o *options) *cobra.Command {
 of each NR1 resource, where its enforcement ladder stands (over since when, steps taken,
 the throttle), every NR1 Event on the pod oldest first with its ladder step, and what
 happens next if nothing changes.`,
-		Args: cobra.ExactArgs(1),
+		Example: `  # Pod hog of namespace ml
+  kubectl nr1 explain -n ml hog
+
+  # A pod of the kubeconfig context's namespace
+  kubectl nr1 explain resnet50`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: o.completePods,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := o.client()
 			if err != nil {

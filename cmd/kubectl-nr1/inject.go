@@ -56,6 +56,7 @@ non-integer amount, or a resource missing is refused, naming its line.`,
 	cmd.Flags().StringVarP(&resources, "filename", "f", "", "the CG's resources.yaml, as the NR1 toolchain wrote it")
 	cmd.Flags().StringSliceVarP(&containers, "container", "c", []string{manifest.DefaultContainer}, "the container given the resources (dra: each container using the claim; repeat or comma-separate)")
 	cmd.Flags().StringVar(&mode, "mode", string(manifest.DevicePlugin), "how the nodes offer the NR1, as the agent's mode: devicePlugin or dra")
+	completeInject(cmd)
 	return cmd
 }
 

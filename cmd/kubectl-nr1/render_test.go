@@ -54,7 +54,7 @@ func TestTopTables(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := writeTop(&out, nodes(t), tc.ns, tc.output); err != nil {
+			if err := writeTop(&out, nodes(t), topOptions{namespace: tc.ns, output: tc.output}); err != nil {
 				t.Fatal(err)
 			}
 			golden(t, tc.name, out.Bytes())
@@ -65,7 +65,7 @@ func TestTopTables(t *testing.T) {
 // The CG most over comes first; a CG whose ratio is unknown comes last.
 func TestTopSortsByRatio(t *testing.T) {
 	var out bytes.Buffer
-	if err := writeTop(&out, nodes(t), "", ""); err != nil {
+	if err := writeTop(&out, nodes(t), topOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var order []string

@@ -168,18 +168,24 @@ func TestReadmeStackCommandsExist(t *testing.T) {
 	}
 }
 
-// What readme-commands.sh types is what the README says: each of its steps names a
-// command the README writes, word for word.
+// What readme-commands.sh and the release's check (deploy/dist/check.sh) type is what
+// the README says: each of their steps names a command the README writes, word for word.
 func TestReadmeCommandsAreTheOnesCIRuns(t *testing.T) {
-	readme, script := read(t, "README.md"), read(t, "deploy/ci/readme-commands.sh")
-	steps := regexp.MustCompile(`(?m)^\s*step "([^"]+)"$`).FindAllStringSubmatch(script, -1)
-	if len(steps) < 5 {
-		t.Fatalf("readme-commands.sh has %d steps", len(steps))
-	}
-	vars := strings.NewReplacer("$mod", "github.com/neureality-sdk/nr1-agent")
-	for _, s := range steps {
-		if cmd := vars.Replace(s[1]); !strings.Contains(readme, cmd) {
-			t.Errorf("CI runs %q, which the README does not write", cmd)
+	readme := read(t, "README.md")
+	// A step's $(…) is the README's, escaped in the script's double quotes.
+	vars := strings.NewReplacer("$mod", "github.com/neureality-sdk/nr1-agent", `\$`, "$")
+	for _, s := range []struct {
+		script string
+		least  int
+	}{{"deploy/ci/readme-commands.sh", 5}, {"deploy/dist/check.sh", 1}} {
+		steps := regexp.MustCompile(`(?m)^\s*step "([^"]+)"$`).FindAllStringSubmatch(read(t, s.script), -1)
+		if len(steps) < s.least {
+			t.Errorf("%s has %d steps", s.script, len(steps))
+		}
+		for _, st := range steps {
+			if cmd := vars.Replace(st[1]); !strings.Contains(readme, cmd) {
+				t.Errorf("CI runs %q (%s), which the README does not write", cmd, s.script)
+			}
 		}
 	}
 }
