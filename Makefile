@@ -23,6 +23,15 @@ ARCHES := amd64 arm64
 DIST_PLATFORMS := linux_amd64 linux_arm64 darwin_amd64 darwin_arm64
 DIST := _output/dist
 KREW := $(TOOLS)/krew-$(KREW_VERSION)
+CYCLONEDX_VERSION := v1.10.0
+CYCLONEDX := $(TOOLS)/cyclonedx-gomod-$(CYCLONEDX_VERSION)/cyclonedx-gomod
+# sbom,MAIN,OS_ARCH,OUT: the CycloneDX SBOM of a binary, from the Go module graph as that
+# platform builds it (its build constraints select the modules), with their licenses;
+# no serial number or timestamp, so that a second make dist writes the same bytes.
+sbom = CGO_ENABLED=0 GOOS=$(firstword $(subst _, ,$(2))) GOARCH=$(lastword $(subst _, ,$(2))) \
+	$(CYCLONEDX) app -json -licenses -std -noserial -notimestamp -main $(1) -output $(3) .
+# The images' platforms, for their SBOMs.
+IMAGE_PLATFORMS := $(ARCHES:%=linux_%)
 IMAGES := _output/images
 # The agent image's budget per platform, compressed as containerd counts it.
 AGENT_IMAGE_MAX := 20MiB
@@ -76,7 +85,7 @@ image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load and pause imag
 # dist: each platform's plugin built, with the license and the completion helper, into
 # one archive of fixed owner, modes, times and order, so that a release rebuilt is the
 # same bytes; then the sums and the krew manifest, which reads the archives back.
-dist: ## the kubectl plugin's release: an archive per platform (linux, darwin; amd64, arm64), their SHA256SUMS and the krew manifest nr1.yaml (_output/dist)
+dist: $(CYCLONEDX) ## the release files: the kubectl plugin's archive per platform (linux, darwin; amd64, arm64), their SHA256SUMS, the krew manifest nr1.yaml, and a CycloneDX SBOM of each archive's and each image's binary per platform (_output/dist)
 	rm -rf $(DIST)
 	set -euo pipefail; for p in $(DIST_PLATFORMS); do \
 		d=$(DIST)/.stage/$$p; mkdir -p $$d; \
@@ -90,6 +99,9 @@ dist: ## the kubectl plugin's release: an archive per platform (linux, darwin; a
 	rm -rf $(DIST)/.stage
 	cd $(DIST) && sha256sum kubectl-nr1_$(VERSION)_*.tar.gz > kubectl-nr1_$(VERSION)_SHA256SUMS && cat kubectl-nr1_$(VERSION)_SHA256SUMS
 	$(GO) run ./deploy/dist/krew -version $(VERSION) -out $(DIST)/nr1.yaml $(foreach p,$(DIST_PLATFORMS),$(DIST)/kubectl-nr1_$(VERSION)_$(p).tar.gz)
+	mkdir -p $(DIST)/sbom
+	$(foreach p,$(DIST_PLATFORMS),$(call sbom,cmd/kubectl-nr1,$(p),$(DIST)/sbom/kubectl-nr1_$(VERSION)_$(p).cdx.json) &&) true
+	$(foreach i,nr1-agent nr1-load,$(foreach p,$(IMAGE_PLATFORMS),$(call sbom,cmd/$(i),$(p),$(DIST)/sbom/$(i)_$(VERSION)_$(p).cdx.json) &&)) true
 
 dist-check: dist $(KREW)/krew ## make dist, checked as krew and kubectl use it: the manifest by krew's validator, every archive's files, each installed by krew (offline), this machine's run; a second make dist the same bytes
 	KREW=$(KREW) DIST=$(DIST) VERSION=$(VERSION) deploy/dist/check.sh
@@ -157,7 +169,10 @@ deps: ## install the Debian packages make generate, the tests and make test-arm6
 test-deps: ## install the Debian packages the tests need (as root)
 	@$(APT_INSTALL) $(TEST_DEB_DEPS)
 
-tools: $(TOOLS)/golangci-lint $(TOOLS)/benchstat $(KREW)/krew ## install the pinned tools
+tools: $(TOOLS)/golangci-lint $(TOOLS)/benchstat $(KREW)/krew $(CYCLONEDX) ## install the pinned tools
+
+$(CYCLONEDX):
+	GOBIN=$(dir $@) $(GO) install github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod@$(CYCLONEDX_VERSION)
 
 # krew and its manifest validator, from the Go module proxy (make dist-check).
 $(KREW)/krew:

@@ -5,8 +5,8 @@
 # LICENSE, kubectl-nr1 and kubectl_complete-nr1, owned by 0, of mtime 0, in order;
 # each installed by krew from the manifest and the local archive (offline, as the
 # README writes it), the license installed too; this machine's plugin run for its
-# version and its completion through the helper; then a second make dist, which must
-# write the same bytes and leave git status as it was.
+# version and its completion through the helper; an SBOM per binary and platform; then a
+# second make dist, which must write the same bytes and leave git status as it was.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 : "${KREW:?the directory of krew and validate-krew-manifest}" "${DIST:=_output/dist}" "${VERSION:=$(make -s version)}"
@@ -68,12 +68,35 @@ for want in json yaml wide ':4'; do
 done
 echo "== dist: kubectl nr1 $got installed by krew, its completion answers"
 
-# make dist again: the same bytes (archives, sums, manifest), nothing for git.
+# An SBOM of each binary released, per platform: CycloneDX, the binary's main package
+# as its component, the modules it links with the licenses found in them.
+sboms=0
+for bin in kubectl-nr1:linux_amd64,linux_arm64,darwin_amd64,darwin_arm64 nr1-agent:linux_amd64,linux_arm64 nr1-load:linux_amd64,linux_arm64; do
+  name=${bin%%:*} platforms=${bin#*:}
+  for platform in ${platforms//,/ }; do
+      f=$DIST/sbom/${name}_${VERSION}_${platform}.cdx.json
+      [ -f "$f" ] || fail "no SBOM $f"
+      jq -e --arg main "cmd/$name" --arg os "${platform%_*}" --arg arch "${platform#*_}" '
+        .bomFormat == "CycloneDX" and (.metadata.component.purl | endswith("#" + $main)) and
+        (.metadata.component.purl | contains("goos=" + $os) and contains("goarch=" + $arch)) and
+        (.components | length) > 0 and
+        ([.components[] | select(.evidence.licenses // .licenses)] | length) > 0' "$f" >/dev/null ||
+        fail "$f is not the CycloneDX SBOM of cmd/$name for $platform with its modules' licenses"
+      sboms=$((sboms + 1))
+  done
+done
+jq -e '[.components[].name] | index("github.com/cilium/ebpf") != null' "$DIST/sbom/nr1-agent_${VERSION}_linux_arm64.cdx.json" >/dev/null ||
+  fail "the agent's SBOM does not list cilium/ebpf, which it links"
+echo "== dist: $sboms SBOMs checked"
+
+# make dist again: the same bytes (archives, sums, manifest, SBOMs), nothing for git.
 status=$(git status --porcelain)
 cp "$DIST/$sums" "$DIST/nr1.yaml" "$work/"
+cp -r "$DIST/sbom" "$work/sbom"
 make --no-print-directory dist VERSION="$VERSION" >"$work/dist.log" 2>&1 || fail "make dist, again: $(cat "$work/dist.log")"
 cmp -s "$work/$sums" "$DIST/$sums" || fail "make dist, again, wrote other archives: $(diff "$work/$sums" "$DIST/$sums")"
 cmp -s "$work/nr1.yaml" "$DIST/nr1.yaml" || fail "make dist, again, wrote another manifest"
+diff -r "$work/sbom" "$DIST/sbom" >/dev/null || fail "make dist, again, wrote other SBOMs"
 [ "$(git status --porcelain)" = "$status" ] || fail "make dist changed git status: $(git status --porcelain)"
 [ -z "$(git status --porcelain --untracked-files=all -- "$DIST" bin)" ] || fail "make dist's outputs are not ignored by git"
 echo "== dist: ${#archives[@]} archives, their sums and nr1.yaml checked; a second make dist wrote the same"
