@@ -157,11 +157,11 @@ lint: $(TOOLS)/golangci-lint ## gofmt, go vet (for each of ARCHES) and golangci-
 	$(foreach a,$(ARCHES),GOARCH=$(a) $(GO) vet ./... &&) true
 	$(TOOLS)/golangci-lint run ./...
 
-generate: ## regenerate generated code (bpf2go with clang)
+generate: ## regenerate generated code (bpf2go with clang) and the Grafana dashboard
 	$(GO) generate ./...
 
 generate-check: generate ## fail when committed generated code is stale
-	@git diff --exit-code --stat -- bpf/ || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- bpf/ deploy/helm/nr1-agent/files/nr1-agent.json || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 deps: ## install the Debian packages make generate, the tests and make test-arm64 need (as root)
 	@$(APT_INSTALL) $(DEB_DEPS)
