@@ -21,10 +21,31 @@ func chartSchema() ([]byte, error) {
 		"$schema":    "http://json-schema.org/draft-07/schema#",
 		"title":      "nr1-agent chart values",
 		"type":       "object",
-		"properties": map[string]any{"config": cfg},
+		"properties": map[string]any{"config": cfg, "nodeFeatureRule": nodeFeatureRuleSchema()},
 	}
 	b, err := json.MarshalIndent(schema, "", "  ")
 	return append(b, '\n'), err
+}
+
+// nodeFeatureRuleSchema holds the NR1's PCI IDs to what NFD compares them with: four
+// lower-case hexadecimal digits, as sysfs writes them without their 0x.
+func nodeFeatureRuleSchema() map[string]any {
+	id := map[string]any{"type": "string", "pattern": "^[0-9a-f]{4}$"}
+	return map[string]any{
+		"type":                 "object",
+		"additionalProperties": false,
+		"properties": map[string]any{
+			"enabled": map[string]any{"type": "boolean"},
+			"pci": map[string]any{
+				"type":                 "object",
+				"additionalProperties": false,
+				"properties": map[string]any{
+					"vendor":  map[string]any{"anyOf": []any{id, map[string]any{"const": ""}}},
+					"devices": map[string]any{"type": "array", "items": id},
+				},
+			},
+		},
+	}
 }
 
 // TestChartSchemaIsTheConfigurations: the committed values.schema.json is what the
