@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # SPDX-License-Identifier: Apache-2.0
-# Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 --target nr1-agent .
+# Multi-arch: docker buildx build --platform linux/amd64,linux/arm64 --target nr1-agent \
+#   --build-arg VERSION=$(make -s version) --build-arg REVISION=$(git rev-parse HEAD) .
 # Offline, `make image` builds the same images (same files, entrypoint and user, both
 # platforms) from this file's final stages with deploy/local/ociimage.
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
@@ -15,6 +16,12 @@ RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
       -ldflags "-s -w -X main.version=$VERSION" -o /out/ ./cmd/nr1-agent ./cmd/nr1-load
 
 FROM scratch AS nr1-load
+ARG VERSION=dev
+ARG REVISION
+LABEL org.opencontainers.image.title="nr1-load"
+LABEL org.opencontainers.image.source="https://github.com/neureality-sdk/nr1-agent"
+LABEL org.opencontainers.image.version="${VERSION}"
+LABEL org.opencontainers.image.revision="${REVISION}"
 LABEL org.opencontainers.image.licenses="Apache-2.0"
 COPY LICENSE /LICENSE
 COPY --from=build /out/nr1-load /nr1-load
@@ -25,6 +32,12 @@ ENTRYPOINT ["/nr1-load"]
 # and writes cgroups.
 # Its BPF programs are dual-licensed, as the kernel asks of programs using its GPL helpers.
 FROM scratch AS nr1-agent
+ARG VERSION=dev
+ARG REVISION
+LABEL org.opencontainers.image.title="nr1-agent"
+LABEL org.opencontainers.image.source="https://github.com/neureality-sdk/nr1-agent"
+LABEL org.opencontainers.image.version="${VERSION}"
+LABEL org.opencontainers.image.revision="${REVISION}"
 LABEL org.opencontainers.image.licenses="Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)"
 COPY LICENSE /LICENSE
 COPY LICENSES/GPL-2.0-only.txt /LICENSES/GPL-2.0-only.txt

@@ -134,6 +134,15 @@ func run(args []string, report io.Writer) error {
 	var maxCompressed size
 	fs.Var(&maxCompressed, "max-compressed", "fail when a platform's compressed size, as containerd counts it, exceeds this (e.g. 20MiB; 0: no limit)")
 	out := fs.String("out", "", "archive to write")
+	buildArgs := map[string]string{}
+	fs.Func("build-arg", "NAME=VALUE, repeatable: a build argument the stage's LABELs name as ${NAME}", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want NAME=VALUE, got %q", v)
+		}
+		buildArgs[k] = val
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -147,6 +156,9 @@ func run(args []string, report io.Writer) error {
 			return err
 		}
 		if err := files.match(st.copies); err != nil {
+			return fmt.Errorf("%s stage %s: %w", *dockerfile, *target, err)
+		}
+		if st.labels, err = st.resolvedLabels(buildArgs); err != nil {
 			return fmt.Errorf("%s stage %s: %w", *dockerfile, *target, err)
 		}
 	} else {
@@ -240,12 +252,16 @@ func build(name string, st stage, files fileList) (image, error) {
 		if err != nil {
 			return img, err
 		}
-		manifest, err := json.Marshal(map[string]any{
+		m := map[string]any{
 			"schemaVersion": 2,
 			"mediaType":     mediaManifest,
 			"config":        descriptor(mediaConfig, cfg),
 			"layers":        []any{descriptor(mediaLayer, layer)},
-		})
+		}
+		if a := annotations(st.labels); len(a) > 0 {
+			m["annotations"] = a
+		}
+		manifest, err := json.Marshal(m)
 		if err != nil {
 			return img, err
 		}
@@ -255,7 +271,11 @@ func build(name string, st stage, files fileList) (image, error) {
 		blobs = append(blobs, cfg, manifest, layer)
 		img.platforms = append(img.platforms, platformSize{arch: arch, compressed: int64(len(manifest) + len(cfg) + len(layer)), unpacked: unpacked})
 	}
-	index, err := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": mediaIndex, "manifests": manifests})
+	ix := map[string]any{"schemaVersion": 2, "mediaType": mediaIndex, "manifests": manifests}
+	if a := annotations(st.labels); len(a) > 0 {
+		ix["annotations"] = a
+	}
+	index, err := json.Marshal(ix)
 	if err != nil {
 		return img, err
 	}
@@ -288,6 +308,18 @@ func build(name string, st stage, files fileList) (image, error) {
 	}
 	img.archive = buf.Bytes()
 	return img, nil
+}
+
+// annotations are the image's OCI annotations: its org.opencontainers.image.* labels,
+// which registries and tools read from the index and manifests, not the config.
+func annotations(labels map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range labels {
+		if strings.HasPrefix(k, "org.opencontainers.image.") {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 const (

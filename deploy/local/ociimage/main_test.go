@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,8 +79,9 @@ type desc struct {
 }
 
 type index struct {
-	MediaType string
-	Manifests []desc
+	MediaType   string
+	Manifests   []desc
+	Annotations map[string]string
 }
 
 // agentImage builds the agent image from the project's own Dockerfile stage, for amd64
@@ -87,7 +89,8 @@ type index struct {
 // what the tool reported.
 func agentImage(t *testing.T, dir string, extra ...string) (string, string, error) {
 	t.Helper()
-	args := []string{"--dockerfile", "../../../Dockerfile", "--target", "nr1-agent", "--name", "nr1.local/nr1-agent:dev"}
+	args := []string{"--dockerfile", "../../../Dockerfile", "--target", "nr1-agent", "--name", "nr1.local/nr1-agent:dev",
+		"--build-arg", "VERSION=v1.2.3", "--build-arg", "REVISION=0123abcd"}
 	for arch, m := range map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64} {
 		bin := filepath.Join(dir, arch, "nr1-agent")
 		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
@@ -129,17 +132,32 @@ func TestImageHoldsEachPlatform(t *testing.T) {
 	if err := json.Unmarshal(indexBlob, &idx); err != nil || idx.MediaType != mediaIndex {
 		t.Fatalf("image index %s: %v", indexBlob, err)
 	}
+	// The release's labels, as registries read them: on the index and every manifest.
+	wantAnnotations := map[string]string{
+		"org.opencontainers.image.title":    "nr1-agent",
+		"org.opencontainers.image.source":   "https://github.com/neureality-sdk/nr1-agent",
+		"org.opencontainers.image.version":  "v1.2.3",
+		"org.opencontainers.image.revision": "0123abcd",
+		"org.opencontainers.image.licenses": "Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)",
+	}
+	if !maps.Equal(idx.Annotations, wantAnnotations) {
+		t.Errorf("the image index's annotations %v, want %v", idx.Annotations, wantAnnotations)
+	}
 	var platforms []string
 	for _, m := range idx.Manifests {
 		arch := m.Platform["architecture"]
 		platforms = append(platforms, m.Platform["os"]+"/"+arch)
 		manifestBlob := blob(t, files, m.Digest)
 		var manifest struct {
-			Config desc
-			Layers []desc
+			Config      desc
+			Layers      []desc
+			Annotations map[string]string
 		}
 		if err := json.Unmarshal(manifestBlob, &manifest); err != nil || m.MediaType != mediaManifest || len(manifest.Layers) != 1 {
 			t.Fatalf("%s manifest %s: %v", arch, manifestBlob, err)
+		}
+		if !maps.Equal(manifest.Annotations, wantAnnotations) {
+			t.Errorf("%s manifest's annotations %v", arch, manifest.Annotations)
 		}
 		configBlob := blob(t, files, manifest.Config.Digest)
 		var cfg struct {
@@ -157,7 +175,7 @@ func TestImageHoldsEachPlatform(t *testing.T) {
 			t.Fatal(err)
 		}
 		if cfg.Architecture != arch || cfg.OS != "linux" || strings.Join(cfg.Config.Entrypoint, " ") != "/nr1-agent" || cfg.Config.User != "0:0" ||
-			cfg.Config.Labels["org.opencontainers.image.licenses"] != "Apache-2.0 AND (GPL-2.0-only OR BSD-2-Clause)" {
+			!maps.Equal(cfg.Config.Labels, wantAnnotations) {
 			t.Errorf("%s config %+v", arch, cfg)
 		}
 		layerBlob := blob(t, files, manifest.Layers[0].Digest)
@@ -275,6 +293,36 @@ func TestSizeFlag(t *testing.T) {
 		if err := s.Set(bad); err == nil {
 			t.Errorf("Set(%q) accepted: %d", bad, s)
 		}
+	}
+}
+
+// A LABEL's ${NAME} is the build argument given, else the ARG's default; one the stage
+// does not declare, or declares without a default and is not given, is refused.
+func TestLabelsTakeBuildArguments(t *testing.T) {
+	st, err := parseStage(strings.NewReader("FROM scratch AS app\nARG V=dev\nARG R\nLABEL v=\"${V}\" r=\"rev ${R}\"\nENTRYPOINT [\"/app\"]\n"), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args map[string]string
+		want map[string]string
+		err  string
+	}{
+		{args: map[string]string{"V": "v1", "R": "abc"}, want: map[string]string{"v": "v1", "r": "rev abc"}},
+		{args: map[string]string{"R": "abc"}, want: map[string]string{"v": "dev", "r": "rev abc"}},
+		{args: map[string]string{"V": "v1"}, err: "LABEL r names ${R}, which has no default and no --build-arg"},
+	} {
+		got, err := st.resolvedLabels(c.args)
+		if (err == nil) != (c.err == "") || (err != nil && err.Error() != c.err) || !maps.Equal(got, c.want) {
+			t.Errorf("build args %v: %v, %v; want %v, %q", c.args, got, err, c.want, c.err)
+		}
+	}
+	st, err = parseStage(strings.NewReader("FROM scratch AS app\nLABEL v=\"${V}\"\nENTRYPOINT [\"/app\"]\n"), "app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.resolvedLabels(map[string]string{"V": "x"}); err == nil || !strings.Contains(err.Error(), "declares with no ARG") {
+		t.Errorf("a label naming an undeclared argument: %v", err)
 	}
 }
 
