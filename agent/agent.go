@@ -44,7 +44,9 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 	}()
 	clk := clock.RealClock{}
 	node := ourNode(cfg, log)
-	cfg = selectMode(cfg, node, log)
+	if node != nil {
+		cfg = selectMode(cfg, node, log)
+	}
 	dev, err := findNR1(cfg, clk, log)
 	if err != nil {
 		return nil, err

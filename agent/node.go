@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/config"
@@ -21,7 +22,7 @@ import (
 const labelRecheck = 5 * time.Minute
 
 // modeReadTimeout bounds how long startup waits for the node's mode label.
-const modeReadTimeout = 15 * time.Second
+const modeReadTimeout = 5 * time.Second
 
 // nodeName is the node the agent runs on: the configured one, else the host's name.
 func nodeName(cfg *config.Config) string {
@@ -46,30 +47,37 @@ func ourNode(cfg *config.Config, log *slog.Logger) *kube.Node {
 	return n
 }
 
+// labelled is a node whose labels can be read.
+type labelled interface {
+	Labels(ctx context.Context) (map[string]string, error)
+}
+
 // selectMode returns cfg with the mode the node's label selects, when it selects one:
-// the label's value as the API server has it, else, when the API server cannot be read,
-// the value this node's agent last read, kept in its state directory. A value that is
-// not a mode is logged and the configured mode kept.
-func selectMode(cfg *config.Config, node *kube.Node, log *slog.Logger) *config.Config {
+// the label's value as the API server has it, else, when the node's labels cannot be
+// read, the value this node's agent last read, kept in its state directory. A value that
+// is not a mode is logged and the configured mode kept.
+func selectMode(cfg *config.Config, node labelled, log *slog.Logger) *config.Config {
 	if node == nil || cfg.Node.ModeLabel == "" {
 		return cfg
 	}
 	remembered := nodelabels.Remembered{Path: filepath.Join(cfg.Paths.State, "mode")}
 	ctx, cancel := context.WithTimeout(context.Background(), modeReadTimeout)
 	defer cancel()
-	selected, err := readSelected(ctx, node, cfg.Node.ModeLabel)
-	switch {
-	case err == nil:
+	var selected string
+	labels, err := readLabels(ctx, node)
+	if err == nil {
+		selected, err = nodelabels.Selected(labels, cfg.Node.ModeLabel)
+		if err != nil {
+			log.Warn("the node's mode label is ignored", "err", err, "mode", cfg.Mode)
+		}
 		if err := remembered.Store(selected); err != nil {
 			log.Warn("the node's mode not remembered for a restart without the API server", "err", err)
 		}
-	case ctx.Err() != nil:
+	} else {
 		last, lerr := remembered.Load()
-		log.Warn("the node's mode label could not be read: the mode last read is kept",
+		log.Warn("the node's labels could not be read: the mode its label last selected is kept",
 			"label", cfg.Node.ModeLabel, "err", err, "mode", last, "rememberErr", lerr)
 		selected = last
-	default:
-		log.Warn("the node's mode label is ignored", "err", err, "mode", cfg.Mode)
 	}
 	if selected == "" || selected == cfg.Mode {
 		return cfg
@@ -80,17 +88,18 @@ func selectMode(cfg *config.Config, node *kube.Node, log *slog.Logger) *config.C
 	return &c
 }
 
-// readSelected reads the mode the node's label selects, trying again until ctx ends
-// while the API server does not answer; a label that is not a mode is not tried again.
-func readSelected(ctx context.Context, node *kube.Node, key string) (string, error) {
+// readLabels reads the node's labels, trying again until ctx ends while the API server
+// does not answer; an answer that will not change (no such node, not allowed) is
+// returned at once, so that it holds up no agent's start.
+func readLabels(ctx context.Context, node labelled) (map[string]string, error) {
 	for {
 		labels, err := node.Labels(ctx)
-		if err == nil {
-			return nodelabels.Selected(labels, key)
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			return labels, err
 		}
 		select {
 		case <-ctx.Done():
-			return "", err
+			return nil, err
 		case <-time.After(time.Second):
 		}
 	}

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/bpf"
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 )
 
 // apiServer answers as the API server does about the agent's pod and its DaemonSet,
@@ -98,7 +98,7 @@ func TestStoppedAgentUndoesItsWorkOnlyWhenUninstalled(t *testing.T) {
 				"contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {}}]\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			var stderr bytes.Buffer
+			var stderr syncbuf.Buffer
 			state := filepath.Join(t.TempDir(), "state")
 			cmd := exec.Command(binary, append(args, "--path.bpffs", bpffs, "--path.state", state, "--kubeconfig", kubeconfig)...)
 			cmd.Env = append(os.Environ(), envPodNamespace+"=nr1-system", envPodName+"=nr1-agent-x7k2p")
