@@ -6,6 +6,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -72,10 +73,13 @@ func TestChartUpgrade(t *testing.T) {
 		run(t, "kubectl", "delete", "-k", filepath.Join(repo, "deploy", "kustomize", "overlays", "local"), "--ignore-not-found", "--wait")
 		eventually(t, 2*time.Minute, "namespace nr1-system gone", func() error {
 			_, err := c.CoreV1().Namespaces().Get(context.Background(), "nr1-system", metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
+			switch {
+			case apierrors.IsNotFound(err):
 				return nil
+			case err != nil:
+				return fmt.Errorf("namespace nr1-system: %w", err)
 			}
-			return fmt.Errorf("namespace nr1-system: %v", err)
+			return errors.New("namespace nr1-system still there")
 		})
 	}
 	uninstallKustomize()
