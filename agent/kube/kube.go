@@ -160,8 +160,9 @@ func (c *Client) Evict(ctx context.Context, namespace, pod, uid string) error {
 // are retried for about two minutes, but any answer of the API server is final. An API
 // server that is starting answers 503 or 429 for a few seconds (and 401 or 403 until its
 // authorizers have synced), and the Events of an outage would be dropped exactly then;
-// such answers are passed on as transient. A real refusal is then retried for about two
-// minutes before it is dropped: a log line's cost.
+// such answers are passed on as transient, but for a namespace being deleted, which
+// refuses for good. A real refusal is then retried for about two minutes before it is
+// dropped: a log line's cost.
 type eventSink struct {
 	events  eventAPI
 	timeout time.Duration
@@ -194,6 +195,12 @@ var errTransient = errors.New("API server not ready")
 // transient wraps the answers of an API server that is starting or overloaded, so that
 // the recorder retries them (it gives up on a *StatusError); others are left as they are.
 func transient(err error) error {
+	// An Event on a pod of a namespace being deleted is refused (403) for good. The
+	// recorder writes one Event at a time: retried, it would hold every Event after it,
+	// on every pod, for the two minutes of its retries.
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return err
+	}
 	if apierrors.IsServiceUnavailable(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) ||
 		apierrors.IsTimeout(err) || apierrors.IsInternalError(err) || apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
 		return fmt.Errorf("%w: %w", errTransient, err)

@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	policyv1client "k8s.io/client-go/kubernetes/typed/policy/v1"
@@ -238,6 +239,19 @@ func TestEventsRefusedByAStartingAPIServerAreRetried(t *testing.T) {
 	_, err = sink.Create(ev)
 	if !errors.As(err, &status) || reflect.TypeOf(err) != reflect.TypeOf(status) {
 		t.Errorf("400: %T %v, want the *StatusError the recorder gives up on", err, err)
+	}
+	// A namespace being deleted refuses for good, and the recorder's retries of it would
+	// hold up every Event after it: it is final, unlike another 403.
+	terminating := apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "e", errors.New("namespace ns is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Message: "namespace ns is being terminated"}}
+	answer = terminating
+	_, err = sink.Create(ev)
+	if !errors.As(err, &status) || reflect.TypeOf(err) != reflect.TypeOf(status) {
+		t.Errorf("403 of a namespace being deleted: %T %v, want the *StatusError the recorder gives up on", err, err)
+	}
+	answer = apierrors.NewForbidden(schema.GroupResource{Resource: "events"}, "e", errors.New("RBAC not synced"))
+	if _, err = sink.Create(ev); !errors.Is(err, errTransient) {
+		t.Errorf("another 403: %T %v, want an error the recorder retries", err, err)
 	}
 }
 

@@ -97,11 +97,10 @@ func bigCG(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, booked nr1.Amo
 // the fix, as soon as it sees the pod.
 func TestStatusTooLargeIsTold(t *testing.T) {
 	c := client(t)
-	runStack(t, "resource-health", "on")
+	replugged(t, c, func() { runStack(t, "resource-health", "on") })
 	t.Cleanup(func() {
-		runStack(t, "resource-health", "off")
-		mustReadyAgent(t, c)
 		// The tests after this one find the kubelet offering the NR1 again.
+		replugged(t, c, func() { runStack(t, "resource-health", "off") })
 		waitAllocatable(t, c, nodeName(t, c), simCapacity[corev1.ResourceName(nr1.ComputeDMAMemory.Name())])
 	})
 	ns := bigNS + "-told"
@@ -124,4 +123,25 @@ func TestStatusTooLargeIsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitReleased(t, ns, pod.Name)
+}
+
+// replugged restarts the kubelet with restart and waits for the agent's four device
+// plugins to have registered with it again: the node's status comes from the kubelet's
+// checkpoint and offers the NR1 before they have, and a pod admitted then is refused.
+func replugged(t *testing.T, c kubernetes.Interface, restart func()) {
+	t.Helper()
+	before := -1
+	eventually(t, 60*time.Second, "the agent's registrations read", func() error {
+		if before = registrations(t, c); before < 0 {
+			return errors.New("nr1_kubelet_registrations_total not read")
+		}
+		return nil
+	})
+	restart()
+	eventually(t, 60*time.Second, "the agent's four plugins registered with the restarted kubelet", func() error {
+		if n := registrations(t, c); n < before+4 {
+			return fmt.Errorf("%d registrations, %d before the restart", n, before)
+		}
+		return nil
+	})
 }
