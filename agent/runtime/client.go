@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -80,8 +81,17 @@ func (c *Client) WritableLayer(ctx context.Context, id string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
 	}
-	return int64(st.GetStats().GetWritableLayer().GetUsedBytes().GetValue()), nil //nolint:gosec // bytes fit
+	used := st.GetStats().GetWritableLayer().GetUsedBytes()
+	if used == nil {
+		// CRI-O answers a container it cannot measure (its storage failing, the
+		// container stopping) with stats lacking the figure: unknown, not empty.
+		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, ErrNoFigure)
+	}
+	return int64(used.GetValue()), nil //nolint:gosec // bytes fit
 }
+
+// ErrNoFigure is a runtime's answer without the figure asked for.
+var ErrNoFigure = errors.New("the runtime's answer has no figure")
 
 // ImageSize returns the size of an image.
 func (c *Client) ImageSize(ctx context.Context, ref string) (int64, error) {
@@ -94,6 +104,10 @@ func (c *Client) ImageSize(ctx context.Context, ref string) (int64, error) {
 	img, err := conn.IS.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	if err != nil {
 		return 0, fmt.Errorf("CRI ImageStatus %s: %w", ref, err)
+	}
+	if img.GetImage() == nil {
+		// An image the runtime does not know is answered with an empty status.
+		return 0, fmt.Errorf("CRI ImageStatus %s: %w", ref, ErrNoFigure)
 	}
 	return int64(img.GetImage().GetSize()), nil //nolint:gosec // bytes fit
 }

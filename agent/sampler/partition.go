@@ -98,7 +98,10 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 			size, ok := images[c.ImageRef]
 			if !ok {
 				if size, err = p.layers.ImageSize(ctx, c.ImageRef); err != nil {
-					return fmt.Errorf("image of %s/%s: %w", pod.Namespace, pod.Name, err)
+					// One image the runtime cannot size (removed under its running
+					// container, a reference it does not resolve) is that CG's unknown.
+					usage.Failed[pod.UID] = fmt.Sprintf("image of %s: %v", c.Name, err)
+					break
 				}
 				images[c.ImageRef] = size
 			}

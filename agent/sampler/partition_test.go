@@ -26,14 +26,17 @@ type fixedView struct{ s *runtime.Snapshot }
 
 func (v fixedView) Load() (*runtime.Snapshot, <-chan struct{}) { return v.s, nil }
 
-// A failed ContainerStats is an unknown partition for that CG, never zero bytes; the
-// other CGs are still measured.
+// A failed ContainerStats is an unknown partition for that CG, never zero bytes; so is
+// an answer without the figure (CRI-O's when its storage cannot measure the layer) and
+// an image the runtime does not know; the other CGs are still measured.
 func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	cri := fakecri.New(filepath.Join(t.TempDir(), "cri.sock"))
 	for _, c := range []fakecri.Container{
 		{ID: "a1", SandboxID: "sa", Name: "health-handler", Image: "img-a"},
 		{ID: "a2", SandboxID: "sa", Name: "sidecar", Image: "img-a"},
 		{ID: "b1", SandboxID: "sb", Name: "health-handler", Image: "img-b"},
+		{ID: "c1", SandboxID: "sc", Name: "health-handler", Image: "img-a"},
+		{ID: "d1", SandboxID: "sd", Name: "health-handler", Image: "img-gone"},
 	} {
 		cri.PutContainer(c, true)
 	}
@@ -42,6 +45,8 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	cri.SetWritable("a1", 10<<20, nil)
 	cri.SetWritable("a2", 1<<20, nil)
 	cri.SetWritable("b1", 0, status.Error(codes.DeadlineExceeded, "stats timed out"))
+	cri.SetWritableMissing("c1")
+	cri.SetWritable("d1", 1<<20, nil)
 	if err := cri.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +58,8 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	rs := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
 		{UID: "ua", Containers: []*runtime.Container{running("a1", "health-handler", "img-a"), running("a2", "sidecar", "img-a")}},
 		{UID: "ub", Containers: []*runtime.Container{running("b1", "health-handler", "img-b")}},
+		{UID: "uc", Containers: []*runtime.Container{running("c1", "health-handler", "img-a")}},
+		{UID: "ud", Containers: []*runtime.Container{running("d1", "health-handler", "img-gone")}},
 	}}
 	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := p.Measure(context.Background()); err != nil {
@@ -68,6 +75,14 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	}
 	if why := got.Failed["ub"]; !strings.Contains(why, "stats timed out") {
 		t.Errorf("ub failure %q", why)
+	}
+	for _, uid := range []string{"uc", "ud"} {
+		if v, ok := got.ByCG[uid]; ok {
+			t.Errorf("%s measured as %d bytes although the runtime gave no figure", uid, v)
+		}
+		if why := got.Failed[uid]; !strings.Contains(why, runtime.ErrNoFigure.Error()) {
+			t.Errorf("%s failure %q", uid, why)
+		}
 	}
 	if got.Read.IsZero() {
 		t.Error("no read time")

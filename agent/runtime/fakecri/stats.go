@@ -32,6 +32,14 @@ func (s *Server) SetWritable(id string, bytes uint64, err error) {
 	s.statsErr[id] = err
 }
 
+// SetWritableMissing makes ContainerStats of id answer stats without the writable
+// layer's figure, as CRI-O does when its storage cannot measure the layer.
+func (s *Server) SetWritableMissing(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noWritable[id] = true
+}
+
 // ContainerStats answers the writable layer set with SetWritable.
 func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
 	s.count("ContainerStats")
@@ -43,6 +51,12 @@ func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStat
 	}
 	if err := s.statsErr[id]; err != nil {
 		return nil, err
+	}
+	if s.noWritable[id] {
+		return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
+			Attributes:    &runtimeapi.ContainerAttributes{Id: id},
+			WritableLayer: &runtimeapi.FilesystemUsage{Timestamp: 1},
+		}}, nil
 	}
 	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
 		Attributes:    &runtimeapi.ContainerAttributes{Id: id},
