@@ -14,7 +14,7 @@ import (
 
 // stackBinaries are the processes the local node stack and its pods run.
 var stackBinaries = []string{
-	"containerd", "containerd-shim-runc-v2", "etcd", "kube-apiserver", "kube-controller-manager",
+	"containerd", "containerd-shim-runc-v2", "crio", "conmon", "etcd", "kube-apiserver", "kube-controller-manager",
 	"kube-scheduler", "kubelet", "nr1-agent", "nr1-load", "pause",
 }
 
@@ -48,7 +48,7 @@ func TestNothingLeftAfterDown(t *testing.T) {
 		if len(f) < 5 {
 			continue
 		}
-		for _, root := range []string{"/var/lib/kubelet", "/run/containerd", "/var/lib/nr1-local", "/run/nr1-sim", "/run/netns", "/run/nr1-local"} {
+		for _, root := range []string{"/var/lib/kubelet", "/run/containerd", "/run/crio", "/var/lib/nr1-local", "/run/nr1-sim", "/run/netns", "/run/nr1-local"} {
 			if f[4] == root || strings.HasPrefix(f[4], root+"/") {
 				t.Errorf("mount left: %s", f[4])
 			}

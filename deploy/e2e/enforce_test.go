@@ -73,6 +73,15 @@ func terminated(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, timeout t
 	return term
 }
 
+// criID is a pod status's container ID without its runtime's scheme (containerd://,
+// cri-o://).
+func criID(containerID string) string {
+	if _, id, ok := strings.Cut(containerID, "://"); ok {
+		return id
+	}
+	return containerID
+}
+
 // criFinishedAt reads a container's exit time with nanoseconds from CRI (the pod status
 // keeps seconds only).
 func criFinishedAt(t *testing.T, containerID string) time.Time {
@@ -82,7 +91,7 @@ func criFinishedAt(t *testing.T, containerID string) time.Time {
 			FinishedAt time.Time `json:"finishedAt"`
 		} `json:"status"`
 	}
-	if err := json.Unmarshal(run(t, "crictl", "inspect", "-o", "json", strings.TrimPrefix(containerID, "containerd://")), &st); err != nil {
+	if err := json.Unmarshal(run(t, "crictl", "inspect", "-o", "json", criID(containerID)), &st); err != nil {
 		t.Fatal(err)
 	}
 	return st.Status.FinishedAt

@@ -273,7 +273,7 @@ func TestNoFalseAction(t *testing.T) {
 		{"kubelet restart 1", 15 * time.Second, restartKubelet},
 		{"kubelet restart 2", 15 * time.Second, restartKubelet},
 		{"kubelet restart 3", 15 * time.Second, restartKubelet},
-		{"containerd restart", 10 * time.Second, func() types.UID { run(t, stack, "restart-containerd"); return "" }},
+		{"runtime restart", 10 * time.Second, func() types.UID { run(t, stack, "restart-runtime"); return "" }},
 		{"agent pod deleted", 10 * time.Second, func() types.UID {
 			agent := mustReadyAgent(t, c)
 			if err := c.CoreV1().Pods("nr1-system").Delete(ctx, agent.Name, metav1.DeleteOptions{}); err != nil {

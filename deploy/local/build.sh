@@ -4,7 +4,8 @@
 # packages it needs. Binaries are cached outside the clone, keyed by version, so a warm
 # run only checks that they exist.
 #   build.sh [stack]  what the cluster runs: containerd, runc, crictl, the Kubernetes
-#                     components (stack.sh up)
+#                     components (stack.sh up); with NR1_RUNTIME=crio, CRI-O and conmon
+#                     too
 #   build.sh tools    what the tests and the README's install commands use beside it:
 #                     helm, Prometheus (make e2e, deploy/ci/readme-commands.sh)
 set -euo pipefail
@@ -88,6 +89,31 @@ GO
   touch "$dir/.done"
 }
 
+# build_crio compiles CRI-O from its module's source (go install refuses it: the proxy
+# lists no versions of the module), with pinns, its C helper, and copyimg, its test tool
+# that writes an image archive into containers/storage: no registry can be reached.
+# The tags leave out what needs libraries the machine lacks (gpgme, btrfs,
+# devicemapper, ostree); seccomp is kept.
+build_crio() {
+  local dir=$bin/crio-$CRIO_VERSION
+  [ -f "$dir/.done" ] && return 0
+  "$here/apt-install.sh" conmon gcc libc6-dev libseccomp-dev
+  log "building CRI-O $CRIO_VERSION (cold: about 5 minutes)"
+  local src=$cache/src/cri-o-$CRIO_VERSION moddir
+  moddir=$(go mod download -json "github.com/cri-o/cri-o@$CRIO_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  rm -rf "$src" && mkdir -p "$src" "$dir"
+  cp -r "$moddir/." "$src" && chmod -R u+w "$src"
+  local tags="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper seccomp"
+  (
+    cd "$src"
+    CGO_ENABLED=1 go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$dir/crio" ./cmd/crio
+    CGO_ENABLED=1 go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$dir/crio-copyimg" ./test/copyimg
+    make -s -C pinns CC=gcc >/dev/null
+    cp bin/pinns "$dir/pinns"
+  )
+  touch "$dir/.done"
+}
+
 # link makes one directory on PATH for the scripts: links into the versioned directories.
 link() {
   mkdir -p "$cache/path"
@@ -106,6 +132,10 @@ stack() {
   go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
   build_kube
   link "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION"
+  if [ "${NR1_RUNTIME:-containerd}" = crio ]; then
+    build_crio
+    link "crio-$CRIO_VERSION"
+  fi
   log "the stack's binaries ready in $cache/path"
 }
 

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The local single-node Kubernetes: containerd + runc + CNI bridge, etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler and kubelet, with a simulated NR1.
-#   stack.sh up       bring it up (idempotent); images from $NR1_IMAGES are imported
+# The local single-node Kubernetes: containerd (or CRI-O) + runc + CNI bridge, etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubelet, with a simulated NR1.
+#   stack.sh up       bring it up (idempotent); images from $NR1_IMAGES are imported; the
+#                     container runtime is $NR1_RUNTIME: containerd (default) or crio
 #   stack.sh down     tear it down and leave the machine as it was (idempotent)
 #   stack.sh deploy [devicePlugin|dra]  deploy the agent with the local kustomize overlay
 #                     in that mode (default devicePlugin) and wait until the node offers the
 #                     NR1: its extended resources, or the NR1 driver's ResourceSlice
 #   stack.sh restart-kubelet  stop and start the kubelet, as an upgrade or crash would
-#   stack.sh restart-containerd  stop and start containerd; containers keep running under
-#                     their shims
+#   stack.sh restart-runtime  stop and start the container runtime; containers keep
+#                     running under their shims (containerd) or conmon (CRI-O)
 #   stack.sh stop-apiserver, start-apiserver  stop the API server alone (by PID), start it
 #                     again and wait until it is ready
 #   stack.sh pause-kubelet, resume-kubelet  freeze the kubelet (SIGSTOP), as a hung one,
@@ -17,6 +18,8 @@
 #   stack.sh resource-health on|off  switch the kubelet's resource health in pod status
 #                     (its feature gates; off unless NR1_RESOURCE_HEALTH=on at up) and
 #                     restart the kubelet
+#   stack.sh kustomization [local|local-dra]  print the kustomization that deploys that
+#                     overlay on this stack's runtime
 #   stack.sh status   say what runs
 #   stack.sh env      print the environment to use kubectl/crictl against it
 #   stack.sh machine-state  print what up changes on the machine and down restores (the
@@ -33,6 +36,8 @@ PKI=$STATE/pki
 LOGS=$STATE/logs
 KUBELET_ROOT=/var/lib/kubelet # the kubelet's device-plugin socket path is fixed under it
 CONTAINERD_SOCK=/run/containerd/containerd.sock
+CRIO_SOCK=/run/crio/crio.sock
+CRIO=$STATE/crio
 SIM_DIR=${NR1_SIM_DIR:-/run/nr1-sim}
 BRIDGE=nr1br0
 POD_CIDR=10.88.0.0/16
@@ -82,11 +87,26 @@ stop_pid() {
   rm -f "$f"
 }
 
+# runtime names the container runtime: the one the running stack was brought up with,
+# else $NR1_RUNTIME.
+runtime() {
+  if [ -f "$RUN/runtime" ]; then cat "$RUN/runtime"; else echo "${NR1_RUNTIME:-containerd}"; fi
+}
+
+runtime_sock() {
+  case $(runtime) in
+    containerd) echo "$CONTAINERD_SOCK" ;;
+    crio) echo "$CRIO_SOCK" ;;
+    *) die "NR1_RUNTIME must be containerd or crio, got \"$(runtime)\"" ;;
+  esac
+}
+
 write_configs() {
   local health
   health=$(gate "${NR1_RESOURCE_HEALTH:-off}")
   local ip=$1
   mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/kubelet"
+  [ "$(runtime)" = crio ] && write_crio_config
   cat >"$STATE/containerd/config.toml" <<EOT
 version = 3
 root = "$STATE/containerd/root"
@@ -126,7 +146,7 @@ kind: KubeletConfiguration
 failCgroupV1: false
 failSwapOn: false
 cgroupDriver: cgroupfs
-containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+containerRuntimeEndpoint: unix://$(runtime_sock)
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
@@ -151,6 +171,106 @@ featureGates:
   ResourceHealthStatus: $health
   ResourceHealthStatusMessage: $health
 EOT
+}
+
+# write_crio_config writes CRI-O's configuration: every path it writes under the stack's
+# state, cgroupfs as the kubelet's driver, the local pause image, CDI, container events.
+write_crio_config() {
+  mkdir -p "$CRIO/crio.conf.d"
+  cat >"$CRIO/crio.conf" <<EOT
+[crio]
+root = "$CRIO/storage"
+runroot = "$RUN/crio-storage"
+storage_driver = "overlay"
+log_dir = "$CRIO/pods"
+version_file = "$RUN/crio-version"
+version_file_persist = "$CRIO/version"
+clean_shutdown_file = "$CRIO/clean.shutdown"
+[crio.api]
+listen = "$CRIO_SOCK"
+stream_address = "127.0.0.1"
+stream_port = "0"
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+namespaces_dir = "$RUN/crio-ns"
+pinns_path = "$CACHE/path/pinns"
+container_exits_dir = "$RUN/crio-exits"
+container_attach_socket_dir = "$RUN/crio-attach"
+# The kubelet follows containers through CRI's container events.
+enable_pod_events = true
+irqbalance_config_restore_file = "disable"
+log_to_journald = false
+[crio.runtime.runtimes.runc]
+runtime_path = "$CRIO/runc"
+runtime_type = "oci"
+runtime_root = "$RUN/crio-runc"
+monitor_path = "$(command -v conmon)"
+monitor_cgroup = "pod"
+monitor_env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+[crio.image]
+pause_image = "nr1.local/pause:1"
+pause_command = "/pause"
+pinned_images = ["nr1.local/pause:1"]
+signature_policy = "$CRIO/policy.json"
+[crio.network]
+network_dir = "$STATE/cni/net.d"
+plugin_dirs = ["/usr/lib/cni"]
+[crio.nri]
+enable_nri = false
+EOT
+  echo '{"default": [{"type": "insecureAcceptAnything"}]}' >"$CRIO/policy.json"
+  # runc is reached through this, which fits a bundle to the machine before runc reads
+  # it, as containerd's settings do for containerd:
+  # - the machine lacks CAP_SYS_RESOURCE in the bounding set, so no process may lower
+  #   its oom_score_adj: oomScoreAdj is raised to the floor (containerd:
+  #   restrict_oom_score_adj);
+  # - CRI-O asks for hugetlb limits whenever /proc/cgroups lists the controller, which a
+  #   hybrid machine does with hugetlb on the unified hierarchy alone, where runc's v1
+  #   manager cannot set them: they are dropped (containerd: disable_hugetlb_controller);
+  # - CRI-O gives a privileged container every capability it knows, and runc cannot
+  #   grant one the bounding set lacks: those are dropped (containerd gives a privileged
+  #   container its own bounding set).
+  local lacking
+  lacking=$(lacking_caps)
+  local hugetlb=true
+  [ -d /sys/fs/cgroup/hugetlb ] || [ -f /sys/fs/cgroup/cgroup.controllers ] || hugetlb=false
+  cat >"$CRIO/runc" <<EOT
+#!/bin/sh
+bundle= prev=
+for a in "\$@"; do
+  case \$prev in --bundle|-b) bundle=\$a ;; esac
+  case \$a in --bundle=*) bundle=\${a#--bundle=} ;; esac
+  prev=\$a
+done
+if [ -n "\$bundle" ] && [ -f "\$bundle/config.json" ]; then
+  jq --argjson floor "\$(cat /proc/self/oom_score_adj)" --argjson hugetlb $hugetlb --argjson lacking '$lacking' '
+    if (.process.oomScoreAdj // \$floor) < \$floor then .process.oomScoreAdj = \$floor else . end
+    | if \$hugetlb or .linux.resources.hugepageLimits == null then . else del(.linux.resources.hugepageLimits) end
+    | if .process.capabilities == null then . else .process.capabilities |= map_values(. - \$lacking) end
+  ' "\$bundle/config.json" >"\$bundle/config.json.nr1" && mv "\$bundle/config.json.nr1" "\$bundle/config.json"
+fi
+exec $CACHE/path/runc "\$@"
+EOT
+  chmod 0755 "$CRIO/runc"
+}
+
+# lacking_caps prints, as a JSON list, the capabilities this machine's bounding set
+# lacks, by their OCI names (Linux numbers them in this order).
+lacking_caps() {
+  local names="CHOWN DAC_OVERRIDE DAC_READ_SEARCH FOWNER FSETID KILL SETGID SETUID SETPCAP LINUX_IMMUTABLE
+    NET_BIND_SERVICE NET_BROADCAST NET_ADMIN NET_RAW IPC_LOCK IPC_OWNER SYS_MODULE SYS_RAWIO SYS_CHROOT
+    SYS_PTRACE SYS_PACCT SYS_ADMIN SYS_BOOT SYS_NICE SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG MKNOD LEASE
+    AUDIT_WRITE AUDIT_CONTROL SETFCAP MAC_OVERRIDE MAC_ADMIN SYSLOG WAKE_ALARM BLOCK_SUSPEND AUDIT_READ
+    PERFMON BPF CHECKPOINT_RESTORE"
+  local bnd i=0 n out=()
+  bnd=$((16#$(awk '/^CapBnd:/ {print $2}' /proc/self/status)))
+  for n in $names; do
+    (( (bnd >> i) & 1 )) || out+=("\"CAP_$n\"")
+    i=$((i + 1))
+  done
+  local IFS=,
+  echo "[${out[*]}]"
 }
 
 gate() {
@@ -180,15 +300,35 @@ import_images() {
     [ -f "$tar" ] || continue
     # Each archive is one image index for amd64 and arm64: the image stays the index,
     # this machine's platform is kept and unpacked, the others' blobs are dropped.
-    ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --local "$tar" >/dev/null
+    if [ "$(runtime)" = crio ]; then
+      import_crio "$tar"
+    else
+      ctr -a "$CONTAINERD_SOCK" -n k8s.io images import --local "$tar" >/dev/null
+    fi
     log "imported $(basename "$tar")"
   done
 }
 
+# import_crio writes one image archive into CRI-O's storage under the name the archive
+# gives it, this machine's platform chosen from its index.
+import_crio() {
+  local tar=$1 name
+  name=$(tar -xOf "$tar" index.json | jq -r '.manifests[0].annotations["io.containerd.image.name"] // empty')
+  [ -n "$name" ] || die "$tar names no image (io.containerd.image.name)"
+  crio-copyimg --root "$CRIO/storage" --runroot "$RUN/crio-storage" --storage-driver overlay \
+    --signature-policy "$CRIO/policy.json" --import-from "oci-archive:$tar" --image-name "$name" >/dev/null
+}
+
 up() {
   [ "$(id -u)" = 0 ] || die "the local stack needs root"
-  "$here/build.sh"
+  local want=${NR1_RUNTIME:-containerd}
+  if [ -f "$RUN/runtime" ] && [ "$(cat "$RUN/runtime")" != "$want" ]; then
+    die "the stack runs $(cat "$RUN/runtime"), not $want: make down first"
+  fi
+  case $want in containerd | crio) ;; *) die "NR1_RUNTIME must be containerd or crio, got \"$want\"" ;; esac
+  NR1_RUNTIME=$want "$here/build.sh"
   mkdir -p "$STATE" "$RUN" "$LOGS" "$KUBELET_ROOT"
+  echo "$want" >"$RUN/runtime"
   if [ ! -f "$STATE/sysctl.saved" ]; then
     for s in $SYSCTLS; do echo "$s=$(sysctl -n "$s")"; done >"$STATE/sysctl.saved"
   fi
@@ -208,7 +348,7 @@ up() {
   fi
   mount --make-shared /sys/fs/bpf
 
-  start_containerd
+  start_runtime
   import_images
 
   start etcd etcd --name nr1-local --data-dir "$STATE/etcd" \
@@ -234,16 +374,26 @@ up() {
   log "up: node $NODE ($ip); export KUBECONFIG=$KUBECONFIG"
 }
 
-start_containerd() {
-  start containerd containerd --config "$STATE/containerd/config.toml"
-  wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
+start_runtime() {
+  case $(runtime) in
+    containerd)
+      start containerd containerd --config "$STATE/containerd/config.toml"
+      wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
+      ;;
+    crio)
+      start crio crio --config "$CRIO/crio.conf" --config-dir "$CRIO/crio.conf.d"
+      wait_for CRI-O 60 crictl -r "unix://$CRIO_SOCK" version
+      ;;
+  esac
 }
 
-restart_containerd() {
-  pid_alive containerd || die "containerd is not running"
-  stop_pid containerd
-  start_containerd
-  wait_for "containerd CRI" 30 crictl -r "unix://$CONTAINERD_SOCK" info
+restart_runtime() {
+  local name
+  name=$(runtime)
+  pid_alive "$name" || die "$name is not running"
+  stop_pid "$name"
+  start_runtime
+  wait_for "$name CRI" 30 crictl -r "unix://$(runtime_sock)" info
 }
 
 # The audit log records the agent's own requests only: make e2e checks them against the
@@ -314,7 +464,7 @@ deploy() {
     *) die "deploy: mode must be devicePlugin or dra, got \"$mode\"" ;;
   esac
   kubectl label node "$NODE" neureality.ai/nr1=true --overwrite >/dev/null
-  kubectl apply -k "$repo/deploy/kustomize/overlays/$overlay" >/dev/null
+  kubectl apply -k "$(kustomization "$repo/deploy/kustomize" "$overlay")" >/dev/null
   # A re-imported image under the same tag needs new pods to be used.
   kubectl -n nr1-system rollout restart daemonset/nr1-agent >/dev/null
   kubectl -n nr1-system rollout status daemonset/nr1-agent --timeout=120s >/dev/null ||
@@ -328,6 +478,29 @@ deploy() {
     wait_for "node allocatable neureality.ai/compute_dma_memory_in_mb" 60 nr1_allocatable
   fi
   log "agent deployed in $mode mode; node $NODE offers the NR1"
+}
+
+# kustomization DIR OVERLAY prints the kustomization to deploy: the overlay, with the
+# crio component on a CRI-O stack (written under the state directory, which kustomize
+# reaches by a relative path only).
+kustomization() {
+  local dir=$1 overlay=$2
+  if [ "$(runtime)" != crio ]; then
+    echo "$dir/overlays/$overlay"
+    return
+  fi
+  local k=$STATE/kustomize/$overlay rel
+  mkdir -p "$k"
+  rel=$(realpath --relative-to="$k" "$dir")
+  cat >"$k/kustomization.yaml" <<EOT
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $rel/overlays/$overlay
+components:
+  - $rel/components/crio
+EOT
+  echo "$k"
 }
 
 DRA_DRIVER=nr1.neureality.ai
@@ -352,11 +525,16 @@ down() {
   if [ -S "$CONTAINERD_SOCK" ] && pid_alive containerd; then
     crictl -r "unix://$CONTAINERD_SOCK" rmp -af >/dev/null 2>&1 || true
   fi
-  for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop_pid "$c"; done
-  # Shims whose containers were not removed (containerd died first) go by their socket dir.
+  if [ -S "$CRIO_SOCK" ] && pid_alive crio; then
+    crictl -r "unix://$CRIO_SOCK" rmp -af >/dev/null 2>&1 || true
+  fi
+  for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd crio; do stop_pid "$c"; done
+  # Shims whose containers were not removed (the runtime died first) go by their
+  # arguments: containerd's namespace, or the bundle under CRI-O's storage.
   pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
+  pkill -KILL -f "conmon .*$CRIO/" 2>/dev/null || true
   kill_cgroup_tasks
-  unmount_under "$KUBELET_ROOT" /run/containerd "$STATE" /run/netns "$SIM_DIR"
+  unmount_under "$KUBELET_ROOT" /run/containerd "$STATE" /run/netns "$SIM_DIR" "$RUN"
   if [ -f "$RUN/bpffs.ours" ]; then
     unmount_under /sys/fs/bpf
   fi
@@ -366,7 +544,7 @@ down() {
   if [ -f "$STATE/sysctl.saved" ]; then
     while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$STATE/sysctl.saved"
   fi
-  rm -rf "$STATE" "$KUBELET_ROOT" /var/lib/nr1-agent /var/log/pods /var/log/containers "$RUN" /run/containerd "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
+  rm -rf "$STATE" "$KUBELET_ROOT" /var/lib/nr1-agent /var/log/pods /var/log/containers "$RUN" /run/containerd /run/crio "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
   # The CDI specs of DRA claims whose pods were removed without the kubelet unpreparing them.
   rm -f /var/run/cdi/nr1.neureality.ai_*.json 2>/dev/null || true
   log "down"
@@ -431,7 +609,8 @@ machine_state() {
 }
 
 status() {
-  for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+  echo "runtime: $(runtime)"
+  for c in containerd crio etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
     if pid_alive "$c"; then echo "$c: running (pid $(cat "$RUN/$c.pid"))"; else echo "$c: stopped"; fi
   done
 }
@@ -443,12 +622,13 @@ case ${1:-} in
   machine-state) machine_state ;;
   deploy) deploy "${2:-devicePlugin}" ;;
   restart-kubelet) restart_kubelet ;;
-  restart-containerd) restart_containerd ;;
+  restart-runtime) restart_runtime ;;
   stop-apiserver) stop_apiserver ;;
   start-apiserver) start_apiserver "$(node_ip)" ;;
   pause-kubelet) pause_kubelet ;;
   resume-kubelet) resume_kubelet ;;
   resource-health) resource_health "${2:-}" ;;
-  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$CONTAINERD_SOCK NR1_AUDIT_LOG=$AUDIT_LOG" ;;
-  *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-containerd|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|resource-health on|off|status|env|machine-state" >&2; exit 2 ;;
+  kustomization) kustomization "$(cd "$here/../kustomize" && pwd)" "${2:-local}" ;;
+  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$(runtime_sock) NR1_AUDIT_LOG=$AUDIT_LOG" ;;
+  *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-runtime|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|resource-health on|off|status|env|machine-state" >&2; exit 2 ;;
 esac

@@ -111,7 +111,7 @@ type Fault struct {
 // kept, and are drawn from a stream of their own so that a kept seed still plays the
 // plan it was kept for, with these on top.
 var (
-	Faults      = []string{"restart-kubelet", "restart-containerd", "delete-agent", "pause-kubelet"}
+	Faults      = []string{"restart-kubelet", "restart-runtime", "delete-agent", "pause-kubelet"}
 	LaterFaults = []string{"stop-apiserver", "roll-agent", "damage-checkpoint"}
 )
 

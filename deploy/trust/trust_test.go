@@ -108,7 +108,7 @@ func TestShapesAreCovered(t *testing.T) {
 	}
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
-		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-containerd", "fault delete-agent", "fault pause-kubelet",
+		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
 		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
