@@ -70,7 +70,7 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 	tracker := allocation.NewTracker(allocation.Options{Lister: podResources, Interval: cfg.Sampling.Interval.Duration,
 		OnDemand: readOnDemand(cfg, podResources, watcher), Clock: clk, Log: log})
 	namespaces, nsWatch := namespaceLabels(cfg, log)
-	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims,
+	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims, CDIDir: cfg.Paths.CDI,
 		Cgroups: cgroups, MaxAllocationAge: cfg.Enforcement.MaxAllocationAge.Duration, Log: log})
 	source, targets, bpfRefused, err := footprintSource(cfg, dev.files, cgroups.V2, log)
 	if err != nil {

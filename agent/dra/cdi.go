@@ -23,8 +23,10 @@ const cdiKind = nr1.CDIKind
 
 // CDI writes one spec per prepared claim into the runtime's CDI directory: per share a
 // device giving the container the NR1 files of the resources the share holds some of
-// (character devices as device nodes, the DMA files as bind mounts, as Allocate does)
-// and the share's budget in the same NR1_* variables.
+// (character devices as device nodes, the DMA files as bind mounts, as Allocate does),
+// the share's budget in the same NR1_* variables, and the claim's spec itself, read-only
+// at nr1.ShareDir/<device>.json: the mark by which the agent knows which shares a
+// container holds on a runtime that does not say which CDI devices it was given.
 type CDI struct {
 	Dir   string
 	Files []device.ResolvedFile
@@ -33,7 +35,7 @@ type CDI struct {
 // specPath is the claim's spec file: named by the claim UID, never reused, so that a
 // runtime's cached spec cannot stand for another claim.
 func (c CDI) specPath(claim Claim) string {
-	return filepath.Join(c.Dir, "nr1.neureality.ai_"+string(claim.UID)+".json")
+	return filepath.Join(c.Dir, nr1.CDISpecFile(string(claim.UID)))
 }
 
 // deviceName is a share's CDI device name within the kind.
@@ -51,7 +53,10 @@ func (c CDI) Write(claim *Claim) error {
 		s := &claim.Shares[i]
 		name := deviceName(*claim, i, *s)
 		s.CDIDevice = cdiKind + "=" + name
-		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: c.edits(s.Amounts)})
+		e := c.edits(s.Amounts)
+		source, destination := nr1.ShareMount(c.Dir, string(claim.UID), name)
+		e.Mounts = append(e.Mounts, &cdispec.Mount{HostPath: source, ContainerPath: destination, Options: []string{"bind", "ro"}})
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: name, ContainerEdits: e})
 	}
 	v, err := cdispec.MinimumRequiredVersion(&spec)
 	if err != nil {

@@ -139,8 +139,11 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 	if len(e.DeviceNodes) != 1 || e.DeviceNodes[0].Path != "/dev/nr1_queue" || e.DeviceNodes[0].HostPath != "/dev/nr1_0_queue" {
 		t.Errorf("device nodes %+v", e.DeviceNodes)
 	}
-	if len(e.Mounts) != 1 || e.Mounts[0].HostPath != "/dev/nr1_0_compute_dma" {
+	// The DMA file, and the claim's spec as the share's mark.
+	if len(e.Mounts) != 2 || e.Mounts[0].HostPath != "/dev/nr1_0_compute_dma" {
 		t.Errorf("mounts %+v", e.Mounts)
+	} else if dev, ok := nr1.ShareOfMount(filepath.Join(dir, "cdi"), e.Mounts[1].HostPath, e.Mounts[1].ContainerPath); !ok || dev != devs[0].GetCdiDeviceIds()[0] {
+		t.Errorf("share mark %+v read as %q, want %q", e.Mounts[1], dev, devs[0].GetCdiDeviceIds()[0])
 	}
 
 	// The kubelet asks again (it restarted), and so does a restarted agent: the same

@@ -65,7 +65,10 @@ type Options struct {
 	// Claims are the DRA driver's prepared claims: a container the kubelet lists with a
 	// claim of the NR1's driver is allocated what the claim consumed. Nil without the
 	// DRA driver.
-	Claims  ClaimSource
+	Claims ClaimSource
+	// CDIDir is the host's CDI directory, where the DRA driver writes the claims' specs:
+	// the source of the shares' marks (nr1.ShareOfMount).
+	CDIDir  string
 	Cgroups cgroup.Hierarchy
 	// MaxAllocationAge is how old an allocation table may be: older, it is as unknown as
 	// none.
@@ -79,6 +82,7 @@ type Builder struct {
 	allocation AllocationSource
 	namespaces NamespaceSource
 	claims     ClaimSource // nil without the DRA driver
+	cdiDir     string
 	cgroups    cgroup.Hierarchy
 	maxAge     time.Duration
 	log        *slog.Logger
@@ -91,7 +95,7 @@ type Builder struct {
 
 // NewBuilder returns a builder of what o's sources say.
 func NewBuilder(o Options) *Builder {
-	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, claims: o.Claims, cgroups: o.Cgroups,
+	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, claims: o.Claims, cdiDir: o.CDIDir, cgroups: o.Cgroups,
 		maxAge: o.MaxAllocationAge, log: o.Log, reported: map[string]string{}, refused: map[string]string{}}
 }
 
@@ -399,7 +403,7 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 // not known.
 func (b *Builder) heldClaims(c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
 	var held map[allocation.ClaimKey]nr1.Amounts
-	for _, dev := range c.CDIDevices {
+	for _, dev := range b.shares(c) {
 		if !strings.HasPrefix(dev, nr1.CDIKind+"=") {
 			continue
 		}
@@ -416,6 +420,22 @@ func (b *Builder) heldClaims(c *runtime.Container) (map[allocation.ClaimKey]nr1.
 		held[allocation.ClaimKey{Namespace: ns, Name: name}] = a
 	}
 	return held, nil
+}
+
+// shares are the CDI devices of the NR1's shares the container was given: as the
+// runtime tells them (containerd), else as the marks the driver's CDI specs mount into
+// every share's container say (CRI-O), which a pod cannot make.
+func (b *Builder) shares(c *runtime.Container) []string {
+	if c.CDIDevicesKnown {
+		return c.CDIDevices
+	}
+	var devs []string
+	for _, m := range c.ShareMounts {
+		if dev, ok := nr1.ShareOfMount(b.cdiDir, m.Source, m.Destination); ok {
+			devs = append(devs, dev)
+		}
+	}
+	return devs
 }
 
 // claim is what a DRA claim of the NR1's driver consumed, as the driver prepared it.

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -231,6 +232,21 @@ func (w *world) putContainers(t *testing.T, ctrs ...fakecri.Container) {
 	})
 }
 
+// sameShareMounts: the container's marks are those of the fake's mounts.
+func sameShareMounts(got []runtime.Mount, mounts map[string]string) bool {
+	want := map[string]string{}
+	for dst, src := range mounts {
+		if strings.HasPrefix(dst, nr1.ShareDir+"/") {
+			want[dst] = src
+		}
+	}
+	have := map[string]string{}
+	for _, m := range got {
+		have[m.Destination] = m.Source
+	}
+	return maps.Equal(have, want)
+}
+
 // seenAll: the pod holds each container as given, so that a container replaced under
 // the same ID is waited for too.
 func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
@@ -239,7 +255,7 @@ func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
 		for _, c := range p.Containers {
 			exited := want.State == runtimeapi.ContainerState_CONTAINER_EXITED
 			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && (want.Info != "" || c.CgroupsPath == want.CgroupsPath) &&
-				slices.Equal(c.CDIDevices, want.CDIDevices) && exited == (c.State == view.Exited) {
+				slices.Equal(c.CDIDevices, want.CDIDevices) && sameShareMounts(c.ShareMounts, want.Mounts) && exited == (c.State == view.Exited) {
 				found = true
 			}
 		}
@@ -512,6 +528,39 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != main {
 		t.Errorf("after the init container exited: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, main)
+	}
+}
+
+// CRI-O does not say which CDI devices the kubelet gave a container: the shares it holds
+// are read from the marks the driver's CDI specs mount into each (nr1.ShareMount), and a
+// mount the pod made at the same place marks nothing.
+func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
+	w := newWorld(t)
+	w.builder.cdiDir = "/var/run/cdi"
+	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+		{Name: "health-handler"}, {Name: "graph"}}})
+	source, destination := nr1.ShareMount(w.builder.cdiDir, "share", strings.TrimPrefix(cdiShare("model-nr1"), nr1.CDIKind+"="))
+	w.putContainers(t,
+		fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh", CRIO: true},
+		fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-init", CRIO: true,
+			Mounts: map[string]string{destination: source, "/dev/nr1_0_compute_dma": "/dev/nr1_0_compute_dma"}})
+	w.tracker.Refresh(context.Background())
+	model := nr1.Amounts{40, 0, 100, 2}
+	w.builder.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}
+	cg := w.builder.Build(time.Now()).CG(podUID)
+	if !cg.AllocationKnown || cg.Allocation != model {
+		t.Fatalf("allocation %v known %v (%q), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, model)
+	}
+	w.builder.claims = fakeClaims{}
+	if cg := w.builder.Build(time.Now()).CG(podUID); cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: holds the DRA share") {
+		t.Errorf("a marked share of no prepared claim: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	}
+
+	// The pod's own volume at the mark's place, from its own directory, is no share.
+	w.putContainers(t, fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-init", CRIO: true,
+		Mounts: map[string]string{destination: "/var/lib/kubelet/pods/poduid-1/volumes/kubernetes.io~empty-dir/fake/" + path.Base(source)}})
+	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || len(cg.Claims) != 0 {
+		t.Errorf("a forged mark read as a share: known %v claims %v (%q)", cg.AllocationKnown, cg.Claims, cg.AllocationUnknown)
 	}
 }
 

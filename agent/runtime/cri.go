@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/neureality-sdk/nr1-agent/agent/view"
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // DefaultEndpoints are the runtimes' standard sockets, tried in order when no endpoint
@@ -102,10 +103,10 @@ func DialFirst(ctx context.Context, endpoint string) (*Conn, error) {
 }
 
 // verboseInfo is what containerd and CRI-O put in a verbose ContainerStatus's "info":
-// the init PID, the OCI spec, and (containerd) the CRI config the kubelet sent.
+// the init PID, the OCI spec, and (containerd alone) the CRI config the kubelet sent.
 type verboseInfo struct {
 	PID    int `json:"pid"`
-	Config struct {
+	Config *struct {
 		CDIDevices []struct {
 			Name string `json:"name"`
 		} `json:"CDI_devices"`
@@ -114,6 +115,7 @@ type verboseInfo struct {
 		Linux struct {
 			CgroupsPath string `json:"cgroupsPath"`
 		} `json:"linux"`
+		Mounts []Mount `json:"mounts"`
 	} `json:"runtimeSpec"`
 }
 
@@ -124,6 +126,10 @@ type details struct {
 	// CDIDevices are the CDI devices the kubelet gave the container (a DRA claim's
 	// share, named by the driver): set by the kubelet alone, never by the pod's spec.
 	CDIDevices []string
+	// CDIDevicesKnown says the runtime told them (containerd); CRI-O does not.
+	CDIDevicesKnown bool
+	// ShareMounts are the spec's mounts into nr1.ShareDir, the DRA shares' marks.
+	ShareMounts []Mount
 }
 
 // maxPID is PID_MAX_LIMIT, the largest process ID Linux hands out.
@@ -158,8 +164,16 @@ func parseVerboseInfo(raw string) (details, error) {
 		return details{}, fmt.Errorf("%w: pid %d is no process's", errUnreadable, info.PID)
 	}
 	d := details{PID: info.PID, CgroupsPath: info.RuntimeSpec.Linux.CgroupsPath}
-	for _, dev := range info.Config.CDIDevices {
-		d.CDIDevices = append(d.CDIDevices, dev.Name)
+	if info.Config != nil {
+		d.CDIDevicesKnown = true
+		for _, dev := range info.Config.CDIDevices {
+			d.CDIDevices = append(d.CDIDevices, dev.Name)
+		}
+	}
+	for _, m := range info.RuntimeSpec.Mounts {
+		if strings.HasPrefix(m.Destination, nr1.ShareDir+"/") {
+			d.ShareMounts = append(d.ShareMounts, m)
+		}
 	}
 	return d, nil
 }
@@ -187,7 +201,7 @@ func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c
 		if err != nil {
 			return fmt.Errorf("status of container %s: %w", c.ID, err)
 		}
-		c.CgroupsPath, c.CDIDevices = d.CgroupsPath, d.CDIDevices
+		c.CgroupsPath, c.CDIDevices, c.CDIDevicesKnown, c.ShareMounts = d.CgroupsPath, d.CDIDevices, d.CDIDevicesKnown, d.ShareMounts
 		if c.State == view.Running {
 			c.PID = d.PID
 		}

@@ -50,8 +50,19 @@ type Container struct {
 	// annotations arrive here.
 	Annotations map[string]string `json:"annotations,omitempty"`
 	// CDIDevices are the fully qualified CDI devices the kubelet gave the container:
-	// a DRA driver's claim shares, the container's init or not.
-	CDIDevices []string `json:"cdiDevices,omitempty"`
+	// a DRA driver's claim shares, the container's init or not. CDIDevicesKnown says
+	// the runtime told them: containerd does, CRI-O does not, and then ShareMounts (the
+	// runtime spec's mounts into nr1.ShareDir, which the NR1's DRA driver gives each
+	// share) are what says which shares it holds.
+	CDIDevices      []string `json:"cdiDevices,omitempty"`
+	CDIDevicesKnown bool     `json:"cdiDevicesKnown,omitempty"`
+	ShareMounts     []Mount  `json:"shareMounts,omitempty"`
+}
+
+// Mount is a mount of a container's OCI runtime spec.
+type Mount struct {
+	Destination string `json:"destination"`
+	Source      string `json:"source"`
 }
 
 // QoS is the pod's QoS class as its cgroup placement says: Guaranteed pods sit directly

@@ -451,8 +451,19 @@ func TestParseVerboseInfo(t *testing.T) {
 	d, err := parseVerboseInfo(`{"sandboxID":"sb1","pid":4242,"config":{"metadata":{"name":"init"},"CDI_devices":[{"name":"neureality.ai/nr1=c1-s1"},{"name":"vendor.example/gpu=0"}]},` +
 		`"runtimeSpec":{"ociVersion":"1.2.0","linux":{"cgroupsPath":"kubepods-pod9.slice:cri-containerd:abc","namespaces":[]}}}`)
 	if err != nil || d.PID != 4242 || d.CgroupsPath != "kubepods-pod9.slice:cri-containerd:abc" ||
-		!slices.Equal(d.CDIDevices, []string{"neureality.ai/nr1=c1-s1", "vendor.example/gpu=0"}) {
+		!slices.Equal(d.CDIDevices, []string{"neureality.ai/nr1=c1-s1", "vendor.example/gpu=0"}) || !d.CDIDevicesKnown {
 		t.Errorf("parseVerboseInfo = %+v, %v", d, err)
+	}
+	// CRI-O's layout: no CRI config, so the CDI devices are not known; the mounts into
+	// the shares' directory are kept, and only those.
+	d, err = parseVerboseInfo(`{"sandboxID":"sb1","pid":77,"privileged":false,"runtimeSpec":{"ociVersion":"1.2.1",` +
+		`"mounts":[{"destination":"/proc","type":"proc","source":"proc"},` +
+		`{"destination":"/run/nr1.neureality.ai/shares/c1-s1.json","type":"bind","source":"/var/run/cdi/nr1.neureality.ai_c1.json","options":["bind","ro"]},` +
+		`{"destination":"/run/nr1.neureality.ai/sharesX","type":"bind","source":"/tmp/x"}],` +
+		`"linux":{"cgroupsPath":"/kubepods/pod9/abc"}}}`)
+	if err != nil || d.PID != 77 || d.CDIDevicesKnown || len(d.CDIDevices) != 0 ||
+		!slices.Equal(d.ShareMounts, []Mount{{Destination: "/run/nr1.neureality.ai/shares/c1-s1.json", Source: "/var/run/cdi/nr1.neureality.ai_c1.json"}}) {
+		t.Errorf("parseVerboseInfo of CRI-O's layout = %+v, %v", d, err)
 	}
 	for _, bad := range []string{``, `{`, `[]`, `{"pid":-1}`, `{"pid":4194305}`, `{"pid":1.5}`, `{"pid":"1"}`, `{"runtimeSpec":{"linux":{"cgroupsPath":7}}}`, `{"config":{"CDI_devices":{}}}`} {
 		if d, err := parseVerboseInfo(bad); err == nil || !errors.Is(err, errUnreadable) {
@@ -470,6 +481,7 @@ func FuzzParseVerboseInfo(f *testing.F) {
 	f.Add(`{"pid":-1,"runtimeSpec":{"linux":{"cgroupsPath":"/../../etc"}}}`)
 	f.Add(`{"PID":1e3}`)
 	f.Add(`{"pid":9,"config":{"CDI_devices":[{"name":"neureality.ai/nr1=c1-s1"},{}]}}`)
+	f.Add(`{"pid":9,"runtimeSpec":{"mounts":[{"destination":"/run/nr1.neureality.ai/shares/c1-0.json","source":"/var/run/cdi/nr1.neureality.ai_c1.json"},{"destination":3}]}}`)
 	f.Fuzz(func(t *testing.T, raw string) {
 		d, err := parseVerboseInfo(raw)
 		if err != nil {
@@ -483,7 +495,14 @@ func FuzzParseVerboseInfo(f *testing.F) {
 		}
 		// What was read survives the runtime's own layout unchanged.
 		var info verboseInfo
-		info.PID, info.RuntimeSpec.Linux.CgroupsPath = d.PID, d.CgroupsPath
+		info.PID, info.RuntimeSpec.Linux.CgroupsPath, info.RuntimeSpec.Mounts = d.PID, d.CgroupsPath, d.ShareMounts
+		if d.CDIDevicesKnown {
+			info.Config = &struct {
+				CDIDevices []struct {
+					Name string `json:"name"`
+				} `json:"CDI_devices"`
+			}{}
+		}
 		for _, name := range d.CDIDevices {
 			info.Config.CDIDevices = append(info.Config.CDIDevices, struct {
 				Name string `json:"name"`
@@ -493,7 +512,8 @@ func FuzzParseVerboseInfo(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d2, err := parseVerboseInfo(string(b)); err != nil || d2.PID != d.PID || d2.CgroupsPath != d.CgroupsPath || !slices.Equal(d2.CDIDevices, d.CDIDevices) {
+		if d2, err := parseVerboseInfo(string(b)); err != nil || d2.PID != d.PID || d2.CgroupsPath != d.CgroupsPath || !slices.Equal(d2.CDIDevices, d.CDIDevices) ||
+			d2.CDIDevicesKnown != d.CDIDevicesKnown || !slices.Equal(d2.ShareMounts, d.ShareMounts) {
 			t.Fatalf("round trip of %+v: %+v, %v", d, d2, err)
 		}
 	})

@@ -30,6 +30,11 @@ type Container struct {
 	// CDIDevices are the CDI devices the kubelet gave the container, in containerd's
 	// copy of its CRI config.
 	CDIDevices []string
+	// Mounts are the runtime spec's mounts, destination → source.
+	Mounts map[string]string
+	// CRIO answers the verbose info in CRI-O's layout: no CRI config, so no CDI
+	// devices, and the runtime spec with its mounts.
+	CRIO bool
 	// Info, when set, is the verbose info answered as is, instead of containerd's layout.
 	Info string
 }
@@ -297,10 +302,16 @@ func (s *Server) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSta
 		for _, name := range c.CDIDevices {
 			cdi = append(cdi, map[string]string{"name": name})
 		}
-		info, _ := json.Marshal(map[string]any{
-			"pid": c.PID, "sandboxID": c.SandboxID, "config": map[string]any{"CDI_devices": cdi},
-			"runtimeSpec": map[string]any{"linux": map[string]any{"cgroupsPath": c.CgroupsPath}},
-		})
+		mounts := make([]map[string]string, 0, len(c.Mounts))
+		for dst, src := range c.Mounts {
+			mounts = append(mounts, map[string]string{"destination": dst, "type": "bind", "source": src})
+		}
+		spec := map[string]any{"linux": map[string]any{"cgroupsPath": c.CgroupsPath}, "mounts": mounts}
+		layout := map[string]any{"pid": c.PID, "sandboxID": c.SandboxID, "config": map[string]any{"CDI_devices": cdi}, "runtimeSpec": spec}
+		if c.CRIO {
+			layout = map[string]any{"pid": c.PID, "sandboxID": c.SandboxID, "runtimeSpec": spec, "privileged": false}
+		}
+		info, _ := json.Marshal(layout)
 		resp.Info = map[string]string{"info": string(info)}
 		if c.Info != "" {
 			resp.Info["info"] = c.Info
