@@ -104,8 +104,21 @@ func FuzzResolve(f *testing.F) {
 }
 
 // TestRealCgroups runs on this host's cgroups: it makes a cgroup, puts a process in it,
-// and checks the paths, id and processes against what /proc says.
+// and checks the paths, id and processes against what /proc says; once with a
+// cgroupsPath of the cgroupfs driver, once of the systemd driver (as CRI-O gives it by
+// default: a slice, the runtime's prefix, the container's scope), laid out as systemd
+// would.
 func TestRealCgroups(t *testing.T) {
+	slice := "nr1agenttest" + strconv.Itoa(os.Getpid())
+	for _, c := range []struct{ driver, cgroupsPath, rel string }{
+		{"cgroupfs", "/nr1-agent-test-" + strconv.Itoa(os.Getpid()) + "/ctr", "nr1-agent-test-" + strconv.Itoa(os.Getpid()) + "/ctr"},
+		{"systemd", slice + "-pod1.slice:crio:ctr", slice + ".slice/" + slice + "-pod1.slice/crio-ctr.scope"},
+	} {
+		t.Run(c.driver, func(t *testing.T) { testRealCgroup(t, c.cgroupsPath, c.rel) })
+	}
+}
+
+func testRealCgroup(t *testing.T, cgroupsPath, rel string) {
 	if os.Geteuid() != 0 {
 		t.Skip("creating cgroups needs root")
 	}
@@ -117,17 +130,23 @@ func TestRealCgroups(t *testing.T) {
 		t.Skip("no cgroup v2 tree on this host (legacy mode)")
 	}
 	t.Logf("cgroup mode %s, v2 tree at %s", h.Mode, h.V2)
-	rel := "nr1-agent-test-" + strconv.Itoa(os.Getpid())
-	p, err := h.Resolve("/" + rel + "/ctr")
+	p, err := h.Resolve(cgroupsPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p.V2 != filepath.Join(h.V2, rel) {
+		t.Fatalf("Resolve(%q).V2 = %q, want %q", cgroupsPath, p.V2, filepath.Join(h.V2, rel))
 	}
 	if err := os.MkdirAll(p.V2, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.Remove(p.V2); _ = os.Remove(filepath.Dir(p.V2)) })
+	t.Cleanup(func() {
+		for d := p.V2; d != h.V2; d = filepath.Dir(d) {
+			_ = os.Remove(d)
+		}
+	})
 	if h.Mode == Hybrid {
-		if p.V1["memory"] != "/sys/fs/cgroup/memory/"+rel+"/ctr" || p.V1["freezer"] == "" {
+		if p.V1["memory"] != "/sys/fs/cgroup/memory/"+rel || p.V1["freezer"] == "" {
 			t.Errorf("v1 paths %v", p.V1)
 		}
 	}
@@ -184,7 +203,7 @@ func TestRealCgroups(t *testing.T) {
 			v2 = after
 		}
 	}
-	if v2 != "/"+rel+"/ctr" {
+	if v2 != "/"+rel {
 		t.Fatalf("/proc says v2 cgroup %q", v2)
 	}
 	id, err := ID(p.V2)
