@@ -3,8 +3,9 @@
 //go:build e2e
 
 // Package e2e tests nr1-agent on the local node stack (deploy/local): a real kubelet,
-// containerd, API server, scheduler and controller-manager, with the simulated NR1.
-// Run with `make e2e`, which brings the stack up and tears it down.
+// containerd or CRI-O, API server, scheduler and controller-manager, with the simulated
+// NR1. Run with `make e2e` (`NR1_RUNTIME=crio make e2e` on CRI-O), which brings the
+// stack up and tears it down.
 package e2e
 
 import (
@@ -25,6 +26,24 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
+
+// stackRuntime is the local stack's container runtime, containerd or crio, as
+// `stack.sh env` says it.
+func stackRuntime() string {
+	if r := os.Getenv("NR1_RUNTIME"); r != "" {
+		return r
+	}
+	return "containerd"
+}
+
+// runtimeValues are the chart's values for the stack's runtime: its socket, which the
+// chart mounts.
+func runtimeValues() []string {
+	if stackRuntime() == "crio" {
+		return []string{"--set", "config.runtime.endpoint=unix:///run/crio/crio.sock"}
+	}
+	return nil
+}
 
 // repo is the repository root, for manifests and scripts.
 var repo = func() string {

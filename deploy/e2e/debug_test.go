@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
@@ -107,9 +108,23 @@ func dialInContainer(ctx context.Context, id, network, addr string) (net.Conn, e
 	return conn, dialErr
 }
 
+// inContainer says whether a /proc/PID/cgroup names the container's own cgroup:
+// containerd's <id>, CRI-O's crio-<id> (cgroupfs) or crio-<id>.scope (systemd), never
+// CRI-O's crio-conmon-<id>, the cgroup of the container's monitor, which runs in the
+// host's namespaces.
+func inContainer(procCgroup []byte, id string) bool {
+	for _, line := range strings.Split(string(procCgroup), "\n") {
+		switch strings.TrimSuffix(path.Base(line), ".scope") {
+		case id, "crio-" + id, "cri-containerd-" + id:
+			return true
+		}
+	}
+	return false
+}
+
 func pidOfContainer(id string) (int, error) {
 	if v, ok := pidCache.Load(id); ok {
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", v.(int))); err == nil && strings.Contains(string(b), id) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", v.(int))); err == nil && inContainer(b, id) {
 			return v.(int), nil
 		}
 		pidCache.Delete(id)
@@ -117,7 +132,7 @@ func pidOfContainer(id string) (int, error) {
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		b, err := os.ReadFile(d + "/cgroup")
-		if err != nil || !strings.Contains(string(b), id) {
+		if err != nil || !inContainer(b, id) {
 			continue
 		}
 		var pid int

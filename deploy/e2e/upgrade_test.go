@@ -64,13 +64,13 @@ func TestChartUpgrade(t *testing.T) {
 	writeFile(t, values, []byte(upgradeValues))
 	helm := func(verb, chart string, set ...string) {
 		run(t, "helm", append([]string{verb, "nr1-agent", chart, "--namespace", "nr1-system", "--wait", "--timeout", "3m",
-			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "-f", values}, set...)...)
+			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "-f", values}, append(runtimeValues(), set...)...)...)
 	}
 
 	// The stack's agent (kustomize) makes way for the release, and comes back after it.
 	uninstallKustomize := func() {
 		run(t, "kubectl", "-n", "nr1-system", "delete", "daemonset", "nr1-agent", "--cascade=foreground", "--ignore-not-found")
-		run(t, "kubectl", "delete", "-k", filepath.Join(repo, "deploy", "kustomize", "overlays", "local"), "--ignore-not-found", "--wait")
+		run(t, "kubectl", "delete", "-k", strings.TrimSpace(string(run(t, filepath.Join(repo, "deploy", "local", "stack.sh"), "kustomization", "local"))), "--ignore-not-found", "--wait")
 		eventually(t, 2*time.Minute, "namespace nr1-system gone", func() error {
 			_, err := c.CoreV1().Namespaces().Get(context.Background(), "nr1-system", metav1.GetOptions{})
 			switch {

@@ -629,6 +629,6 @@ case ${1:-} in
   resume-kubelet) resume_kubelet ;;
   resource-health) resource_health "${2:-}" ;;
   kustomization) kustomization "$(cd "$here/../kustomize" && pwd)" "${2:-local}" ;;
-  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$(runtime_sock) NR1_AUDIT_LOG=$AUDIT_LOG" ;;
+  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$(runtime_sock) NR1_RUNTIME=$(runtime) NR1_AUDIT_LOG=$AUDIT_LOG" ;;
   *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-runtime|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|resource-health on|off|status|env|machine-state" >&2; exit 2 ;;
 esac
