@@ -57,7 +57,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help version build $(ARCHES:%=build-%) dist dist-check test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -117,8 +117,16 @@ down: ## tear the local node stack down
 run: image ## bring up the local cluster with the simulated NR1, deploy the agent in MODE (devicePlugin, dra) and that mode's example CGs, show them, follow the agent's log (FOLLOW=0: do not)
 	NR1_MODE=$(MODE) NR1_FOLLOW=$(FOLLOW) deploy/local/run.sh
 
-e2e: test-deps image ## end-to-end tests on the local cluster (brought up and torn down)
+e2e: test-deps image ## end-to-end tests on the local cluster (brought up and torn down; NR1_RUNTIME=crio: on CRI-O)
 	deploy/local/e2e.sh
+
+# The e2e tests CI runs on CRI-O besides every test on containerd: a CG measured with its
+# budget in either mode, the actions, a kubelet and a runtime restart doing nothing to CGs
+# at their budget.
+E2E_CRIO := TestNodeAdvertisesNR1Capacity|TestResNetCGIsScheduledAdmittedAndGetsItsBudget|TestAgentKnowsTheResNetCG|TestKubeletRestartReregisters|TestEnforcement|TestFootprintFollowsTheWorkload|TestDRA|TestNoFalseAction
+
+e2e-crio: test-deps image ## the end-to-end tests of a CG's life on a CRI-O node (NR1_RUNTIME=crio make e2e runs them all)
+	NR1_RUNTIME=crio NR1_E2E_RUN='^($(E2E_CRIO))$$' deploy/local/e2e.sh
 
 trust: test-deps image ## the generative trust suite on the local cluster: invented CGs and faults judged by their oracle, both modes, for DURATION (10m), from SEED (fresh unless given)
 	NR1_TRUST_SEED=$(SEED) NR1_TRUST_DURATION=$(DURATION) NR1_TRUST_MODES=$(MODES) deploy/local/e2e.sh trust

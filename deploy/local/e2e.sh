@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # make e2e (e2e.sh) and make trust (e2e.sh trust): brings the local node stack up
-# (unless it already runs), deploys the agent, runs the e2e tests or the generative trust
-# suite (NR1_TRUST_SEED, NR1_TRUST_DURATION), and tears down what it brought up, even on
+# (unless it already runs; on $NR1_RUNTIME), deploys the agent, runs the e2e tests (those
+# matching $NR1_E2E_RUN, all by default) or the generative trust suite
+# (NR1_TRUST_SEED, NR1_TRUST_DURATION), and tears down what it brought up, even on
 # failure; then checks that the teardown left nothing behind.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +42,6 @@ if [ "${1:-}" = trust ]; then
   go test -tags e2e,trust -count=1 -timeout 6h -run '^TestTrust$' -v ./deploy/e2e/
   exit 0
 fi
-go test -tags e2e -count=1 -timeout 30m -v ./deploy/e2e/ ./agent/runtime/
+go test -tags e2e -count=1 -timeout 30m -run "${NR1_E2E_RUN:-.}" -v ./deploy/e2e/ ./agent/runtime/
 echo "== e2e: the agent's requests during the suites against its RBAC rules"
 go test -tags e2eafter -count=1 -v ./deploy/e2e/
