@@ -223,6 +223,36 @@ func TestChartFollowsTheConfiguredHostPaths(t *testing.T) {
 	}
 }
 
+// The kustomize component for CRI-O nodes gives the agent what the chart gives it for
+// CRI-O's socket: the same DaemonSet, its socket's directory mounted instead of
+// containerd's.
+func TestCRIOComponentIsTheChartsCRIOSocket(t *testing.T) {
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, filepath.Join(repo, "deploy", "kustomize"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "kustomization.yaml"), []byte("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"+
+		"resources: ["+rel+"/overlays/local]\ncomponents: ["+rel+"/components/crio]\n"))
+	k := objects(t, run(t, "kubectl", "kustomize", dir))
+	h := objects(t, helmTemplate(t, "nr1-agent", "nr1-system", "-f", filepath.Join(chart, "values-local.yaml"),
+		"--set", "config.runtime.endpoint=unix:///run/crio/crio.sock"))
+	const key = "DaemonSet/nr1-system/nr1-agent"
+	ho, ko := h[key].(map[string]any), k[key]
+	if ho == nil || ko == nil {
+		t.Fatalf("no %s: helm %v, kustomize %v", key, ho != nil, ko != nil)
+	}
+	withoutRelease(ho)
+	if !reflect.DeepEqual(ho, ko) {
+		hb, _ := sigsyaml.Marshal(ho)
+		kb, _ := sigsyaml.Marshal(ko)
+		t.Errorf("%s differs:\n--- helm\n%s\n--- kustomize\n%s", key, hb, kb)
+	}
+	if b, _ := sigsyaml.Marshal(ko); !strings.Contains(string(b), "/run/crio") || strings.Contains(string(b), "/run/containerd") {
+		t.Errorf("the component's DaemonSet does not mount CRI-O's socket alone:\n%s", b)
+	}
+}
+
 // The chart installs into its release's namespace and labels every object as Kubernetes
 // and Helm recommend, with a DaemonSet selector that no release can change; a changed
 // configuration rolls the agents; the namespace object is rendered only when asked for.
