@@ -81,12 +81,15 @@ func (c *Client) WritableLayer(ctx context.Context, id string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
 	}
-	used := st.GetStats().GetWritableLayer().GetUsedBytes()
-	if used == nil {
-		// CRI-O answers a container it cannot measure (its storage failing, the
-		// container stopping) with stats lacking the figure: unknown, not empty.
+	layer := st.GetStats().GetWritableLayer()
+	if layer.GetUsedBytes() == nil || layer.GetTimestamp() == 0 {
+		// Neither runtime says it could not measure the layer: CRI-O answers stats
+		// without the figure (its storage failing, the container stopping), containerd
+		// 0 bytes measured at no time (a snapshot its periodic sync has not sized yet,
+		// as for a container just started). Unknown, not empty.
 		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, ErrNoFigure)
 	}
+	used := layer.GetUsedBytes()
 	return int64(used.GetValue()), nil //nolint:gosec // bytes fit
 }
 

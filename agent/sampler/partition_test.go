@@ -27,8 +27,9 @@ type fixedView struct{ s *runtime.Snapshot }
 func (v fixedView) Load() (*runtime.Snapshot, <-chan struct{}) { return v.s, nil }
 
 // A failed ContainerStats is an unknown partition for that CG, never zero bytes; so is
-// an answer without the figure (CRI-O's when its storage cannot measure the layer) and
-// an image the runtime does not know; the other CGs are still measured.
+// an answer without the figure (CRI-O's when its storage cannot measure the layer), one
+// of 0 bytes measured at no time (containerd's for a layer not sized yet) and an image
+// the runtime does not know; the other CGs are still measured.
 func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	cri := fakecri.New(filepath.Join(t.TempDir(), "cri.sock"))
 	for _, c := range []fakecri.Container{
@@ -37,6 +38,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 		{ID: "b1", SandboxID: "sb", Name: "health-handler", Image: "img-b"},
 		{ID: "c1", SandboxID: "sc", Name: "health-handler", Image: "img-a"},
 		{ID: "d1", SandboxID: "sd", Name: "health-handler", Image: "img-gone"},
+		{ID: "e1", SandboxID: "se", Name: "health-handler", Image: "img-a"},
 	} {
 		cri.PutContainer(c, true)
 	}
@@ -47,6 +49,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	cri.SetWritable("b1", 0, status.Error(codes.DeadlineExceeded, "stats timed out"))
 	cri.SetWritableMissing("c1")
 	cri.SetWritable("d1", 1<<20, nil)
+	cri.SetWritableUnsized("e1")
 	if err := cri.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +63,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 		{UID: "ub", Containers: []*runtime.Container{running("b1", "health-handler", "img-b")}},
 		{UID: "uc", Containers: []*runtime.Container{running("c1", "health-handler", "img-a")}},
 		{UID: "ud", Containers: []*runtime.Container{running("d1", "health-handler", "img-gone")}},
+		{UID: "ue", Containers: []*runtime.Container{running("e1", "health-handler", "img-a")}},
 	}}
 	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := p.Measure(context.Background()); err != nil {
@@ -76,7 +80,7 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	if why := got.Failed["ub"]; !strings.Contains(why, "stats timed out") {
 		t.Errorf("ub failure %q", why)
 	}
-	for _, uid := range []string{"uc", "ud"} {
+	for _, uid := range []string{"uc", "ud", "ue"} {
 		if v, ok := got.ByCG[uid]; ok {
 			t.Errorf("%s measured as %d bytes although the runtime gave no figure", uid, v)
 		}

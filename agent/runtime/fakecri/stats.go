@@ -4,6 +4,7 @@ package fakecri
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,6 +41,14 @@ func (s *Server) SetWritableMissing(id string) {
 	s.noWritable[id] = true
 }
 
+// SetWritableUnsized makes ContainerStats of id answer 0 bytes measured at no time, as
+// containerd does for a snapshot its periodic sync has not sized yet.
+func (s *Server) SetWritableUnsized(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unsized[id] = true
+}
+
 // ContainerStats answers the writable layer set with SetWritable.
 func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
 	s.count("ContainerStats")
@@ -60,8 +69,15 @@ func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStat
 	}
 	return &runtimeapi.ContainerStatsResponse{Stats: &runtimeapi.ContainerStats{
 		Attributes:    &runtimeapi.ContainerAttributes{Id: id},
-		WritableLayer: &runtimeapi.FilesystemUsage{UsedBytes: &runtimeapi.UInt64Value{Value: s.writable[id]}},
+		WritableLayer: s.layer(id),
 	}}, nil
+}
+
+func (s *Server) layer(id string) *runtimeapi.FilesystemUsage {
+	if s.unsized[id] {
+		return &runtimeapi.FilesystemUsage{UsedBytes: &runtimeapi.UInt64Value{}, InodesUsed: &runtimeapi.UInt64Value{}}
+	}
+	return &runtimeapi.FilesystemUsage{Timestamp: time.Now().UnixNano(), UsedBytes: &runtimeapi.UInt64Value{Value: s.writable[id]}}
 }
 
 // ImageStatus answers the size set with SetImageSize.
