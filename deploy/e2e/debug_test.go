@@ -61,11 +61,8 @@ func debugURL(path string) string { return "http://127.0.0.1:" + debugPort + pat
 
 func agentContainerID(p *corev1.Pod) (string, error) {
 	for _, s := range p.Status.ContainerStatuses {
-		if s.Name == "agent" && s.State.Running != nil {
-			_, id, ok := strings.Cut(s.ContainerID, "://")
-			if ok && id != "" {
-				return id, nil
-			}
+		if s.Name == "agent" && s.State.Running != nil && s.ContainerID != "" {
+			return criID(s.ContainerID), nil
 		}
 	}
 	return "", fmt.Errorf("agent pod %s: no running agent container", p.Name)
