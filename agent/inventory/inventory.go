@@ -328,6 +328,7 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 			sum = nr1.Add(sum, a)
 		}
 	}
+	latest := latestInstances(p.Containers)
 	for i, c := range p.Containers {
 		ctr := cg.Containers[i]
 		// The claims the container holds as the kubelet gave them to it: its CDI
@@ -357,9 +358,12 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 				}
 				ctr.Allocation = nr1.Add(ctr.Allocation, a)
 			}
-			// Only running containers are compared: the runtime keeps exited instances
-			// whose annotations may come from an earlier allocation.
-			if c.State == view.Running {
+			// Each name's latest instance is compared, running or exited: its annotations
+			// are what the kubelet last allocated to this pod, whose containers' amounts
+			// cannot change. A table read after the pod's successor of the same name was
+			// admitted speaks for that successor, possibly in part, and a booking
+			// container waiting to restart must contradict it as a running one does.
+			if latest[c.Name] == c {
 				if problem := b.crossCheck(cg, c, l.Units, annotated, found, err); problem != "" && err == nil {
 					problems = append(problems, problem)
 				}
@@ -395,6 +399,19 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 	}) {
 		cg.Claims = append(cg.Claims, view.Claim{Namespace: k.Namespace, Name: k.Name, Amounts: unlisted[k]})
 	}
+}
+
+// latestInstances names, for each container name of a pod, its latest instance: the
+// kubelet's highest attempt, then the runtime's latest creation.
+func latestInstances(cs []*runtime.Container) map[string]*runtime.Container {
+	latest := make(map[string]*runtime.Container, len(cs))
+	for _, c := range cs {
+		l := latest[c.Name]
+		if l == nil || c.Attempt > l.Attempt || c.Attempt == l.Attempt && c.CreatedAt.After(l.CreatedAt) {
+			latest[c.Name] = c
+		}
+	}
+	return latest
 }
 
 // heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the

@@ -669,6 +669,78 @@ func TestPredecessorOfASameNamePodIsUnknown(t *testing.T) {
 	}
 }
 
+// An agent that starts while a pod is re-created under its name sees the old pod, and
+// its successor not yet: the kubelet admitted the successor but has not asked the
+// runtime for it. The table then speaks for the successor, in part. The old pod's
+// booking container waits to restart, exited: its latest instance's annotations must
+// contradict the table as a running one's would.
+func TestSuccessorsTableContradictedByAnExitedBookingContainer(t *testing.T) {
+	full := map[string]string{"nr1.neureality.ai/compute_dma_memory": "3", "nr1.neureality.ai/docker_partition": "2392", "nr1.neureality.ai/ai_hypervisor_queue": "7"}
+	other := map[string]string{"nr1.neureality.ai/compute_dma_memory": "4", "nr1.neureality.ai/docker_partition": "2392", "nr1.neureality.ai/ai_hypervisor_queue": "7"}
+	partial := &podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+		{Name: "health-handler", Devices: append(devices("neureality.ai/compute_dma_memory_in_mb", 3), devices("neureality.ai/ai_hypervisor_queue", 7)...)},
+		{Name: "graph"}}}
+	exited := runtimeapi.ContainerState_CONTAINER_EXITED
+	for _, tc := range []struct {
+		name     string
+		bookings []fakecri.Container // the booking container's instances, all exited
+		partial  bool                // the table is the successor's, without its docker partition
+		known    bool
+	}{
+		{"the latest exited instance contradicts the successor's table", []fakecri.Container{
+			{ID: "c-hh", Attempt: 0, Annotations: full, CreatedAt: 100},
+			{ID: "c-hh-1", Attempt: 1, Annotations: full, CreatedAt: 200},
+		}, true, false},
+		{"the latest exited instance agrees with the pod's own table", []fakecri.Container{
+			{ID: "c-hh", Attempt: 0, Annotations: full, CreatedAt: 100},
+			{ID: "c-hh-1", Attempt: 1, Annotations: full, CreatedAt: 200},
+		}, false, true},
+		{"an earlier instance is not the one compared", []fakecri.Container{
+			{ID: "c-hh", Attempt: 0, Annotations: other, CreatedAt: 300},
+			{ID: "c-hh-1", Attempt: 1, Annotations: full, CreatedAt: 200},
+		}, false, true},
+		{"the highest attempt is the latest, whatever the runtime's clock says", []fakecri.Container{
+			{ID: "c-hh", Attempt: 0, Annotations: full, CreatedAt: 300},
+			{ID: "c-hh-1", Attempt: 1, Annotations: other, CreatedAt: 200},
+		}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			if tc.partial {
+				w.setPods(partial)
+			}
+			for _, c := range tc.bookings {
+				c.SandboxID, c.Name, c.State, c.CgroupsPath = "sb1", "health-handler", exited, "/kubepods/besteffort/poduid-1/"+c.ID
+				w.cri.PutContainer(c, false)
+			}
+			w.watched(t, "the booking container's instances not seen", func(s *runtime.Snapshot) bool {
+				p := s.Pod(podUID)
+				if p == nil {
+					return false
+				}
+				exitedBookings := 0
+				for _, c := range p.Containers {
+					if c.Name == "health-handler" && c.State == view.Exited {
+						exitedBookings++
+					}
+				}
+				return exitedBookings == len(tc.bookings)
+			})
+			w.tracker.Refresh(context.Background())
+			cg := w.builder.Build(time.Now()).CG(podUID)
+			if cg.AllocationKnown != tc.known {
+				t.Fatalf("known %v with %v (%q), want known %v", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, tc.known)
+			}
+			if tc.known && cg.Allocation != (nr1.Amounts{3, 0, 2392, 7}) {
+				t.Errorf("allocation %v, want the table's 3/0/2392/7", cg.Allocation)
+			}
+			if !tc.known && !strings.Contains(cg.AllocationUnknown, "annotations say") {
+				t.Errorf("unknown for another reason: %q", cg.AllocationUnknown)
+			}
+		})
+	}
+}
+
 // runtimeView is a fixed view of the runtime.
 type runtimeView struct{ s *runtime.Snapshot }
 

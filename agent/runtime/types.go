@@ -35,8 +35,11 @@ type Pod struct {
 
 // Container is one container of a pod.
 type Container struct {
-	ID        string              `json:"id"`
-	Name      string              `json:"name"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// Attempt counts the kubelet's restarts of the container: of instances of one
+	// name, the highest is the latest the kubelet made.
+	Attempt   uint32              `json:"attempt,omitempty"`
 	Image     string              `json:"image"`
 	ImageRef  string              `json:"imageRef"`
 	State     view.ContainerState `json:"state"`

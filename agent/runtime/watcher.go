@@ -263,7 +263,7 @@ func (w *Watcher) Relist(ctx context.Context, rs runtimeapi.RuntimeServiceClient
 
 func containerOf(item *runtimeapi.Container) *Container {
 	return &Container{
-		ID: item.GetId(), Name: item.GetMetadata().GetName(), Image: item.GetImage().GetImage(),
+		ID: item.GetId(), Name: item.GetMetadata().GetName(), Attempt: item.GetMetadata().GetAttempt(), Image: item.GetImage().GetImage(),
 		ImageRef: item.GetImageRef(), State: stateOf(item.GetState()), CreatedAt: time.Unix(0, item.GetCreatedAt()),
 		Annotations: item.GetAnnotations(),
 	}

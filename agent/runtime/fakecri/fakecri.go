@@ -27,6 +27,8 @@ type Container struct {
 	CgroupsPath                string
 	Annotations                map[string]string
 	CreatedAt                  int64
+	// Attempt is the kubelet's restart count of the container.
+	Attempt uint32
 	// CDIDevices are the CDI devices the kubelet gave the container, in containerd's
 	// copy of its CRI config.
 	CDIDevices []string
@@ -278,7 +280,7 @@ func (s *Server) ListContainers(_ context.Context, req *runtimeapi.ListContainer
 			continue
 		}
 		resp.Containers = append(resp.Containers, &runtimeapi.Container{
-			Id: c.ID, PodSandboxId: c.SandboxID, Metadata: &runtimeapi.ContainerMetadata{Name: c.Name},
+			Id: c.ID, PodSandboxId: c.SandboxID, Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt},
 			Image: &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.Image, State: c.State, CreatedAt: c.CreatedAt,
 		})
 	}
@@ -295,7 +297,7 @@ func (s *Server) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSta
 		return nil, status.Errorf(codes.NotFound, "container %s not found", req.GetContainerId())
 	}
 	resp := &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
-		Id: c.ID, Metadata: &runtimeapi.ContainerMetadata{Name: c.Name}, State: c.State, CreatedAt: c.CreatedAt,
+		Id: c.ID, Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt}, State: c.State, CreatedAt: c.CreatedAt,
 		StartedAt: c.CreatedAt, Image: &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.Image, Annotations: c.Annotations,
 	}}
 	if req.GetVerbose() {
