@@ -7,10 +7,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,9 +36,68 @@ func readyAgent(c kubernetes.Interface) (*corev1.Pod, error) {
 		}
 	}
 	if len(ready) != 1 {
-		return nil, fmt.Errorf("%d of %d agent pods ready", len(ready), len(pods.Items))
+		var states []string
+		for i := range pods.Items {
+			states = append(states, podState(&pods.Items[i]))
+		}
+		return nil, fmt.Errorf("%d of %d agent pods ready: %s", len(ready), len(pods.Items), strings.Join(states, "; "))
 	}
 	return ready[0], nil
+}
+
+// podState says where a pod is, so that a test that waited for it in vain says why.
+func podState(p *corev1.Pod) string {
+	s := fmt.Sprintf("%s (uid %.8s) %s", p.Name, p.UID, p.Status.Phase)
+	if p.DeletionTimestamp != nil {
+		s += fmt.Sprintf(", deleting since %s", time.Since(p.DeletionTimestamp.Time).Round(time.Second))
+	}
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		s += fmt.Sprintf(", %s ready=%v restarts=%d", cs.Name, cs.Ready, cs.RestartCount)
+		switch st := cs.State; {
+		case st.Waiting != nil:
+			s += fmt.Sprintf(" waiting %s %q", st.Waiting.Reason, st.Waiting.Message)
+		case st.Terminated != nil:
+			s += fmt.Sprintf(" terminated %s exit %d %q", st.Terminated.Reason, st.Terminated.ExitCode, st.Terminated.Message)
+		}
+		if lt := cs.LastTerminationState.Terminated; lt != nil {
+			s += fmt.Sprintf(" (last: %s exit %d)", lt.Reason, lt.ExitCode)
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			s += fmt.Sprintf(", %s: %s", c.Type, c.Message)
+		}
+	}
+	return s
+}
+
+// logAgentsIfFailed, deferred, logs the agents when the test failed: a Fatal that gave
+// up waiting on them runs the deferred call on its way out.
+func logAgentsIfFailed(t testing.TB, c kubernetes.Interface) {
+	if t.Failed() {
+		logAgents(t, c)
+	}
+}
+
+// logAgents logs the last lines of every agent pod's log, its previous run's too: what a
+// test that gave up waiting for the agent needs to say why.
+func logAgents(t testing.TB, c kubernetes.Interface) {
+	t.Helper()
+	pods, err := c.CoreV1().Pods("nr1-system").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nr1-agent"})
+	if err != nil {
+		t.Logf("agent pods: %v", err)
+		return
+	}
+	tail := int64(40)
+	for _, p := range pods.Items {
+		for _, previous := range []bool{true, false} {
+			raw, err := c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: &tail, Previous: previous}).DoRaw(context.Background())
+			if err != nil {
+				continue
+			}
+			t.Logf("agent %s, %s run, last %d lines:\n%s", podState(&p), map[bool]string{true: "previous", false: "current"}[previous], tail, raw)
+		}
+	}
 }
 
 // agentInstance names one run of the agent: counters start again with each.

@@ -110,6 +110,7 @@ func restartAgent(b testing.TB, c kubernetes.Interface) {
 		}
 		return err
 	})
+	defer logAgentsIfFailed(b, c)
 	eventually(b, 90*time.Second, "the restarted agent ready", func() error {
 		a, err := readyAgent(c)
 		if err == nil && a.UID == old {

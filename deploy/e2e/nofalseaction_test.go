@@ -346,6 +346,7 @@ func TestNoFalseAction(t *testing.T) {
 func mustReadyAgent(t *testing.T, c kubernetes.Interface) *corev1.Pod {
 	t.Helper()
 	var agent *corev1.Pod
+	defer logAgentsIfFailed(t, c)
 	eventually(t, 2*time.Minute, "a Ready agent", func() error {
 		var err error
 		agent, err = readyAgent(c)
