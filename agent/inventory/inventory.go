@@ -417,8 +417,12 @@ func latestInstances(cs []*runtime.Container) map[string]*runtime.Container {
 // heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the
 // container as CDI devices, and what each consumed. A share of no claim the driver
 // prepared (no driver, a checkpoint lost) is an error: what the container may hold is
-// not known.
+// not known. So is, when the agent runs the driver, a container whose runtime details
+// were not read: the shares are told there alone.
 func (b *Builder) heldClaims(c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
+	if b.claims != nil && c.Unread != "" {
+		return nil, fmt.Errorf("which DRA shares it holds is not known: %s", c.Unread)
+	}
 	var held map[allocation.ClaimKey]nr1.Amounts
 	for _, dev := range b.shares(c) {
 		if !strings.HasPrefix(dev, nr1.CDIKind+"=") {

@@ -254,8 +254,10 @@ func seenAll(p *runtime.Pod, ctrs []fakecri.Container) bool {
 		found := false
 		for _, c := range p.Containers {
 			exited := want.State == runtimeapi.ContainerState_CONTAINER_EXITED
-			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && (want.Info != "" || c.CgroupsPath == want.CgroupsPath) &&
-				slices.Equal(c.CDIDevices, want.CDIDevices) && sameShareMounts(c.ShareMounts, want.Mounts) && exited == (c.State == view.Exited) {
+			// A fake answering its own info, or none, gives none of the details asked.
+			described := want.Info == "" && !want.NoInfo
+			if c.ID == want.ID && maps.Equal(c.Annotations, want.Annotations) && exited == (c.State == view.Exited) &&
+				(!described || c.CgroupsPath == want.CgroupsPath && slices.Equal(c.CDIDevices, want.CDIDevices) && sameShareMounts(c.ShareMounts, want.Mounts)) {
 				found = true
 			}
 		}
@@ -561,6 +563,57 @@ func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
 		Mounts: map[string]string{destination: "/var/lib/kubelet/pods/poduid-1/volumes/kubernetes.io~empty-dir/fake/" + path.Base(source)}})
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || len(cg.Claims) != 0 {
 		t.Errorf("a forged mark read as a share: known %v claims %v (%q)", cg.AllocationKnown, cg.Claims, cg.AllocationUnknown)
+	}
+}
+
+// In DRA mode the shares a container holds are told by the runtime's details of it
+// alone: a running container whose details were not read (its status too large,
+// refused, or without the runtime's info) may hold any share, and its CG is unknown.
+// With the device plugin its allocation is the kubelet's, read elsewhere.
+func TestDRAContainerNotReadIsUnknownNotNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctr  fakecri.Container
+	}{
+		{"status without the runtime's info", fakecri.Container{NoInfo: true}},
+		{"info unreadable", fakecri.Container{Info: `{"pid":103,"runtimeSpec":`}},
+		{"info refused", fakecri.Container{Info: `{"pid":-7}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
+				{Name: "health-handler"}, {Name: "graph"}}})
+			main := nr1.Amounts{3, 0, 2392, 7}
+			init := tc.ctr
+			init.ID, init.SandboxID, init.Name, init.PID, init.CgroupsPath = "c-init", "sb1", "load-model", 103, "/kubepods/besteffort/poduid-1/c-init"
+			init.CDIDevices = []string{cdiShare("model-nr1")}
+			w.putContainers(t,
+				fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
+					CDIDevices: []string{cdiShare("main-nr1")}},
+				init)
+			w.tracker.Refresh(context.Background())
+			w.builder.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main, {Namespace: "default", Name: "model-nr1"}: {40, 0, 100, 2}}
+			cg := w.builder.Build(time.Now()).CG(podUID)
+			if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: which DRA shares it holds is not known") {
+				t.Errorf("running, not read: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+			}
+
+			// Exited, it holds nothing: the CG is known by what its other containers hold.
+			init.State = runtimeapi.ContainerState_CONTAINER_EXITED
+			w.putContainers(t, init)
+			if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != main {
+				t.Errorf("exited, not read: known %v allocation %v (%q), want %v", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, main)
+			}
+
+			// With the device plugin, the kubelet's table is the allocation.
+			init.State = runtimeapi.ContainerState_CONTAINER_RUNNING
+			w.putContainers(t, init)
+			w.builder.claims = nil
+			w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh"})
+			if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown {
+				t.Errorf("device plugin: unknown (%q)", cg.AllocationUnknown)
+			}
+		})
 	}
 }
 

@@ -180,8 +180,14 @@ func parseVerboseInfo(raw string) (details, error) {
 
 // containerDetails reads what the list does not say: PID, cgroupsPath, status
 // annotations, start time. An error wrapping errUnreadable leaves c with what the list
-// said (and its status, when that was read), never a PID or cgroup.
-func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c *Container) error {
+// said (and its status, when that was read), never a PID or cgroup, and says so in
+// c.Unread; so does a status without the runtime's info.
+func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c *Container) (err error) {
+	defer func() {
+		if errors.Is(err, errUnreadable) {
+			c.Unread = err.Error()
+		}
+	}()
 	resp, err := rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.ID, Verbose: true})
 	if err != nil {
 		if status.Code(err) == codes.NotFound || runtimeFailure(err) {
@@ -205,7 +211,9 @@ func containerDetails(ctx context.Context, rs runtimeapi.RuntimeServiceClient, c
 		if c.State == view.Running {
 			c.PID = d.PID
 		}
+		return nil
 	}
+	c.Unread = "the runtime's status of the container carries no verbose info"
 	return nil
 }
 

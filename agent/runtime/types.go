@@ -60,6 +60,10 @@ type Container struct {
 	CDIDevices      []string `json:"cdiDevices,omitempty"`
 	CDIDevicesKnown bool     `json:"cdiDevicesKnown,omitempty"`
 	ShareMounts     []Mount  `json:"shareMounts,omitempty"`
+	// Unread says why the runtime's details of the container were not read (its
+	// status refused, too large, or without the runtime's info): its PID, cgroup and
+	// DRA shares are then not known, never none.
+	Unread string `json:"unread,omitempty"`
 }
 
 // Mount is a mount of a container's OCI runtime spec.

@@ -402,19 +402,24 @@ func TestUnreadableVerboseInfoSkipsOnlyThatContainer(t *testing.T) {
 		t.Error("runtime reported unreachable over one container's info")
 	}
 	for _, name := range []string{"bad", "negative"} {
-		if c := containerIn(s, "uid-1", name); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" {
-			t.Errorf("%s: %+v, want running without PID or cgroupsPath", name, c)
+		if c := containerIn(s, "uid-1", name); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" || !strings.Contains(c.Unread, "unreadable") {
+			t.Errorf("%s: %+v, want running without PID or cgroupsPath, and why", name, c)
 		}
 	}
-	if hh := containerIn(s, "uid-1", "health-handler"); hh.PID != 101 || hh.CgroupsPath == "" {
+	if hh := containerIn(s, "uid-1", "health-handler"); hh.PID != 101 || hh.CgroupsPath == "" || hh.Unread != "" {
 		t.Errorf("health-handler lost its details: %+v", hh)
 	}
-	// Through an event as through the list.
+	// Through an event as through the list; a status without the runtime's info is not
+	// read either.
 	r.subscribed(t)
 	r.cri.PutContainer(fakecri.Container{ID: "c-late", SandboxID: "sb1", Name: "late", Info: "null\x00"}, false)
-	s = r.until(t, 2*time.Second, "event", hasContainers("uid-1", "bad", "graph", "health-handler", "late", "negative"))
-	if c := containerIn(s, "uid-1", "late"); c.PID != 0 || c.CgroupsPath != "" {
+	r.cri.PutContainer(fakecri.Container{ID: "c-bare", SandboxID: "sb1", Name: "bare", PID: 105, CgroupsPath: "/kubepods/besteffort/poduid-1/c-bare", NoInfo: true}, false)
+	s = r.until(t, 2*time.Second, "event", hasContainers("uid-1", "bad", "bare", "graph", "health-handler", "late", "negative"))
+	if c := containerIn(s, "uid-1", "late"); c.PID != 0 || c.CgroupsPath != "" || c.Unread == "" {
 		t.Errorf("late: %+v", c)
+	}
+	if c := containerIn(s, "uid-1", "bare"); c.PID != 0 || c.CgroupsPath != "" || !strings.Contains(c.Unread, "no verbose info") {
+		t.Errorf("bare: %+v", c)
 	}
 }
 
@@ -433,7 +438,7 @@ func TestHugeStatusBlindsOnlyThatContainer(t *testing.T) {
 	if !s.Connected {
 		t.Fatal("runtime reported unreachable over one container's status")
 	}
-	if c := containerIn(s, "uid-1", "c-huge"); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" {
+	if c := containerIn(s, "uid-1", "c-huge"); c.State != view.Running || c.PID != 0 || c.CgroupsPath != "" || c.Unread == "" {
 		t.Errorf("c-huge: %+v, want running without PID or cgroupsPath", c)
 	}
 	if hh := containerIn(s, "uid-1", "health-handler"); hh.PID != 101 || hh.CgroupsPath == "" {

@@ -39,6 +39,8 @@ type Container struct {
 	CRIO bool
 	// Info, when set, is the verbose info answered as is, instead of containerd's layout.
 	Info string
+	// NoInfo answers the verbose status without the runtime's info.
+	NoInfo bool
 }
 
 // Sandbox is a fake pod sandbox.
@@ -300,7 +302,7 @@ func (s *Server) ContainerStatus(_ context.Context, req *runtimeapi.ContainerSta
 		Id: c.ID, Metadata: &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: c.Attempt}, State: c.State, CreatedAt: c.CreatedAt,
 		StartedAt: c.CreatedAt, Image: &runtimeapi.ImageSpec{Image: c.Image}, ImageRef: c.Image, Annotations: c.Annotations,
 	}}
-	if req.GetVerbose() {
+	if req.GetVerbose() && !c.NoInfo {
 		cdi := make([]map[string]string, 0, len(c.CDIDevices))
 		for _, name := range c.CDIDevices {
 			cdi = append(cdi, map[string]string{"name": name})
