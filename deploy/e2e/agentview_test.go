@@ -7,6 +7,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -88,6 +90,7 @@ func logAgents(t testing.TB, c kubernetes.Interface) {
 		t.Logf("agent pods: %v", err)
 		return
 	}
+	logKubeletOnPlugins(t)
 	tail := int64(40)
 	for _, p := range pods.Items {
 		for _, previous := range []bool{true, false} {
@@ -277,4 +280,28 @@ func (o *observer) awaitKnown(after time.Time, notAgent types.UID, timeout time.
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// logKubeletOnPlugins logs the kubelet's last lines about its plugins (registration,
+// the device plugins', the DRA driver's) and the agent's pod, from the local stack's log.
+func logKubeletOnPlugins(t testing.TB) {
+	t.Helper()
+	audit := os.Getenv("NR1_AUDIT_LOG")
+	if audit == "" {
+		return
+	}
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(audit), "kubelet.log"))
+	if err != nil {
+		t.Logf("the kubelet's log: %v", err)
+		return
+	}
+	var lines []string
+	for line := range strings.Lines(string(raw)) {
+		l := strings.ToLower(line)
+		if strings.Contains(l, "plugin") || strings.Contains(l, "nr1-agent") || strings.Contains(l, "neureality") {
+			lines = append(lines, strings.TrimRight(line, "\n"))
+		}
+	}
+	lines = lines[max(0, len(lines)-40):]
+	t.Logf("the kubelet on plugins and the agent, last %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 }
