@@ -40,6 +40,9 @@ type Driver struct {
 	// failed server; listen makes its sockets.
 	clock  clock.WithTicker
 	listen func(path string) (net.Listener, error)
+	// checkEvery is how often a served socket's path is checked; registrationGrace how
+	// long the registration socket waits for the kubelet before it is served anew.
+	checkEvery, registrationGrace time.Duration
 
 	// mu serializes preparing and unpreparing: the checkpoint and the CDI specs are
 	// written one claim at a time.
@@ -67,7 +70,7 @@ type Options struct {
 // New returns the driver of the node's NR1; nothing is served until Run.
 func New(o Options) *Driver {
 	return &Driver{node: o.Node, capacity: o.Capacity, attributes: o.Attributes, cdi: o.CDI, store: o.Store, health: o.Health, log: o.Log,
-		clock: clock.RealClock{}, listen: listenUnix}
+		clock: clock.RealClock{}, listen: listenUnix, checkEvery: defaultCheckEvery, registrationGrace: defaultRegistrationGrace}
 }
 
 // Registered says whether the kubelet has registered the plugin.

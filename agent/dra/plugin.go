@@ -4,10 +4,7 @@ package dra
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -15,13 +12,11 @@ import (
 	"google.golang.org/grpc"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
-	"k8s.io/utils/clock"
 )
 
 // API is what the driver asks of the API server: the claims the kubelet prepares, the
@@ -69,7 +64,7 @@ func (d *Driver) Run(ctx context.Context, api API, kubeletDir string) error {
 	// The registration socket last: the kubelet dials the DRA socket once it finds it.
 	reg, err := d.serve(ctx, filepath.Join(kubeletDir, "plugins_registry", registrationSocket), func(s *grpc.Server) {
 		registerapi.RegisterRegistrationServer(s, &registration{d: d, endpoint: endpoint})
-	})
+	}, d.unregistered)
 	if err != nil {
 		return err
 	}
@@ -78,94 +73,6 @@ func (d *Driver) Run(ctx context.Context, api API, kubeletDir string) error {
 	defer reg.stop()
 	d.publish(ctx, api)
 	return nil
-}
-
-// serveBackoff spaces the attempts to serve a socket again after its server stopped:
-// a listener that keeps failing is not a busy loop, and one that failed once is served
-// again at once, as far as the kubelet can tell.
-var serveBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Steps: 10, Cap: 30 * time.Second}
-
-// server is a gRPC server on a unix socket: served again while ctx lives when its
-// listener fails, and the socket removed when stopped.
-type server struct {
-	grpc    *grpc.Server
-	path    string
-	listen  func(path string) (net.Listener, error)
-	clock   clock.Clock
-	log     *slog.Logger
-	stopped chan struct{}
-	done    chan struct{}
-}
-
-// serve serves register's services on the socket at path until ctx ends or stop.
-func (d *Driver) serve(ctx context.Context, path string, register func(*grpc.Server)) (*server, error) {
-	l, err := d.listen(path)
-	if err != nil {
-		return nil, err
-	}
-	s := &server{grpc: grpc.NewServer(), path: path, listen: d.listen, clock: d.clock, log: d.log, stopped: make(chan struct{}), done: make(chan struct{})}
-	register(s.grpc)
-	go s.run(ctx, l)
-	return s, nil
-}
-
-// listenUnix listens on the unix socket at path.
-func listenUnix(path string) (net.Listener, error) {
-	// A socket left by an earlier run (killed, or the node rebooted) is stale.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("DRA plugin socket %s: %w", path, err)
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("DRA plugin socket %s: %w", path, err)
-	}
-	return l, nil
-}
-
-// run serves l, and a new listener on the same path whenever the one served fails
-// (gRPC's Serve returns only then, or when stopped). The kubelet finds the socket
-// again: its plugin watcher registers a new registration socket anew, and its client
-// of the DRA socket reconnects to the path.
-func (s *server) run(ctx context.Context, l net.Listener) {
-	defer close(s.done)
-	backoff := serveBackoff
-	for {
-		started := s.clock.Now()
-		err := s.grpc.Serve(l)
-		select {
-		case <-s.stopped:
-			return
-		case <-ctx.Done():
-			return
-		default:
-		}
-		s.log.Error("DRA plugin socket no longer served: serving it again", "socket", s.path, "err", err)
-		// A server that served a while failed anew: the next is not held back by the last.
-		if s.clock.Since(started) > serveBackoff.Cap {
-			backoff = serveBackoff
-		}
-		for l = nil; l == nil; {
-			select {
-			case <-s.stopped:
-				return
-			case <-ctx.Done():
-				return
-			case <-s.clock.After(backoff.Step()):
-			}
-			if l, err = s.listen(s.path); err != nil {
-				s.log.Error("DRA plugin socket not served again yet, retrying", "socket", s.path, "err", err)
-			}
-		}
-		s.log.Info("DRA plugin socket served again", "socket", s.path)
-	}
-}
-
-// stop ends the server and its restarts, then removes the socket.
-func (s *server) stop() {
-	close(s.stopped)
-	s.grpc.Stop()
-	<-s.done
-	_ = os.Remove(s.path)
 }
 
 // registration answers the kubelet's plugin watcher.
