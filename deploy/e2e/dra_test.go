@@ -89,6 +89,59 @@ func initClaimCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, imageM
 	}
 }
 
+// unreadSidecarCG checks a CG whose claim only a sidecar holds, a sidecar whose
+// runtime status the agent cannot receive: its environment, from ConfigMaps of
+// characters JSON escapes six-fold, makes containerd's verbose status, which carries it
+// twice, larger than the agent's 16 MiB. The shares a container holds are told there
+// alone, and the kubelet's pod-resources answer leaves the sidecar out: the CG is
+// unknown, never allocated nothing, and nothing is done to it.
+func unreadSidecarCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, imageMB nr1.Units) {
+	t.Helper()
+	if stackRuntime() != "containerd" {
+		// CRI-O's status carries the environment once: what a process may be given
+		// (execve's limit) stays under the agent's limit there.
+		t.Logf("the unread sidecar: containerd's case, the stack runs %s", stackRuntime())
+		return
+	}
+	var from []corev1.EnvFromSource
+	for i := range 2 {
+		data := map[string]string{}
+		for k := range 8 {
+			data[fmt.Sprintf("BIG_%d_%d", i, k)] = strings.Repeat("<", 110<<10)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unread-env-%d", i), Namespace: draNS}, Data: data}
+		if _, err := c.CoreV1().ConfigMaps(draNS).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}})
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	sidecar := loadContainer("model-server", "--compute-dma-mb=2", "--queues=1")
+	sidecar.RestartPolicy, sidecar.EnvFrom = &always, from
+	sidecar.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
+	p := createDRAPod(t, c, "unread-sidecar", nr1.Amounts{2, 0, imageMB + 1, 1}, corev1.PodSpec{
+		InitContainers: []corev1.Container{sidecar},
+		Containers:     []corev1.Container{loadContainer("health-handler")},
+	})
+	runningPod(t, c, p)
+	eventually(t, 60*time.Second, "the unread sidecar's CG unknown", func() error {
+		cg, err := cgView(agent, p)
+		if err != nil {
+			return err
+		}
+		if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container model-server: which DRA shares it holds is not known") {
+			return fmt.Errorf("allocation %v known %v (%s), want unknown: the sidecar's shares cannot be told", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
+		}
+		return nil
+	})
+	if evs := nr1Events(t, c, p); len(evs) > 0 {
+		t.Errorf("unread-sidecar, unknown, got NR1 Event %s: %s", evs[0].Reason, evs[0].Message)
+	}
+	if err := c.CoreV1().Pods(draNS).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Error(err)
+	}
+}
+
 // createExample creates a DRA example of deploy/examples, its ResourceClaimTemplate and
 // pod, in the DRA tests' namespace, and returns the pod.
 func createExample(t *testing.T, c kubernetes.Interface, name string) *corev1.Pod {
@@ -277,6 +330,7 @@ func TestDRA(t *testing.T) {
 	// template and a pod claiming it, which the cluster runs and the agent knows.
 	injectDRA(t, c)
 	initClaimCG(t, c, agent, imageMB)
+	unreadSidecarCG(t, c, agent, imageMB)
 	sharedClaimCGs(t, c, agent, imageMB)
 
 	// The oversized CG: more compute DMA than the NR1 has; the scheduler says why.
