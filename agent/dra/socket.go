@@ -118,7 +118,7 @@ func (s *server) removeOwn() {
 func inode(path string) (uint64, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("DRA plugin socket: %w", err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
