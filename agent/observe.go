@@ -65,7 +65,9 @@ func (a *Agent) observe(cfg *config.Config, version string, o observed, log *slo
 		return err
 	}
 	if cfg.Mode == config.ModeDevicePlugin {
-		fit := statusfit.New(func() (bool, string) { return kubeletconf.ResourceHealth(cfg.Paths.Procfs) }, o.actuator.Events, log)
+		fit := statusfit.New(func(ctx context.Context) (bool, string, error) {
+			return kubeletconf.ResourceHealth(ctx, cfg.Paths.Procfs, cfg.PodResourcesSocket())
+		}, o.actuator.Events, log)
 		if err := registerAll(reg, fit.Collectors()...); err != nil {
 			return err
 		}

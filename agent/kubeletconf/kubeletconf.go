@@ -2,28 +2,40 @@
 
 // Package kubeletconf reads what the node's kubelet was told about its resource health
 // (the feature gates that make it write one pod status entry per allocated device), from
-// the kubelet's command line and configuration files as the host's /proc shows them.
+// the kubelet's command line and configuration files as the host's /proc shows them. The
+// kubelet is the process the kernel says serves its socket; every file is read only when
+// regular and at most MaxFileBytes, so nothing a pod names or makes is read.
 package kubeletconf
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // ResourceHealthGate is the kubelet's feature gate for device health in pod status: on,
 // the kubelet writes an entry per allocated device of every container into its status.
 const ResourceHealthGate = "ResourceHealthStatus"
 
-// ErrNoKubelet is no kubelet process on the host.
-var ErrNoKubelet = errors.New("no kubelet process")
+// MaxFileBytes is the most read of any file for the kubelet's configuration: its command
+// line and configuration files are a few KiB, and what is larger is not the kubelet's.
+const MaxFileBytes = 1 << 20
+
+// ErrNoKubelet is no kubelet answering on its socket.
+var ErrNoKubelet = errors.New("no kubelet answering on its socket")
 
 // Gates is what the kubelet was told of its feature gates: those set, by name, and where
 // each was found.
@@ -39,16 +51,24 @@ func (g *Gates) Gate(name string) (value, set bool) {
 	return value, set
 }
 
-// Read finds the kubelet among the processes of procRoot and reads its feature gates: its
+// Read finds the kubelet as the process serving socket (one of the kubelet's own: the
+// pod-resources socket) and reads its feature gates among the processes of procRoot: its
 // configuration file (--config), then the drop-in directory (--config-dir, in lexical
 // order), then its --feature-gates flag, each overriding what came before, as the
 // kubelet merges them.
-func Read(procRoot string) (*Gates, error) {
-	pid, err := kubeletPID(procRoot)
+//
+// The kubelet is known by who listens on its socket, never by a process's name: any pod
+// may run a process named kubelet, and what that process points at (an endless file, a
+// FIFO, a file of its own) would otherwise be read.
+func Read(ctx context.Context, procRoot, socket string) (*Gates, error) {
+	pid, err := kubeletPID(ctx, socket)
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "cmdline"))
+	if err := notInAPod(procRoot, pid); err != nil {
+		return nil, err
+	}
+	b, err := readFile(filepath.Join(procRoot, strconv.Itoa(pid), "cmdline"))
 	if err != nil {
 		return nil, fmt.Errorf("kubelet %d: %w", pid, err)
 	}
@@ -97,7 +117,7 @@ func Read(procRoot string) (*Gates, error) {
 
 // file merges the featureGates of a KubeletConfiguration file.
 func (g *Gates) file(path, source string) error {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		return fmt.Errorf("kubelet's %s: %w", source, err)
 	}
@@ -113,27 +133,94 @@ func (g *Gates) file(path, source string) error {
 	return nil
 }
 
-// kubeletPID is the lowest PID whose command is the kubelet.
-func kubeletPID(procRoot string) (int, error) {
-	entries, err := os.ReadDir(procRoot)
+// readFile reads path whole when it is a regular file of at most MaxFileBytes. The file
+// is first opened without reading rights (O_PATH: opening a FIFO or a device does
+// nothing), checked, and only then opened for reading, so nothing read can block the
+// agent, grow it, or open a device.
+func readFile(path string) ([]byte, error) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, fmt.Errorf("looking for the kubelet: %w", err)
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	best := 0
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s: not a regular file (mode %#o)", path, st.Mode&unix.S_IFMT)
+	}
+	// The file reopened through its descriptor is the one checked, whatever its path names now.
+	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", fd), os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > MaxFileBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileBytes)
+	}
+	return b, nil
+}
+
+// dialTimeout bounds the connection that asks the kernel who listens on the socket.
+const dialTimeout = 2 * time.Second
+
+// kubeletPID is the process listening on socket, as the kernel tells it (SO_PEERCRED).
+// The connection sends nothing: a gRPC server takes a client gone before its preface as
+// an ordinary end.
+func kubeletPID(ctx context.Context, socket string) (int, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrNoKubelet, socket, err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("the kubelet's socket %s: %w", socket, err)
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, fmt.Errorf("the kubelet's socket %s: %w", socket, err)
+	}
+	if credErr != nil {
+		return 0, fmt.Errorf("the kubelet's socket %s: its peer's credentials: %w", socket, credErr)
+	}
+	// 0: the listener is in a PID namespace this one does not see (the agent without the
+	// host's PIDs).
+	if cred.Pid <= 0 {
+		return 0, fmt.Errorf("the kubelet's socket %s: its process is not visible from the agent's PID namespace", socket)
+	}
+	return int(cred.Pid), nil
+}
+
+// notInAPod refuses a process in a pod's cgroup: whatever serves the socket there is no
+// kubelet, and its files are a pod's to choose.
+func notInAPod(procRoot string, pid int) error {
+	b, err := readFile(filepath.Join(procRoot, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return fmt.Errorf("kubelet %d: %w", pid, err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		_, path, ok := strings.Cut(line, ":")
+		if !ok {
 			continue
 		}
-		comm, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "comm"))
-		if err == nil && string(bytes.TrimSpace(comm)) == "kubelet" && (best == 0 || pid < best) {
-			best = pid
+		_, path, _ = strings.Cut(path, ":")
+		for elem := range strings.SplitSeq(path, "/") {
+			if strings.HasPrefix(elem, "kubepods") {
+				return fmt.Errorf("the process %d serving the kubelet's socket is in a pod's cgroup %s: not the kubelet", pid, untrusted.Quote(path))
+			}
 		}
 	}
-	if best == 0 {
-		return 0, ErrNoKubelet
-	}
-	return best, nil
+	return nil
 }
 
 // parseFlags reads --name=value and --name value flags; a flag given twice keeps the
@@ -171,14 +258,15 @@ func hostPath(procRoot string, pid int, path string) string {
 
 // ResourceHealth says whether the kubelet writes resource health into pod statuses, and
 // why that is thought: the gate as set for the kubelet, or else its default, on since
-// Kubernetes 1.36 (the kubelet's version is not read: a gate not set counts as on).
-func ResourceHealth(procRoot string) (on bool, why string) {
-	g, err := Read(procRoot)
+// Kubernetes 1.36 (the kubelet's version is not read: a gate not set counts as on). err
+// is why the gates are unknown: on is then the default.
+func ResourceHealth(ctx context.Context, procRoot, socket string) (on bool, why string, err error) {
+	g, err := Read(ctx, procRoot, socket)
 	if err != nil {
-		return true, fmt.Sprintf("the kubelet's feature gates could not be read (%v), and %s is on by default since Kubernetes 1.36", err, ResourceHealthGate)
+		return true, fmt.Sprintf("the kubelet's feature gates could not be read (%v), and %s is on by default since Kubernetes 1.36", err, ResourceHealthGate), err
 	}
 	if on, set := g.Gate(ResourceHealthGate); set {
-		return on, fmt.Sprintf("%s=%t in the kubelet's %s", ResourceHealthGate, on, g.Source[ResourceHealthGate])
+		return on, fmt.Sprintf("%s=%t in the kubelet's %s", ResourceHealthGate, on, g.Source[ResourceHealthGate]), nil
 	}
-	return true, fmt.Sprintf("%s is not set for the kubelet, and is on by default since Kubernetes 1.36", ResourceHealthGate)
+	return true, fmt.Sprintf("%s is not set for the kubelet, and is on by default since Kubernetes 1.36", ResourceHealthGate), nil
 }

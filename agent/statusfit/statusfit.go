@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,8 +64,8 @@ func StatusBytes(cg *view.CG) int64 {
 }
 
 // Gates says whether the kubelet writes resource health into pod statuses, and why it
-// is thought so.
-type Gates func() (on bool, why string)
+// is thought so; err is why it is not known (on is then the default).
+type Gates func(ctx context.Context) (on bool, why string, err error)
 
 // Events records an Event on a pod.
 type Events interface {
@@ -72,23 +73,32 @@ type Events interface {
 }
 
 // gatesMaxAge is how long the kubelet's gates read are trusted: they change only with a
-// kubelet restart, and reading them looks through every process.
+// kubelet restart.
 const gatesMaxAge = time.Minute
+
+// gatesTimeout bounds a reading of the gates: one that does not end in time is unknown,
+// and no later reading starts while it runs, so nothing read can hold the checker or the
+// agent's stop.
+const gatesTimeout = 5 * time.Second
 
 // Checker checks each CG once.
 type Checker struct {
-	gates  Gates
-	events Events // nil: only logged
-	log    *slog.Logger
-	gauge  prometheus.Gauge
-	health prometheus.Gauge
-	now    func() time.Time
+	gates   Gates
+	events  Events // nil: only logged
+	log     *slog.Logger
+	gauge   prometheus.Gauge
+	health  prometheus.Gauge
+	unknown prometheus.Gauge
+	now     func() time.Time
+
+	reading atomic.Bool // a reading of the gates under way
 
 	mu      sync.Mutex
 	checked map[string]bool // CG UID → its status cannot be written
 	read    time.Time       // when the gates were last read
 	on      bool            // what they said, and why
 	why     string
+	failed  string // why the last reading failed, "" when it did not
 }
 
 // New returns a checker; events may be nil.
@@ -100,15 +110,19 @@ func New(gates Gates, events Events, log *slog.Logger) *Checker {
 		}),
 		health: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nr1_kubelet_resource_health",
-			Help: "1 when the kubelet writes resource health into pod statuses (its ResourceHealthStatus feature gate on, or not set: its default since 1.36), an entry per NR1 device-plugin unit; 0 when it is off",
+			Help: "1 when the kubelet writes resource health into pod statuses (its ResourceHealthStatus feature gate on, or not set or not known: its default since 1.36), an entry per NR1 device-plugin unit; 0 when it is off",
+		}),
+		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nr1_kubelet_gates_unknown",
+			Help: "1 when the kubelet's feature gates could not be read (the agent's log says why): its resource health is then taken to be on, its default",
 		}),
 	}
 }
 
-// Collectors are the gauges of CGs whose status cannot be written and of the kubelet's
-// resource health.
+// Collectors are the gauges of CGs whose status cannot be written, of the kubelet's
+// resource health, and of its gates unknown.
 func (c *Checker) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.gauge, c.health}
+	return []prometheus.Collector{c.gauge, c.health, c.unknown}
 }
 
 // Samples gives the latest sample and a channel closed at the next.
@@ -127,7 +141,7 @@ func (c *Checker) Run(ctx context.Context, samples Samples) {
 			for i, cg := range snap.CGs {
 				cgs[i] = cg.CG
 			}
-			c.Check(cgs)
+			c.Check(ctx, cgs)
 		}
 		select {
 		case <-ctx.Done():
@@ -138,18 +152,37 @@ func (c *Checker) Run(ctx context.Context, samples Samples) {
 }
 
 // Check checks the CGs not checked yet whose allocation is known, and forgets those gone.
-func (c *Checker) Check(cgs []*view.CG) {
+// The gates are read with no lock held.
+func (c *Checker) Check(ctx context.Context, cgs []*view.CG) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.read.IsZero() || c.now().Sub(c.read) >= gatesMaxAge {
-		c.readGates()
+	stale := c.read.IsZero() || c.now().Sub(c.read) >= gatesMaxAge
+	c.mu.Unlock()
+	if stale {
+		c.readGates(ctx)
 	}
+	var past []*view.CG
+	c.mu.Lock()
 	present := make(map[string]bool, len(cgs))
 	for _, cg := range cgs {
 		present[cg.UID] = true
 		if _, done := c.checked[cg.UID]; done || !cg.AllocationKnown {
 			continue
 		}
+		if StatusBytes(cg) > Budget {
+			past = append(past, cg)
+			continue
+		}
+		c.checked[cg.UID] = false
+	}
+	c.mu.Unlock()
+	// Read afresh for a CG past the budget (rare): the kubelet may have been restarted
+	// with other gates since the last reading.
+	if len(past) > 0 {
+		c.readGates(ctx)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cg := range past {
 		c.checked[cg.UID] = c.check(cg)
 	}
 	over := 0
@@ -164,24 +197,63 @@ func (c *Checker) Check(cgs []*view.CG) {
 	c.gauge.Set(float64(over))
 }
 
-// readGates reads the kubelet's gates into the gauge and the checker.
-func (c *Checker) readGates() {
-	on, why := c.gates()
+// readGates reads the kubelet's gates into the gauges and the checker, within
+// gatesTimeout; it is called with no lock held.
+func (c *Checker) readGates(ctx context.Context) {
+	type reading struct {
+		on  bool
+		why string
+		err error
+	}
+	if !c.reading.CompareAndSwap(false, true) {
+		c.store(true, "", fmt.Errorf("a reading of the kubelet's feature gates started earlier has not ended"))
+		return
+	}
+	done := make(chan reading, 1)
+	go func() {
+		defer c.reading.Store(false)
+		on, why, err := c.gates(ctx)
+		done <- reading{on, why, err}
+	}()
+	timer := time.NewTimer(gatesTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-done:
+		c.store(r.on, r.why, r.err)
+	case <-timer.C:
+		c.store(true, "", fmt.Errorf("the kubelet's feature gates were not read within %s", gatesTimeout))
+	case <-ctx.Done():
+	}
+}
+
+// store keeps a reading of the gates; err says why they are not known, on then the
+// default.
+func (c *Checker) store(on bool, why string, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if why == "" {
+			why = fmt.Sprintf("the kubelet's feature gates could not be read (%v), and %s is on by default since Kubernetes 1.36", err, "ResourceHealthStatus")
+		}
+		if err.Error() != c.failed {
+			c.log.Warn("the kubelet's feature gates are unknown: its resource health is taken to be on, its default", "err", err)
+		}
+		c.failed = err.Error()
+	} else {
+		c.failed = ""
+	}
 	if on && (c.read.IsZero() || !c.on) {
 		c.log.Warn("the kubelet writes a pod status entry per NR1 unit: a CG booking most of the node gets no status, and a kubelet restart with the node booked stalls its device manager; turn its resource health off (README, Big CGs) or use DRA mode", "gates", why)
 	}
 	c.read, c.on, c.why = c.now(), on, why
 	c.health.Set(map[bool]float64{true: 1, false: 0}[on])
+	c.unknown.Set(map[bool]float64{true: 1, false: 0}[err != nil])
 }
 
+// check tells of a CG past the budget, unless the kubelet's resource health is off; it
+// is called with c.mu held.
 func (c *Checker) check(cg *view.CG) bool {
 	size := StatusBytes(cg)
-	if size <= Budget {
-		return false
-	}
-	// Read afresh for a CG past the budget (rare): the kubelet may have been restarted
-	// with other gates since the last reading.
-	c.readGates()
 	if !c.on {
 		return false
 	}
