@@ -4,7 +4,8 @@
 // memory, opens hypervisor queues and fills its writable layer as told, changes that
 // over time, and reports what it holds. With --fork it holds the same in several
 // processes, as a CG whose runtime forks workers does. With --ignore-sigterm it keeps
-// running on SIGTERM, as a workload that does not shut down when asked does.
+// running on SIGTERM, as a workload that does not shut down when asked does. With decoy
+// NAME it waits as a process of another name (one named kubelet, say).
 package main
 
 import (
@@ -38,6 +39,17 @@ type load struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == decoyArg {
+		if err := decoy(os.Args[2:]); err != nil {
+			fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)
+			os.Exit(2)
+		}
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == decoyWaitArg {
+		decoyWait()
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == workerArg {
 		if err := workerMain(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+)
+
+// decoyArg runs nr1-load as a process of another name: `nr1-load decoy NAME ARG...`
+// copies the binary as NAME and runs it with NAME and ARG... as its command line, as a
+// pod's process may pretend to be one of the node's (a "kubelet" whose --config names
+// /dev/zero). The copy only waits for SIGTERM.
+const (
+	decoyArg      = "decoy"
+	decoyWaitArg  = "decoy-wait"
+	decoyUsageMsg = "usage: nr1-load decoy NAME [ARG...]"
+)
+
+// decoy copies the running binary to a directory of its own as name and replaces this
+// process with it, its command line name, decoyWaitArg and args.
+func decoy(args []string) error {
+	if len(args) < 1 || args[0] == "" || filepath.Base(args[0]) != args[0] {
+		return fmt.Errorf("%s", decoyUsageMsg)
+	}
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("reading its own binary: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "decoy")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, args[0])
+	if err := os.WriteFile(path, self, 0o755); err != nil {
+		return err
+	}
+	argv := append([]string{args[0], decoyWaitArg}, args[1:]...)
+	return syscall.Exec(path, argv, os.Environ())
+}
+
+// decoyWait waits for SIGTERM or SIGINT.
+func decoyWait() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fmt.Println("waiting as", filepath.Base(os.Args[0]))
+	<-ctx.Done()
+}
