@@ -409,4 +409,96 @@ func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
 	if err := relabel(as("nr1.neureality.ai:exemption-admins"), plain, func(l map[string]string) { l[exemptLabel] = "disabled" }); err != nil {
 		t.Errorf("an administrator of group nr1.neureality.ai:exemption-admins labelling a namespace exempt: %v", err)
 	}
+	subresourceTenant(t, c, plain, refused)
+}
+
+// subresourceTenant: namespaces/status and namespaces/finalize keep the labels of their
+// request as an update does. A user allowed only those (and pods/status, which keeps a
+// pod's annotations) gives no exempting label or annotation through them; the same user
+// changing another label through each is admitted, so the refusals are the policies'.
+func subresourceTenant(t *testing.T, c kubernetes.Interface, plain string, refused func(what, label string, err error) error) {
+	ctx := context.Background()
+	const tenant = "nr1-e2e-status-tenant"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: tenant},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces/status", "namespaces/finalize", "pods/status"}, Verbs: []string{"update", "patch"}}}}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: tenant},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tenant},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenant}}}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: tenant, Groups: []string{"system:authenticated"}}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dryRun := metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+	through := map[string]func(*corev1.Namespace) error{
+		"namespaces/status": func(ns *corev1.Namespace) error {
+			_, err := kc.CoreV1().Namespaces().UpdateStatus(ctx, ns, dryRun)
+			return err
+		},
+		"namespaces/finalize": func(ns *corev1.Namespace) error {
+			_, err := kc.CoreV1().Namespaces().Finalize(ctx, ns, dryRun)
+			return err
+		},
+	}
+	labelled := func(key, value string) *corev1.Namespace {
+		ns, err := c.CoreV1().Namespaces().Get(ctx, plain, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		delete(ns.Labels, exemptLabel)
+		delete(ns.Labels, allowPodExemptionLabel)
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[key] = value
+		return ns
+	}
+	for sub, update := range through {
+		// The plain namespace as the administrator left it may be exempt already: each
+		// request starts from it without the exempting labels, so only the request adds one.
+		eventually(t, 30*time.Second, "a tenant with only "+sub+" admitted for another label", func() error {
+			return update(labelled("team", "vision"))
+		})
+		for key, value := range map[string]string{exemptLabel: "disabled", allowPodExemptionLabel: "true"} {
+			if err := refused("a tenant with only "+sub+" labelling a namespace "+key+"="+value, key+"="+value, update(labelled(key, value))); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+
+	// A pod never scheduled (its node does not exist), annotated through pods/status.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "status-only", Namespace: plain},
+		Spec: corev1.PodSpec{NodeName: "nr1-no-such-node", Containers: []corev1.Container{{Name: "c", Image: "nr1-no-such-image"}}}}
+	pod, err = c.CoreV1().Pods(plain).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.CoreV1().Pods(plain).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	annotated := func(key, value string) error {
+		p := pod.DeepCopy()
+		p.Annotations = map[string]string{key: value}
+		_, err := kc.CoreV1().Pods(plain).UpdateStatus(ctx, p, dryRun)
+		return err
+	}
+	if err := annotated("team", "vision"); err != nil {
+		t.Errorf("a tenant with only pods/status annotating a pod otherwise: %v", err)
+	}
+	err = annotated(exemptionAnnotation, "disabled")
+	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), exemptionPolicy) {
+		t.Errorf("a tenant with only pods/status annotating a pod exempt: %v, want refused by %s", err, exemptionPolicy)
+	}
 }
