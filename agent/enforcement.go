@@ -32,7 +32,7 @@ func actuator(cfg *config.Config, dev theNR1, cri *runtime.Client, cgroups cgrou
 	if k, err := kube.New(cfg.Kubeconfig, dev.node, log); err != nil {
 		log.Warn("no Kubernetes API server: enforcement Events and evictions are only logged", "err", err)
 	} else {
-		a.Events, a.Evictor = k, k
+		a.Events, a.Evictor, a.Disruptor = k, k, k
 		closers = append(closers, k.Close)
 	}
 	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(dev.files, log)); err != nil {

@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package actuate carries out enforcement actions: Events, the device-cgroup throttle
-// (and optionally the freezer), CRI StopContainer, and the Eviction API.
+// (and optionally the freezer), CRI StopContainer, and the Eviction API. A kill ends as a
+// failure where Kubernetes users look: the pod is marked with the DisruptionTarget
+// condition (reason NR1Killed) before its containers are stopped, and with the default
+// killTimeout of 0 they are killed at once, so a workload that would exit 0 on SIGTERM
+// never ends Completed.
 package actuate
 
 import (
@@ -28,6 +32,11 @@ type Evictor interface {
 // Stopper stops containers through CRI.
 type Stopper interface {
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
+}
+
+// Disruptor marks a pod with the DisruptionTarget condition before it is stopped.
+type Disruptor interface {
+	MarkDisrupted(ctx context.Context, namespace, pod, uid, reason, message string) error
 }
 
 // Throttler denies the NR1 character devices to a pod's cgroup, keyed by the pod's UID.
@@ -60,6 +69,7 @@ type Actuator struct {
 	Events      Events
 	Evictor     Evictor
 	Stopper     Stopper
+	Disruptor   Disruptor // nil: no condition is set (no API server)
 	Throttler   Throttler
 	Freezer     Freezer // nil unless the policy freezes throttled CGs
 	KillTimeout time.Duration
@@ -159,6 +169,14 @@ func (a *Actuator) kill(ctx context.Context, act enforce.Action) error {
 	}
 	if a.Freezer != nil && act.PodCgroup != "" {
 		_ = a.Freezer.Thaw(act.PodCgroup) // a frozen container cannot handle its SIGTERM
+	}
+	// The condition comes first: a Job's controller reads it when the pod fails, which
+	// the stop below makes it do. Not set (no API server, a static pod), the stop goes on:
+	// ending what the CG holds matters more than how its end is told.
+	if a.Disruptor != nil && act.UID != "" {
+		if err := a.Disruptor.MarkDisrupted(ctx, act.Namespace, act.Pod, act.UID, ReasonKilled, act.Message); err != nil {
+			a.Log.Warn("the pod's DisruptionTarget condition not set; stopping it all the same", "namespace", act.Namespace, "pod", act.Pod, "err", err)
+		}
 	}
 	var errs []error
 	for _, c := range act.Containers {

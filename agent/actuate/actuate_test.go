@@ -194,3 +194,34 @@ func TestStaticPodIsKilledInsteadOfEvicted(t *testing.T) {
 		t.Errorf("events %q", r.events)
 	}
 }
+
+type disruptor struct {
+	f   *fakes
+	err error
+}
+
+func (d disruptor) MarkDisrupted(_ context.Context, ns, pod, uid, reason, msg string) error {
+	d.f.calls = append(d.f.calls, fmt.Sprintf("mark %s/%s %s %s: %s", ns, pod, uid, reason, msg))
+	return d.err
+}
+
+// A kill marks the pod DisruptionTarget before it stops its containers, so that its end
+// reads as a disruption by NR1 when the pod fails; a mark that fails (no API server, a
+// static pod) still stops them.
+func TestKillMarksThePodDisruptedFirst(t *testing.T) {
+	for _, markErr := range []error{nil, errors.New("API server unavailable")} {
+		a, r, f := newActuator()
+		a.KillTimeout = 0
+		a.Disruptor = disruptor{f, markErr}
+		if err := a.Act(context.Background(), act(enforce.Kill)); err != nil {
+			t.Fatalf("mark error %v: kill: %v", markErr, err)
+		}
+		want := "mark default/cg u NR1Killed: holds 20 of 7;stop c1 0s"
+		if got := strings.Join(f.calls, ";"); got != want {
+			t.Errorf("mark error %v: calls %q, want %q", markErr, got, want)
+		}
+		if len(r.events) != 1 || !strings.Contains(r.events[0], "NR1Killed") {
+			t.Errorf("mark error %v: events %q", markErr, r.events)
+		}
+	}
+}

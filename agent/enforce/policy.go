@@ -96,7 +96,11 @@ type Policy struct {
 	NoAllocation string `json:"noAllocation"`
 	// KillScope is "container" (the container most over its own allocation) or "cg".
 	KillScope string `json:"killScope"`
-	// KillTimeout is the grace StopContainer gives before SIGKILL.
+	// KillTimeout is the grace StopContainer gives before SIGKILL. 0, the default, kills
+	// at once: the container ends as a failure (exit 137, as an OOM kill), and its pod, if
+	// not restarted, Failed. With a grace, a workload that exits 0 on SIGTERM ends
+	// Completed, its pod Succeeded, a Job counting it a success; the ladder's earlier
+	// steps are the CG's time to let go.
 	KillTimeout Duration `json:"killTimeout"`
 	// EvictFallback: when an eviction is refused (a PodDisruptionBudget) on a hard breach,
 	// the CG is killed after this long.
@@ -116,7 +120,7 @@ func DefaultPolicy() Policy {
 		Margin: 0.05, Hold: Duration{Duration: 10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{Duration: 5 * time.Second},
 		MaxAllocationAge: Duration{Duration: 5 * time.Second}, MaxPartitionAge: Duration{Duration: 35 * time.Second}, MaxNamespaceAge: Duration{Duration: 30 * time.Second},
 		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
-		KillTimeout: Duration{Duration: 5 * time.Second}, EvictFallback: Duration{Duration: 30 * time.Second},
+		KillTimeout: Duration{Duration: 0}, EvictFallback: Duration{Duration: 30 * time.Second},
 		Resources: Resources{
 			nr1.ComputeDMAMemory: memory, nr1.CPUDMAMemory: memory, nr1.HypervisorQueue: memory,
 			nr1.DockerPartition: {Ladder: []Step{{Warn, Duration{Duration: 0}}, {Evict, Duration{Duration: 20 * time.Second}}}, HardRatio: 2},

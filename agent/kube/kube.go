@@ -34,6 +34,10 @@ var ErrEvictionRefused = errors.New("eviction refused by the API server")
 // mirror pod, which the kubelet recreates, so the caller has to stop its containers.
 var ErrStaticPod = errors.New("static pod: eviction cannot stop it")
 
+// ErrNotThePod is returned by MarkDisrupted for a pod whose status is not the agent's to
+// mark: a static pod's mirror, or another pod of the name.
+var ErrNotThePod = errors.New("not the pod acted on, or a static pod's mirror")
+
 // Deadlines of API calls.
 const (
 	// callTimeout bounds an eviction, an Event's write and each call of the removal watch.
@@ -48,6 +52,7 @@ type timeouts struct{ call, lookup time.Duration }
 // Client talks to the API server.
 type Client struct {
 	evictions   evictions
+	status      statusPatcher
 	pods        *podCache
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
@@ -65,7 +70,7 @@ func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := newClient(restEvents{core}, restPods(core), restEvictions{policy}, node, log, timeouts{call: callTimeout, lookup: lookupTimeout})
+	c := newClient(restEvents{core}, restPods(core), restStatus(core), restEvictions{policy}, node, log, timeouts{call: callTimeout, lookup: lookupTimeout})
 	log.Info("kubernetes API client ready", "host", cfg.Host)
 	return c, nil
 }
@@ -101,11 +106,12 @@ type evictions interface {
 }
 
 // newClient builds the client on its API calls, which tests fake.
-func newClient(events eventAPI, pods podGetter, ev evictions, node string, log *slog.Logger, t timeouts) *Client {
+func newClient(events eventAPI, pods podGetter, status statusPatcher, ev evictions, node string, log *slog.Logger, t timeouts) *Client {
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&eventSink{events: events, timeout: t.call})
 	return &Client{
 		evictions:   ev,
+		status:      status,
 		pods:        newPodCache(pods),
 		broadcaster: b,
 		recorder:    b.NewRecorder(scheme, corev1.EventSource{Component: "nr1-agent", Host: node}),

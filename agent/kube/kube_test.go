@@ -36,6 +36,13 @@ func typedPods(cs *fake.Clientset) podGetter {
 	}
 }
 
+func typedStatus(cs *fake.Clientset) statusPatcher {
+	return func(ctx context.Context, namespace, name string, patch []byte) error {
+		_, err := cs.CoreV1().Pods(namespace).Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+		return err
+	}
+}
+
 func pod(name, uid string, annotations map[string]string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(uid), Annotations: annotations}}
 }
@@ -64,7 +71,7 @@ func newCluster(t *testing.T) (*cluster, *Client) {
 		c.evictions = append(c.evictions, a.(clienttesting.CreateAction).GetObject().(*policyv1.Eviction))
 		return true, nil, nil
 	})
-	k := newClient(c.CoreV1().Events(""), typedPods(c.Clientset), typedEvictions{c.PolicyV1()}, "node1", quiet(), timeouts{call: time.Second, lookup: time.Second})
+	k := newClient(c.CoreV1().Events(""), typedPods(c.Clientset), typedStatus(c.Clientset), typedEvictions{c.PolicyV1()}, "node1", quiet(), timeouts{call: time.Second, lookup: time.Second})
 	t.Cleanup(k.Close)
 	return c, k
 }
@@ -192,7 +199,7 @@ func TestCallsHaveDeadlines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := newClient(restEvents{core}, restPods(core), restEvictions{policy}, "node1", quiet(), timeouts{call: 300 * time.Millisecond, lookup: 100 * time.Millisecond})
+	k := newClient(restEvents{core}, restPods(core), restStatus(core), restEvictions{policy}, "node1", quiet(), timeouts{call: 300 * time.Millisecond, lookup: 100 * time.Millisecond})
 	t.Cleanup(k.Close)
 
 	start := time.Now()

@@ -60,7 +60,9 @@ func TestStatusBytes(t *testing.T) {
 func TestCheckTellsOncePerCG(t *testing.T) {
 	ev := &events{}
 	gates := "on"
-	c := New(func(context.Context) (bool, string, error) { return gates == "on", "ResourceHealthStatus=" + gates, nil }, ev, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c := New(func(context.Context) (bool, string, error) {
+		return gates == "on", "ResourceHealthStatus=" + gates, nil
+	}, ev, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	big := cg("big", false, listed(nr1.Amounts{100000, 0, 2394, 1}))
 	small := cg("small", true, listed(nr1.Amounts{3, 0, 2392, 7}))
 	c.Check(t.Context(), []*view.CG{big, small})
@@ -160,7 +162,10 @@ func TestGatesUnknownOrStuck(t *testing.T) {
 	}, ev, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); stuck.Check(ctx, []*view.CG{cg("small", true, listed(nr1.Amounts{3, 0, 2392, 7}))}) }()
+	go func() {
+		defer close(done)
+		stuck.Check(ctx, []*view.CG{cg("small", true, listed(nr1.Amounts{3, 0, 2392, 7}))})
+	}()
 	for started.Load() == 0 {
 		time.Sleep(time.Millisecond)
 	}

@@ -27,6 +27,12 @@ import (
 // ignoreSIGTERM is set by --ignore-sigterm: SIGTERM is then logged and ignored.
 var ignoreSIGTERM atomic.Bool
 
+// sigtermExit is nr1-load's exit status on SIGTERM (--sigterm-exit): 143 by default, as
+// a process killed by it; 0 as a workload that takes SIGTERM as the end of its work.
+var sigtermExit atomic.Int32
+
+func init() { sigtermExit.Store(128 + int32(syscall.SIGTERM)) }
+
 type load struct {
 	compute, cpu dmaFile
 	queues       queues
@@ -68,7 +74,7 @@ func main() {
 	if signalled {
 		// As a workload killed by SIGTERM would, so that its pod's status shows it.
 		fmt.Fprintln(os.Stderr, "nr1-load: terminated")
-		os.Exit(128 + int(syscall.SIGTERM))
+		os.Exit(int(sigtermExit.Load()))
 	}
 }
 
@@ -115,6 +121,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&adv.pathOnlyQueues, "path-only-queues", 0, "adversary: open so many O_PATH fds on the queue device (names, not handles)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
 	ignoreTerm := fs.Bool("ignore-sigterm", false, "keep running on SIGTERM, logging it with its time: only SIGINT or SIGKILL ends nr1-load")
+	termExit := fs.Int("sigterm-exit", 128+int(syscall.SIGTERM), "exit status on SIGTERM (0: as a workload that ends its work when asked)")
 	var steps []Step
 	fs.Func("step", "DURATION:key=value,... change the holding at that offset from start (keys compute, cpu, queues, write); repeatable", func(v string) error {
 		s, err := ParseStep(v)
@@ -125,6 +132,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	ignoreSIGTERM.Store(*ignoreTerm)
+	if *termExit < 0 || *termExit > 255 {
+		return fmt.Errorf("--sigterm-exit %d: must be 0 to 255", *termExit)
+	}
+	sigtermExit.Store(int32(*termExit))
 	if *forks < 0 {
 		return fmt.Errorf("--fork %d: must not be negative", *forks)
 	}

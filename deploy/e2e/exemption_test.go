@@ -431,7 +431,9 @@ func subresourceTenant(t *testing.T, c kubernetes.Interface, plain string, refus
 	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{})
+	})
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +24,6 @@ import (
 // The default policy's figures the fault tests time themselves by.
 const (
 	partitionEvictAfter = 20 * time.Second // docker partition ladder: warn at 0, evict after
-	killTimeout         = 5 * time.Second  // StopContainer's grace before SIGKILL
 	maxAllocationAge    = 5 * time.Second  // an older pod-resources answer is unknown
 )
 
@@ -303,45 +303,119 @@ func TestFaultAPIServerDownDuringEviction(t *testing.T) {
 	})
 }
 
-// TestFaultContainerIgnoresSIGTERM: a CG holding 20 queues of 7 (past the hard ratio)
-// whose process ignores SIGTERM is killed with SIGKILL once the kill's grace has passed.
-func TestFaultContainerIgnoresSIGTERM(t *testing.T) {
+// TestKilledCGEndsAsAFailure: a CG stopped for going over never reads as a success. Its
+// workload takes SIGTERM as the end of its work (it would exit 0), and holds 20 queues of
+// 7 (past the hard ratio): it is killed at once (exit 137, never asked to stop), its pod
+// ends Failed with the condition DisruptionTarget (reason NR1Killed). As a Job's pod, a
+// podFailurePolicy matching that condition fails the Job on its first pod.
+func TestKilledCGEndsAsAFailure(t *testing.T) {
 	c := client(t)
-	const ns, margin = "nr1-fault-sigterm", 10 * time.Second
+	ctx := context.Background()
+	const ns = "nr1-fault-failure"
 	newNamespace(t, c, ns)
 	// Over after 4 s, so that the pod is seen Running before it is killed.
-	pod := faultPod(t, c, ns, loadPod("deaf-hog", "--queues=2", "--step=4s:queues=20", "--ignore-sigterm"))
+	args := []string{"--queues=2", "--step=4s:queues=20", "--sigterm-exit=0"}
+	pod := faultPod(t, c, ns, loadPod("polite-hog", args...))
 	killed := waitReason(t, c, pod, "NR1Killed", 60*time.Second)
 	term := terminated(t, c, pod, 30*time.Second)
-	finished := criFinishedAt(t, term.ContainerID)
-	held := holdings(t, c, pod)
-	sigterm, asked := logLineAt(t, c, pod, "health-handler", "ignoring SIGTERM")
-
-	if len(held) != 2 || !strings.Contains(held[1].line, "queues=20") {
-		t.Fatalf("nr1-load's changes: %+v", held)
+	_, asked := logLineAt(t, c, pod, "health-handler", "terminated")
+	t.Logf("NR1Killed at %s; exit %d (%s); SIGTERM seen: %v", killed.FirstTimestamp.Format("15:04:05"), term.ExitCode, term.Reason, asked)
+	if term.ExitCode != 137 || asked {
+		t.Errorf("container ended with %d (%s), SIGTERM seen %v: want 137 (SIGKILL) without SIGTERM", term.ExitCode, term.Reason, asked)
 	}
-	t.Logf("20 queues held %s; SIGTERM (ignored) %s, %v later; container finished %s, %v after SIGTERM; NR1Killed at %s; exit %d (%s)",
-		clock(held[1].at), clock(sigterm), sigterm.Sub(held[1].at).Round(time.Millisecond), clock(finished),
-		finished.Sub(sigterm).Round(time.Millisecond), killed.FirstTimestamp.Format("15:04:05"), term.ExitCode, term.Reason)
-	t.Logf("events: %s", reasons(nr1Events(t, c, pod)))
-
-	if term.ExitCode != 137 {
-		t.Errorf("container ended with %d (%s), want 137 (SIGKILL)", term.ExitCode, term.Reason)
-	}
-	if !asked {
-		t.Error("nr1-load logged no SIGTERM: the kill gave the container no chance to stop")
-	} else if lag := finished.Sub(sigterm); lag > killTimeout+margin || lag < killTimeout-500*time.Millisecond {
-		t.Errorf("container finished %v after SIGTERM, want the kill timeout (%v), at most %v", lag, killTimeout, killTimeout+margin)
-	}
-	// The Event is recorded once StopContainer has returned, with seconds.
-	if d := killed.FirstTimestamp.Sub(finished.Truncate(time.Second)); d < 0 || d > margin {
-		t.Errorf("NR1Killed at %s, container finished %s", killed.FirstTimestamp.Format("15:04:05"), clock(finished))
-	}
+	eventually(t, 30*time.Second, "the killed pod Failed, marked DisruptionTarget by NR1", func() error {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return failedByNR1(p)
+	})
 	for _, ev := range nr1Events(t, c, pod) {
 		if ev.Reason == "NR1EnforcementFailed" {
 			t.Errorf("the kill was reported failed: %s", ev.Message)
 		}
 	}
+
+	// The same CG as a Job whose podFailurePolicy fails it on a disruption: failed on its
+	// first pod, never retried, never a success.
+	template := loadPod("", args...)
+	backoff := int32(3)
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "polite-hog-job", Namespace: ns}, Spec: batchv1.JobSpec{
+		BackoffLimit: &backoff,
+		PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+			Action:          batchv1.PodFailurePolicyActionFailJob,
+			OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+		}}},
+		Template: corev1.PodTemplateSpec{Spec: template.Spec},
+	}}
+	if _, err := c.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// wrong is a final state other than the one wanted: no use waiting on.
+	var wrong error
+	eventually(t, 90*time.Second, "the Job failed by its podFailurePolicy", func() error {
+		j, err := c.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range j.Status.Conditions {
+			if cond.Type == batchv1.JobComplete && cond.Status == corev1.ConditionTrue {
+				wrong = fmt.Errorf("the Job completed: %s", cond.Message)
+				return nil
+			}
+			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+				if cond.Reason != batchv1.JobReasonPodFailurePolicy {
+					wrong = fmt.Errorf("the Job failed for %s (%s), not its podFailurePolicy", cond.Reason, cond.Message)
+					return nil
+				}
+				t.Logf("Job failed: %s: %s; succeeded %d, failed %d", cond.Reason, cond.Message, j.Status.Succeeded, j.Status.Failed)
+				if j.Status.Succeeded != 0 || j.Status.Failed != 1 {
+					wrong = fmt.Errorf("succeeded %d, failed %d: want one pod, failed", j.Status.Succeeded, j.Status.Failed)
+					return nil
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", j.Status.Conditions)
+	})
+	if wrong != nil {
+		t.Fatal(wrong)
+	}
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Errorf("%d pods of the Job, want 1: its one pod failed by NR1 was not retried", len(pods.Items))
+	}
+	for i := range pods.Items {
+		if err := failedByNR1(&pods.Items[i]); err != nil {
+			t.Errorf("the Job's pod %s: %v", pods.Items[i].Name, err)
+		}
+	}
+}
+
+// failedByNR1 says why a pod is not Failed with the condition DisruptionTarget, reason
+// NR1Killed, and a container ended by SIGKILL.
+func failedByNR1(p *corev1.Pod) error {
+	if p.Status.Phase != corev1.PodFailed {
+		return fmt.Errorf("phase %s", p.Status.Phase)
+	}
+	marked := false
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue && cond.Reason == "NR1Killed" {
+			marked = true
+		}
+	}
+	if !marked {
+		return fmt.Errorf("no DisruptionTarget condition with reason NR1Killed: %+v", p.Status.Conditions)
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if term := s.State.Terminated; term == nil || term.ExitCode != 137 {
+			return fmt.Errorf("container %s: %+v, want ended by SIGKILL (137)", s.Name, s.State)
+		}
+	}
+	return nil
 }
 
 // allocationView is the agent's /debug/cgs as the pod-resources fault reads it.
