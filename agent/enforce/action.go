@@ -67,6 +67,9 @@ func lift(cg *view.Measured, c *cgState, msg string) Action {
 // systemd's). A shallow cgroupsPath that stays inside the hierarchy must not make the
 // agent throttle or freeze kubepods as a whole; without it, nothing is throttled.
 func podCgroup(cg *view.Measured) string {
+	if cg.PodCgroup != "" {
+		return cg.PodCgroup
+	}
 	for _, c := range cg.Containers {
 		if c.State != view.Running || c.Cgroup.V2 == "" {
 			continue

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -132,6 +133,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 			}
 			cg.Containers = append(cg.Containers, ctr)
 		}
+		b.podCgroup(cg)
 		if next := succeeded[p.UID]; next != nil {
 			cg.AllocationUnknown = fmt.Sprintf("a newer pod of its name (UID %s) is on the node, and the kubelet's pod-resources answer names pods, not UIDs",
 				untrusted.Quote(next.UID))
@@ -185,6 +187,71 @@ func later(a, b *runtime.Pod) bool {
 		return a.Observed.After(b.Observed)
 	}
 	return a.CreatedAt.After(b.CreatedAt)
+}
+
+// podCgroup finds the pod's v2 cgroup and attributes to the CG what the runtime did not
+// describe: a running container the runtime gave no cgroupsPath (its status unread) gets
+// its cgroup, found below the pod's by its ID, and every other cgroup below the pod's is
+// the CG's too. What a CG shows the runtime never decides where its processes are: the
+// kubelet puts every one of them below the pod's cgroup.
+func (b *Builder) podCgroup(cg *view.CG) {
+	dir := ""
+	undescribed := false
+	for _, c := range cg.Containers {
+		if c.State != view.Running {
+			continue
+		}
+		if c.Cgroup.V2 == "" {
+			undescribed = true
+			continue
+		}
+		if parent := filepath.Dir(c.Cgroup.V2); dir == "" && cgroup.IsPodDir(filepath.Base(parent), cg.UID) {
+			dir = parent
+		}
+	}
+	if dir == "" && undescribed {
+		// No container the runtime described says where the pod is: the tree does.
+		d, err := b.cgroups.PodDir(cg.UID)
+		if err != nil {
+			b.log.Debug("looking for a pod's cgroup", "namespace", cg.Namespace, "pod", cg.Name, "err", err)
+		}
+		dir = d
+	}
+	if dir == "" {
+		return
+	}
+	id, err := cgroup.ID(dir)
+	if err != nil {
+		return // the pod gone meanwhile
+	}
+	cg.PodCgroup = dir
+	known := map[uint64]bool{}
+	for _, c := range cg.Containers {
+		if c.State == view.Running && c.Cgroup.V2 == "" {
+			if d, err := cgroup.ContainerDir(dir, c.ID); err == nil && d != "" {
+				c.Cgroup.V2 = d
+				if cid, err := cgroup.ID(d); err == nil {
+					c.CgroupID = cid
+				}
+				if ids, err := cgroup.Descendants(d); err == nil {
+					c.ChildCgroupIDs = ids
+				}
+			}
+		}
+		if c.CgroupID != 0 {
+			known[c.CgroupID] = true
+		}
+		for _, cid := range c.ChildCgroupIDs {
+			known[cid] = true
+		}
+	}
+	cg.PodCgroupIDs = append(cg.PodCgroupIDs, id)
+	below, _ := cgroup.Descendants(dir)
+	for _, cid := range below {
+		if !known[cid] {
+			cg.PodCgroupIDs = append(cg.PodCgroupIDs, cid)
+		}
+	}
 }
 
 // RunningPods are the pods the runtime runs as the allocation tracker reads them: what
@@ -417,11 +484,14 @@ func latestInstances(cs []*runtime.Container) map[string]*runtime.Container {
 // heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the
 // container as CDI devices, and what each consumed. A share of no claim the driver
 // prepared (no driver, a checkpoint lost) is an error: what the container may hold is
-// not known. So is, when the agent runs the driver, a container whose runtime details
-// were not read: the shares are told there alone.
+// not known. A container whose runtime details were not read holds, as far as it can
+// tell, none: the CG is then judged with the pod's booking as the kubelet lists it (the
+// claims of its regular containers and sidecars). What a CG shows the runtime, a status
+// too large to read included, never leaves its allocation unknown: that would make it
+// untouchable by its own doing.
 func (b *Builder) heldClaims(c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
-	if b.claims != nil && c.Unread != "" {
-		return nil, fmt.Errorf("which DRA shares it holds is not known: %s", c.Unread)
+	if c.Unread != "" {
+		return nil, nil
 	}
 	var held map[allocation.ClaimKey]nr1.Amounts
 	for _, dev := range b.shares(c) {

@@ -566,11 +566,12 @@ func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
 	}
 }
 
-// In DRA mode the shares a container holds are told by the runtime's details of it
-// alone: a running container whose details were not read (its status too large,
-// refused, or without the runtime's info) may hold any share, and its CG is unknown.
-// With the device plugin its allocation is the kubelet's, read elsewhere.
-func TestDRAContainerNotReadIsUnknownNotNothing(t *testing.T) {
+// A container whose runtime details were not read (its status too large, without the
+// runtime's info, refused) is judged with the pod's booking as the kubelet lists it:
+// never unknown, which would make a CG untouchable by its own doing. A regular
+// container's claims are the kubelet's table's; an init container's, not listed and
+// not read, add nothing.
+func TestDRAContainerNotReadIsJudgedWithThePodsBooking(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ctr  fakecri.Container
@@ -581,37 +582,32 @@ func TestDRAContainerNotReadIsUnknownNotNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t)
+			claim := func(name string) []*podresourcesapi.DynamicResource {
+				return []*podresourcesapi.DynamicResource{{ClaimName: name, ClaimNamespace: "default",
+					ClaimResources: []*podresourcesapi.ClaimResource{{DriverName: nr1.DRADriver, PoolName: "node1", DeviceName: "nr1"}}}}
+			}
 			w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
-				{Name: "health-handler"}, {Name: "graph"}}})
+				{Name: "health-handler", DynamicResources: claim("main-nr1")}, {Name: "graph"}}})
 			main := nr1.Amounts{3, 0, 2392, 7}
 			init := tc.ctr
 			init.ID, init.SandboxID, init.Name, init.PID, init.CgroupsPath = "c-init", "sb1", "load-model", 103, "/kubepods/besteffort/poduid-1/c-init"
 			init.CDIDevices = []string{cdiShare("model-nr1")}
-			w.putContainers(t,
-				fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh",
-					CDIDevices: []string{cdiShare("main-nr1")}},
-				init)
+			hh := tc.ctr
+			hh.ID, hh.SandboxID, hh.Name, hh.PID, hh.CgroupsPath = "c-hh", "sb1", "health-handler", 101, "/kubepods/besteffort/poduid-1/c-hh"
+			hh.CDIDevices = []string{cdiShare("main-nr1")}
+			w.putContainers(t, hh, init)
 			w.tracker.Refresh(context.Background())
 			w.builder.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main, {Namespace: "default", Name: "model-nr1"}: {40, 0, 100, 2}}
 			cg := w.builder.Build(time.Now()).CG(podUID)
-			if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: which DRA shares it holds is not known") {
-				t.Errorf("running, not read: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+			if !cg.AllocationKnown || cg.Allocation != main {
+				t.Errorf("running, not read: known %v allocation %v (%q), want the pod's booking %v", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, main)
 			}
 
-			// Exited, it holds nothing: the CG is known by what its other containers hold.
+			// Exited, it holds nothing: the same.
 			init.State = runtimeapi.ContainerState_CONTAINER_EXITED
 			w.putContainers(t, init)
 			if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != main {
 				t.Errorf("exited, not read: known %v allocation %v (%q), want %v", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, main)
-			}
-
-			// With the device plugin, the kubelet's table is the allocation.
-			init.State = runtimeapi.ContainerState_CONTAINER_RUNNING
-			w.putContainers(t, init)
-			w.builder.claims = nil
-			w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh"})
-			if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown {
-				t.Errorf("device plugin: unknown (%q)", cg.AllocationUnknown)
 			}
 		})
 	}
@@ -798,3 +794,67 @@ func TestSuccessorsTableContradictedByAnExitedBookingContainer(t *testing.T) {
 type runtimeView struct{ s *runtime.Snapshot }
 
 func (v runtimeView) Load() (*runtime.Snapshot, <-chan struct{}) { return v.s, nil }
+
+// A running container the runtime does not describe (its status unread: no cgroupsPath)
+// is found below its pod's cgroup by its ID, as either runtime names it; every other
+// cgroup below the pod's is the CG's; and the pod's cgroup is found from the tree when
+// no container the runtime describes tells it.
+func TestUndescribedContainerIsFoundBelowItsPod(t *testing.T) {
+	for _, dirName := range []string{"c-x", "crio-c-x", "cri-containerd-c-x.scope"} {
+		t.Run(dirName, func(t *testing.T) {
+			w := newWorld(t)
+			// The example pod's containers, in a cgroup named by its UID as the kubelet names it.
+			podPath := "/kubepods/besteffort/pod" + podUID
+			podDir := filepath.Join(w.cgroups.V2, podPath)
+			cgroupDir(t, w.cgroups, podPath+"/c-hh", 101)
+			cgroupDir(t, w.cgroups, podPath+"/c-g", 102)
+			xDir := cgroupDir(t, w.cgroups, podPath+"/"+dirName, 120)
+			child := filepath.Join(xDir, "worker")
+			stray := filepath.Join(podDir, "stray")
+			conmon := filepath.Join(podDir, "crio-conmon-c-x")
+			for _, d := range []string{child, stray, conmon} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.putContainers(t,
+				fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: podPath + "/c-hh"},
+				fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102, CgroupsPath: podPath + "/c-g"},
+				fakecri.Container{ID: "c-x", SandboxID: "sb1", Name: "sidecar", PID: 120, NoInfo: true})
+			cg := w.builder.Build(time.Now()).CG(podUID)
+			var x *view.Container
+			for _, c := range cg.Containers {
+				if c.Name == "sidecar" {
+					x = c
+				}
+			}
+			if x == nil || x.Cgroup.V2 != xDir || x.CgroupID != inode(t, xDir) || !slices.Equal(x.ChildCgroupIDs, []uint64{inode(t, child)}) {
+				t.Fatalf("the undescribed container: %+v, want its cgroup %s", x, xDir)
+			}
+			if cg.PodCgroup != podDir {
+				t.Errorf("pod cgroup %q, want %q", cg.PodCgroup, podDir)
+			}
+			want := []uint64{inode(t, podDir), inode(t, conmon), inode(t, stray)}
+			got := slices.Clone(cg.PodCgroupIDs)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("pod cgroup ids %v, want the pod's, the monitor's and the stray's %v (no container's)", got, want)
+			}
+
+			// No container the runtime describes: the pod's cgroup is found in the tree.
+			w.putContainers(t,
+				fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, NoInfo: true},
+				fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102, NoInfo: true})
+			cg = w.builder.Build(time.Now()).CG(podUID)
+			if cg.PodCgroup != podDir {
+				t.Errorf("no container described: pod cgroup %q, want %q", cg.PodCgroup, podDir)
+			}
+			for _, c := range cg.Containers {
+				if c.CgroupID == 0 {
+					t.Errorf("no container described: %s has no cgroup", c.Name)
+				}
+			}
+		})
+	}
+}

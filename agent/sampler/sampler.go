@@ -206,6 +206,12 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 				cg.PerContainer[c.Name] = u
 			}
 		}
+		// The rest of the pod's cgroup is the CG's, no container's in particular.
+		for _, id := range icg.PodCgroupIDs {
+			if _, taken := owners[id]; !taken {
+				owners[id] = owner{cg: cg, detail: detail, cgGroup: cgGroup, ctrGroup: -1, sharedGroup: sg}
+			}
+		}
 		if v, ok := part.ByCG[icg.UID]; ok {
 			cg.Usage[nr1.DockerPartition] = v
 		} else if why, failed := part.Failed[icg.UID]; failed {
@@ -222,7 +228,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 			continue
 		}
 		tally.AddMapping(o.cgGroup, m)
-		tally.AddMapping(o.ctrGroup, m)
+		if o.ctrGroup >= 0 {
+			tally.AddMapping(o.ctrGroup, m)
+		}
 		if o.sharedGroup >= 0 {
 			tally.AddMapping(o.sharedGroup, m)
 		}
@@ -235,7 +243,9 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 			continue
 		}
 		tally.AddHandle(o.cgGroup, h)
-		tally.AddHandle(o.ctrGroup, h)
+		if o.ctrGroup >= 0 {
+			tally.AddHandle(o.ctrGroup, h)
+		}
 		if o.sharedGroup >= 0 {
 			tally.AddHandle(o.sharedGroup, h)
 		}
@@ -308,6 +318,18 @@ func (h *smallestFirst) Pop() any {
 	return m
 }
 
+// holderOf names what of the CG the cgroup id is: its container (its own cgroup or one it
+// made), or the pod for another cgroup below the pod's.
+func holderOf(cg *view.CG, id uint64) (string, bool) {
+	if c := containerOf(cg, id); c != nil {
+		return c.Name, true
+	}
+	if id != 0 && slices.Contains(cg.PodCgroupIDs, id) {
+		return "the pod's cgroup", true
+	}
+	return "", false
+}
+
 // containerOf is the CG's container of the cgroup id (its own or one it made), or nil.
 func containerOf(cg *view.CG, id uint64) *view.Container {
 	for _, c := range cg.Containers {
@@ -321,10 +343,11 @@ func containerOf(cg *view.CG, id uint64) *view.Container {
 // unread says why the scan did not read all the CG holds, "" when it did.
 func unread(cg *view.CG, scan *footprint.Scan) string {
 	// Processes are attributed by cgroup: those of a running container without one the
-	// agent could read (the runtime gave none or an unreadable status, the lookup failed,
-	// a host without cgroup v2) count as no CG's, so the CG's usage is a lower bound.
+	// agent could read count for the CG through the pod's cgroup, which holds them all.
+	// Without that either (a host without cgroup v2, the pod's cgroup not found) they
+	// count as no CG's, so the CG's usage is a lower bound.
 	for _, c := range cg.Containers {
-		if c.State == view.Running && c.CgroupID == 0 {
+		if c.State == view.Running && c.CgroupID == 0 && len(cg.PodCgroupIDs) == 0 {
 			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name)
 		}
 	}
@@ -332,18 +355,18 @@ func unread(cg *view.CG, scan *footprint.Scan) string {
 		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound"
 	}
 	for _, id := range scan.InFlightUnread {
-		if c := containerOf(cg, id); c != nil {
-			return fmt.Sprintf("a socket of %s holds queue handles in flight that a scan does not read (more than it reads, or in a network namespace it could not enter)", c.Name)
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("a socket of %s holds queue handles in flight that a scan does not read (more than it reads, or in a network namespace it could not enter)", name)
 		}
 	}
 	for _, id := range scan.RingUnread {
-		if c := containerOf(cg, id); c != nil {
-			return fmt.Sprintf("an io_uring of %s holds files the %s scan does not read", c.Name, scan.Source)
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("an io_uring of %s holds files the %s scan does not read", name, scan.Source)
 		}
 	}
 	for _, id := range scan.Uncounted {
-		if c := containerOf(cg, id); c != nil {
-			return fmt.Sprintf("a process of %s holds queues with no fd on them (mapped, in an io_uring), which the %s scan cannot tell apart", c.Name, scan.Source)
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("a process of %s holds queues with no fd on them (mapped, in an io_uring), which the %s scan cannot tell apart", name, scan.Source)
 		}
 	}
 	if scan.Cutoff == 0 {

@@ -333,6 +333,34 @@ func TestContainerWithoutCgroupLeavesItsCGUncertain(t *testing.T) {
 	}
 }
 
+// What the processes of a cgroup below the pod's hold is the CG's, though the runtime
+// described no container there: a container without a cgroup of its own leaves the CG
+// certain when its pod's cgroup holds it, and its holdings count for the CG, no
+// container's.
+func TestPodCgroupHoldsWhatNoContainerDescribes(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "hidden", Name: "hidden", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 2}, PodCgroupIDs: []uint64{20, 21}, Containers: []*view.Container{
+			{Name: "health-handler", State: view.Running, CgroupID: 11}, {Name: "sidecar", State: view.Running}}},
+	}}
+	scan := &footprint.Scan{Source: "bpf",
+		Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20}},
+		Handles:  []footprint.Handle{{CgroupID: 21, PID: 2, FD: 3, Target: 1, Description: 1}, {CgroupID: 21, PID: 2, FD: 4, Target: 1, Description: 2}, {CgroupID: 20, PID: 3, FD: 3, Target: 1, Description: 3}}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	cg := snap.CGs[0]
+	if cg.UsageUncertain != "" {
+		t.Errorf("uncertain %q, want certain: the pod's cgroup holds the sidecar", cg.UsageUncertain)
+	}
+	if cg.Usage[nr1.HypervisorQueue] != 3 || cg.Usage[nr1.ComputeDMAMemory] != 1<<20 || snap.Unattributed != (nr1.Usage{}) {
+		t.Errorf("usage %v, unattributed %v: want the 3 queues below the pod's cgroup the CG's", cg.Usage, snap.Unattributed)
+	}
+	if cg.Ratio[nr1.HypervisorQueue] != 1.5 {
+		t.Errorf("queue ratio %v, want 1.5: judged with the pod's booking", cg.Ratio[nr1.HypervisorQueue])
+	}
+	if u := cg.PerContainer["health-handler"]; u[nr1.HypervisorQueue] != 0 {
+		t.Errorf("health-handler charged %v for the pod's cgroup", u)
+	}
+}
+
 // The sampler needs samples at the interval while a CG of its last sample is not
 // known in full; whether one is over is the enforcement's to say.
 func TestUnsettledWhileACGIsNotKnownInFull(t *testing.T) {

@@ -41,6 +41,12 @@ type CG struct {
 	NamespaceLabels  map[string]string `json:"namespaceLabels,omitempty"`
 	NamespaceUnknown string            `json:"namespaceUnknown,omitempty"`
 	Containers       []*Container      `json:"containers"`
+	// PodCgroup is the pod's v2 cgroup directory, where the kubelet puts every process of
+	// the pod; PodCgroupIDs are its id and those of the cgroups below it that are no
+	// known container's: what their processes hold is the CG's, whatever the runtime
+	// says of its containers.
+	PodCgroup    string   `json:"podCgroup,omitempty"`
+	PodCgroupIDs []uint64 `json:"-"`
 }
 
 // Container is one container of a CG.

@@ -92,9 +92,9 @@ func initClaimCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, imageM
 // unreadSidecarCG checks a CG whose claim only a sidecar holds, a sidecar whose
 // runtime status the agent cannot receive: its environment, from ConfigMaps of
 // characters JSON escapes six-fold, makes containerd's verbose status, which carries it
-// twice, larger than the agent's 16 MiB. The shares a container holds are told there
-// alone, and the kubelet's pod-resources answer leaves the sidecar out: the CG is
-// unknown, never allocated nothing, and nothing is done to it.
+// twice, larger than the agent's 16 MiB. What a CG shows the runtime never shields it:
+// the sidecar's cgroup is found below its pod's by its ID, its claim is the kubelet's
+// table's, and holding 12 queues of the 2 it booked it is killed.
 func unreadSidecarCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, imageMB nr1.Units) {
 	t.Helper()
 	if stackRuntime() != "containerd" {
@@ -116,27 +116,32 @@ func unreadSidecarCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, im
 		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}})
 	}
 	always := corev1.ContainerRestartPolicyAlways
-	sidecar := loadContainer("model-server", "--compute-dma-mb=2", "--queues=1")
+	// The queues are taken once the pod is seen running, past the container warm-up.
+	sidecar := loadContainer("model-server", "--compute-dma-mb=2", "--queues=1", "--step=5s:queues=12")
 	sidecar.RestartPolicy, sidecar.EnvFrom = &always, from
 	sidecar.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
-	p := createDRAPod(t, c, "unread-sidecar", nr1.Amounts{2, 0, imageMB + 1, 1}, corev1.PodSpec{
+	booking := nr1.Amounts{2, 0, imageMB + 1, 2}
+	p := createDRAPod(t, c, "unread-sidecar", booking, corev1.PodSpec{
 		InitContainers: []corev1.Container{sidecar},
 		Containers:     []corev1.Container{loadContainer("health-handler")},
 	})
 	runningPod(t, c, p)
-	eventually(t, 60*time.Second, "the unread sidecar's CG unknown", func() error {
+	eventually(t, 60*time.Second, "the unread sidecar's CG known with its booking, the sidecar in its cgroup", func() error {
 		cg, err := cgView(agent, p)
 		if err != nil {
 			return err
 		}
-		if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container model-server: which DRA shares it holds is not known") {
-			return fmt.Errorf("allocation %v known %v (%s), want unknown: the sidecar's shares cannot be told", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown)
+		if !cg.AllocationKnown || cg.Allocation != booking {
+			return fmt.Errorf("allocation %v known %v (%s), want its booking %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, booking)
+		}
+		for _, ctr := range cg.Containers {
+			if ctr.Name == "model-server" && ctr.State == "running" && ctr.CgroupID == 0 {
+				return fmt.Errorf("the sidecar runs without a cgroup: %+v", ctr)
+			}
 		}
 		return nil
 	})
-	if evs := nr1Events(t, c, p); len(evs) > 0 {
-		t.Errorf("unread-sidecar, unknown, got NR1 Event %s: %s", evs[0].Reason, evs[0].Message)
-	}
+	waitReason(t, c, p, "NR1Killed", 60*time.Second)
 	if err := c.CoreV1().Pods(draNS).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
