@@ -54,6 +54,7 @@ type Freezer interface {
 // Event reasons on the pod.
 const (
 	ReasonLimitExceeded = "NR1LimitExceeded"
+	ReasonUncertain     = "NR1Uncertain"
 	ReasonThrottled     = "NR1Throttled"
 	ReasonKilled        = "NR1Killed"
 	ReasonEvicted       = "NR1Evicted"
@@ -91,7 +92,11 @@ func (a *Actuator) Act(ctx context.Context, act enforce.Action) error {
 	var err error
 	switch act.Kind {
 	case enforce.Warn:
-		a.event(act, "Warning", ReasonLimitExceeded, act.Message)
+		reason := ReasonLimitExceeded
+		if act.Cause != "" {
+			reason = ReasonUncertain
+		}
+		a.event(act, "Warning", reason, act.Message)
 	case enforce.BadAnnotation:
 		a.event(act, "Warning", ReasonBadAnnotation, act.Message)
 	case enforce.Throttle:

@@ -225,3 +225,16 @@ func TestKillMarksThePodDisruptedFirst(t *testing.T) {
 		}
 	}
 }
+
+// A warning of the selfUncertain ladder is an NR1Uncertain Event, not a limit exceeded.
+func TestOwnUncertaintyWarningIsItsOwnReason(t *testing.T) {
+	a, r, _ := newActuator()
+	w := act(enforce.Warn)
+	w.Cause = "in-flight"
+	if err := a.Act(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.events) != 1 || r.events[0] != "default/cg Warning NR1Uncertain: holds 20 of 7" {
+		t.Errorf("events %q", r.events)
+	}
+}

@@ -34,6 +34,9 @@ type Action struct {
 	// LiftThrottle, on a kill or eviction, lifts the CG's throttle once it is done.
 	LiftThrottle bool          `json:"liftThrottle,omitempty"`
 	Resource     nr1.Resource  `json:"resource"`
+	// Cause, on a step of the selfUncertain ladder, names why the CG's usage is
+	// uncertain by its own doing (a view.Cause); empty on every other action.
+	Cause string `json:"cause,omitempty"`
 	Usage        nr1.Base      `json:"usage"`
 	Allocation   nr1.Units     `json:"allocation"`
 	Ratio        view.Fraction `json:"ratio"`

@@ -121,7 +121,8 @@ func decideCG(now time.Time, snap *view.Sample, cg *view.Measured, st *State, p 
 		}
 		c.under1(now, r, v.ratio, p)
 	}
-	if c.Throttled && !anyOver && c.allClear() && !now.Before(c.RetryAt) {
+	out = append(out, c.own1(now, cg, p)...)
+	if c.Throttled && !anyOver && c.allClear() && c.OwnSince.IsZero() && !now.Before(c.RetryAt) {
 		c.Throttled = false
 		out = append(out, lift(cg, c, "back under its allocation: throttle lifted"))
 	}
@@ -370,6 +371,70 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *view.Measu
 		out = append(out, a)
 		if c.Ended {
 			break
+		}
+	}
+	return out
+}
+
+// own1 advances the selfUncertain ladder of a CG whose usage is uncertain by its own
+// doing, whatever its booking: what it holds where no scan can count it protects
+// nothing. Certain again, the ladder is reset, and a throttle it took is lifted like any
+// other once nothing else holds it.
+func (c *cgState) own1(now time.Time, cg *view.Measured, p Policy) []Action {
+	if cg.UsageUncertain == "" || !cg.UncertainOwn {
+		c.OwnSince, c.OwnCause, c.OwnDone = time.Time{}, "", 0
+		return nil
+	}
+	if c.OwnSince.IsZero() {
+		c.OwnSince = now
+	}
+	c.OwnCause = cg.UncertainCause
+	if now.Before(c.RetryAt) || c.Ended {
+		return nil
+	}
+	elapsed := now.Sub(c.OwnSince)
+	var out []Action
+	for c.OwnDone < len(p.SelfUncertain.Ladder) {
+		step := p.SelfUncertain.Ladder[c.OwnDone]
+		if step.After.Duration > elapsed {
+			break
+		}
+		c.OwnDone++
+		a := action(step.Action, nr1.HypervisorQueue, cg, p, false, "")
+		a.Cause = cg.UncertainCause
+		if step.Action == Kill || step.Action == Evict {
+			a.Containers = running(cg)
+		}
+		a.Message = fmt.Sprintf("%s holds NR1 files where no scan can count them, by its own doing (%s: %s), for %s: its usage is unknown and protects nothing: %s",
+			cg.Name, cg.UncertainCause, cg.UsageUncertain, elapsed.Round(time.Second), step.Action)
+		if p.Mode != DryRun {
+			switch step.Action {
+			case Throttle:
+				if c.Throttled {
+					continue
+				}
+				c.Throttled = true
+			case Kill, Evict:
+				c.Ended, c.EndedAt = true, now
+				a.LiftThrottle, c.Throttled = c.Throttled, false
+			}
+		} else if step.Action == Kill || step.Action == Evict {
+			c.Ended, c.EndedAt = true, now
+		}
+		out = append(out, a)
+		if c.Ended {
+			break
+		}
+	}
+	return out
+}
+
+// running are the CG's running containers.
+func running(cg *view.Measured) []ContainerRef {
+	var out []ContainerRef
+	for _, c := range cg.Containers {
+		if c.State == view.Running {
+			out = append(out, ContainerRef{ID: c.ID, Name: c.Name})
 		}
 	}
 	return out

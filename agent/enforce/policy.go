@@ -58,6 +58,11 @@ type ResourcePolicy struct {
 	HardRatio float64 `json:"hardRatio"`
 }
 
+// UncertainPolicy is the ladder of a CG whose usage is uncertain by its own doing.
+type UncertainPolicy struct {
+	Ladder []Step `json:"ladder"`
+}
+
 // Resources is the policy of each resource, keyed by short name.
 type Resources = nr1.PerResource[ResourcePolicy]
 
@@ -108,6 +113,12 @@ type Policy struct {
 	// Freeze also pauses a throttled CG with the cgroup freezer.
 	Freeze    bool      `json:"freeze"`
 	Resources Resources `json:"resources"`
+	// SelfUncertain is the ladder of a CG whose usage is uncertain for a cause inside it
+	// (view.OwnCause: handles in flight or io_uring files past what a scan reads), each
+	// step once it has been so for After, whatever its booking: such uncertainty
+	// protects nothing. By default a warning at once and a throttle after 30 s; a kill
+	// only where the policy lists one.
+	SelfUncertain UncertainPolicy `json:"selfUncertain"`
 }
 
 // DefaultPolicy warns at once, throttles after 5 s and kills after 15 s over an
@@ -125,6 +136,31 @@ func DefaultPolicy() Policy {
 			nr1.ComputeDMAMemory: memory, nr1.CPUDMAMemory: memory, nr1.HypervisorQueue: memory,
 			nr1.DockerPartition: {Ladder: []Step{{Warn, Duration{Duration: 0}}, {Evict, Duration{Duration: 20 * time.Second}}}, HardRatio: 2},
 		},
+		SelfUncertain: UncertainPolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Throttle, Duration{Duration: 30 * time.Second}}}},
+	}
+}
+
+// ladder reports the invalid steps of a ladder: an unknown action, a throttle where
+// there is no device to deny, a step earlier than the one before, or one ending the CG
+// before the last.
+func ladder(name string, steps []Step, throttles bool, field func(name, format string, args ...any)) {
+	var last time.Duration
+	for i, s := range steps {
+		switch s.Action {
+		case Warn, Throttle, Kill, Evict:
+		default:
+			field(fmt.Sprintf("%s.ladder[%d].action", name, i), "must be warn, throttle, kill or evict, got %q", s.Action)
+		}
+		if s.Action == Throttle && !throttles {
+			field(fmt.Sprintf("%s.ladder[%d].action", name, i), "the docker partition cannot be throttled (no device to deny)")
+		}
+		if s.After.Duration < last {
+			field(fmt.Sprintf("%s.ladder[%d].after", name, i), "must not be earlier than the step before (%s), got %s", last, s.After.Duration)
+		}
+		if (s.Action == Kill || s.Action == Evict) && i != len(steps)-1 {
+			field(fmt.Sprintf("%s.ladder[%d].action", name, i), "%s ends the CG: it must be the last step", s.Action)
+		}
+		last = s.After.Duration
 	}
 }
 
@@ -174,24 +210,8 @@ func (p *Policy) Validate(prefix string) error {
 		if rp.HardRatio != 0 && rp.HardRatio <= 1 {
 			field(name+".hardRatio", "must be above 1 (or 0 to disable), got %g", rp.HardRatio)
 		}
-		var last time.Duration
-		for i, s := range rp.Ladder {
-			switch s.Action {
-			case Warn, Throttle, Kill, Evict:
-			default:
-				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "must be warn, throttle, kill or evict, got %q", s.Action)
-			}
-			if s.Action == Throttle && r == nr1.DockerPartition {
-				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "the docker partition cannot be throttled (no device to deny)")
-			}
-			if s.After.Duration < last {
-				field(fmt.Sprintf("%s.ladder[%d].after", name, i), "must not be earlier than the step before (%s), got %s", last, s.After.Duration)
-			}
-			if (s.Action == Kill || s.Action == Evict) && i != len(rp.Ladder)-1 {
-				field(fmt.Sprintf("%s.ladder[%d].action", name, i), "%s ends the CG: it must be the last step", s.Action)
-			}
-			last = s.After.Duration
-		}
+		ladder(name, rp.Ladder, r != nr1.DockerPartition, field)
 	}
+	ladder("selfUncertain", p.SelfUncertain.Ladder, true, field)
 	return errors.Join(errs...)
 }

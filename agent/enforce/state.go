@@ -49,6 +49,11 @@ type cgState struct {
 	EndedAt   time.Time    `json:"endedAt,omitzero"`
 	Refused   time.Time    `json:"refused,omitzero"` // when an eviction was refused
 	RefusedOn nr1.Resource `json:"refusedOn,omitempty"`
+	// OwnSince is when the CG's usage became uncertain by its own doing (zero while it is
+	// not), OwnCause why, and OwnDone the steps of the selfUncertain ladder taken.
+	OwnSince time.Time `json:"ownSince,omitzero"`
+	OwnCause string    `json:"ownCause,omitempty"`
+	OwnDone  int       `json:"ownDone,omitempty"`
 	// Failures counts consecutive failed actions; nothing more is tried before RetryAt.
 	Failures int       `json:"failures,omitempty"`
 	RetryAt  time.Time `json:"retryAt,omitzero"`
@@ -89,6 +94,9 @@ func (s *State) Busy() bool {
 		}
 		if c.Ended {
 			continue
+		}
+		if !c.OwnSince.IsZero() {
+			return true
 		}
 		for _, r := range nr1.All {
 			if !c.Over[r].IsZero() || !c.Under[r].IsZero() {
@@ -161,6 +169,12 @@ func (s *State) undo(a Action) {
 		if a.LiftThrottle {
 			c.Throttled = true
 		}
+	}
+	if a.Cause != "" {
+		if c.OwnDone > 0 {
+			c.OwnDone--
+		}
+		return
 	}
 	if c.Done[a.Resource] > 0 {
 		c.Done[a.Resource]--

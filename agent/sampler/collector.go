@@ -4,6 +4,7 @@ package sampler
 
 import (
 	"slices"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -45,7 +46,7 @@ func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 		cgUsage:      metrics.NewAmount("nr1_cg_usage", "What a CG holds of the NR1, in %s, what its ratio is of: a buffer or queue several of its containers hold counts once.", cg...),
 		ratio:        prometheus.NewDesc("nr1_usage_ratio", "A CG's usage over its allocation, summed over its containers; +Inf for usage with no allocation.", append(cg, "resource"), nil),
 		unattributed: metrics.NewAmount("nr1_unattributed_usage", "What processes outside every known container hold of the NR1, in %s."),
-		uncertain:    prometheus.NewDesc("nr1_usage_uncertain", "1 for a CG whose processes the last scan could not all read in its time (a flood of fds or mappings): its usage is a lower bound, acted on only when even that is over.", []string{"namespace", "pod"}, nil),
+		uncertain:    prometheus.NewDesc("nr1_usage_uncertain", "1 for a CG whose usage the last scan could not read in full, by cause: its usage is a lower bound, acted on when even that is over. own=\"true\": the cause lies inside the CG (handles in flight or io_uring files past what a scan reads), and the enforcement's selfUncertain ladder takes it; own=\"false\": the node's (the scan's time, a cgroup or network namespace not read, no fd to see with procfs), which protects it.", []string{"namespace", "pod", "cause", "own"}, nil),
 		unknown:      prometheus.NewDesc("nr1_allocation_unknown", "1 for a pod whose NR1 allocation is not known (not in the kubelet's answer, an answer too old, or Allocate annotations disagreeing): it is neither measured against an allocation nor enforced.", []string{"namespace", "pod"}, nil),
 	}
 }
@@ -91,7 +92,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		if cg.UsageUncertain != "" {
-			ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, 1, cg.Namespace, cg.Name)
+			ch <- prometheus.MustNewConstMetric(c.uncertain, prometheus.GaugeValue, 1, cg.Namespace, cg.Name, cg.UncertainCause, strconv.FormatBool(cg.UncertainOwn))
 			continue
 		}
 		// A pod given nothing has no allocation series, as its containers have none.

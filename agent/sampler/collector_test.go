@@ -250,18 +250,31 @@ nr1_footprint_source{source="procfs"} 1
 	}
 }
 
-// An uncertain CG's usage is a lower bound: it has only the series saying so, never a
-// usage that reads as complete.
+// An uncertain CG's usage is a lower bound: it has only the series saying so, by cause
+// and whose the cause is, never a usage that reads as complete.
 func TestUncertainCGHasOnlyItsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		cause string
+		own   bool
+		want  string
+	}{
+		{view.CauseScanTime, false, `nr1_usage_uncertain{cause="scan-time",namespace="default",own="false",pod="resnet50"} 1`},
+		{view.CauseInFlight, true, `nr1_usage_uncertain{cause="in-flight",namespace="default",own="true",pod="resnet50"} 1`},
+	} {
+		uncertainCGHasOnlyItsFlag(t, tc.cause, tc.own, tc.want)
+	}
+}
+
+func uncertainCGHasOnlyItsFlag(t *testing.T, cause string, own bool, want string) {
 	snap := scrapeFixture()
 	for _, cg := range snap.CGs {
 		if cg.Name == "resnet50" && cg.Ready {
-			cg.UsageUncertain = "the bpf scan ran out of time"
+			cg.UsageUncertain, cg.UncertainCause, cg.UncertainOwn = "uncertain", cause, own
 		}
 	}
 	got := string(scrape(t, registry(&fixedSamples{snap})))
-	if !strings.Contains(got, `nr1_usage_uncertain{namespace="default",pod="resnet50"} 1`) {
-		t.Error("no nr1_usage_uncertain for the uncertain CG")
+	if !strings.Contains(got, want) {
+		t.Errorf("no %s for the uncertain CG", want)
 	}
 	for _, line := range strings.Split(got, "\n") {
 		if strings.Contains(line, `pod="resnet50"`) && !strings.HasPrefix(line, "nr1_usage_uncertain{") {

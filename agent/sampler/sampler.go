@@ -171,7 +171,8 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	groups := []group{unattributed: {}}
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
-		snap.CGs = append(snap.CGs, &view.Measured{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: unread(icg, scan)})
+		why, cause := unread(icg, scan)
+		snap.CGs = append(snap.CGs, &view.Measured{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: why, UncertainCause: cause, UncertainOwn: view.OwnCause(cause)})
 	}
 	shared := shareClaims(snap.CGs)
 	sharedGroup := map[*view.Shared]int{}
@@ -340,48 +341,55 @@ func containerOf(cg *view.CG, id uint64) *view.Container {
 	return nil
 }
 
-// unread says why the scan did not read all the CG holds, "" when it did.
-func unread(cg *view.CG, scan *footprint.Scan) string {
+// unread says why the scan did not read all the CG holds, and the cause's name; "" when
+// it did. The CG's own causes are named before the node's: one that holds more in
+// flight than a scan reads is not shielded by a scan that also ran short of time.
+func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
+	for _, id := range scan.InFlightUnread {
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("a socket of %s holds more queue handles in flight than a scan reads", name), view.CauseInFlight
+		}
+	}
+	for _, id := range scan.RingUnread {
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("an io_uring of %s holds more files than the %s scan reads", name, scan.Source), view.CauseRing
+		}
+	}
+	for _, id := range scan.Uncounted {
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("a process of %s holds queues with no fd on them (mapped, in an io_uring), which the %s scan cannot tell apart", name, scan.Source), view.CauseNoFD
+		}
+	}
 	// Processes are attributed by cgroup: those of a running container without one the
 	// agent could read count for the CG through the pod's cgroup, which holds them all.
 	// Without that either (a host without cgroup v2, the pod's cgroup not found) they
 	// count as no CG's, so the CG's usage is a lower bound.
 	for _, c := range cg.Containers {
 		if c.State == view.Running && c.CgroupID == 0 && len(cg.PodCgroupIDs) == 0 {
-			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name)
+			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name), view.CauseNoCgroup
 		}
 	}
 	if scan.InFlightCut {
-		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound"
+		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound", view.CauseInFlightTime
 	}
-	for _, id := range scan.InFlightUnread {
+	for _, id := range scan.InFlightForeign {
 		if name, ok := holderOf(cg, id); ok {
-			return fmt.Sprintf("a socket of %s holds queue handles in flight that a scan does not read (more than it reads, or in a network namespace it could not enter)", name)
-		}
-	}
-	for _, id := range scan.RingUnread {
-		if name, ok := holderOf(cg, id); ok {
-			return fmt.Sprintf("an io_uring of %s holds files the %s scan does not read", name, scan.Source)
-		}
-	}
-	for _, id := range scan.Uncounted {
-		if name, ok := holderOf(cg, id); ok {
-			return fmt.Sprintf("a process of %s holds queues with no fd on them (mapped, in an io_uring), which the %s scan cannot tell apart", name, scan.Source)
+			return fmt.Sprintf("a socket of %s is of a network namespace the scan could not enter", name), view.CauseNetNS
 		}
 	}
 	if scan.Cutoff == 0 {
-		return ""
+		return "", ""
 	}
 	for _, c := range cg.Containers {
 		pids, err := inventory.Processes(c)
 		if err != nil {
-			return fmt.Sprintf("the %s scan ran out of time at PID %d, and the processes of %s could not be read: %v", scan.Source, scan.Cutoff, c.Name, err)
+			return fmt.Sprintf("the %s scan ran out of time at PID %d, and the processes of %s could not be read: %v", scan.Source, scan.Cutoff, c.Name, err), view.CauseScanTime
 		}
 		for _, pid := range pids {
 			if pid >= scan.Cutoff {
-				return fmt.Sprintf("the %s scan ran out of time at PID %d, before process %d of %s", scan.Source, scan.Cutoff, pid, c.Name)
+				return fmt.Sprintf("the %s scan ran out of time at PID %d, before process %d of %s", scan.Source, scan.Cutoff, pid, c.Name), view.CauseScanTime
 			}
 		}
 	}
-	return ""
+	return "", ""
 }

@@ -36,6 +36,12 @@ type Measured struct {
 	// before it read all of the CG's processes. It is acted on only when even that
 	// lower bound is over.
 	UsageUncertain string `json:"usageUncertain,omitempty"`
+	// UncertainCause names the cause of UsageUncertain (one of the Cause constants), and
+	// UncertainOwn says whether it lies inside the CG: what it holds, how it is built,
+	// what it shows the runtime. A cause of the node's (the scan's time, a cgroup or
+	// namespace the agent cannot read) protects the CG; the CG's own never does.
+	UncertainCause string `json:"uncertainCause,omitempty"`
+	UncertainOwn   bool   `json:"uncertainOwn,omitempty"`
 	// Shared is what this pod and the others sharing a DRA claim with it hold together;
 	// nil when it shares none.
 	Shared *Shared `json:"shared,omitempty"`
@@ -98,4 +104,29 @@ func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
 		}
 	}
 	return r
+}
+
+// The causes of a CG's uncertain usage. The CG's own: handles it keeps in flight on its
+// sockets past what a scan reads (CauseInFlight), io_urings holding more files than a
+// scan reads (CauseRing). The node's: queues held with no fd, which only the procfs
+// scan, a node's fallback without BPF, cannot tell apart (CauseNoFD), the scan out of
+// time (CauseScanTime, CauseInFlightTime), a cgroup (CauseNoCgroup) or network
+// namespace (CauseNetNS) the agent cannot read.
+const (
+	CauseInFlight     = "in-flight"
+	CauseRing         = "io-uring"
+	CauseNoFD         = "no-fd"
+	CauseScanTime     = "scan-time"
+	CauseInFlightTime = "in-flight-time"
+	CauseNoCgroup     = "no-cgroup"
+	CauseNetNS        = "netns"
+)
+
+// OwnCause says whether a cause of uncertainty lies inside the CG.
+func OwnCause(cause string) bool {
+	switch cause {
+	case CauseInFlight, CauseRing:
+		return true
+	}
+	return false
 }

@@ -177,7 +177,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	namespaces := netNamespaces(b.procRoot)
 	entered, unreadable := enterForeign(namespaces, foreign)
 	defer entered.Close()
-	s.InFlightUnread = append(s.InFlightUnread, unreadable...)
+	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
 	n = 0
 	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Record) error {
 		if n++; n%1024 == 0 && ictx.Err() != nil {

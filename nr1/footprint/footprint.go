@@ -74,9 +74,12 @@ type Scan struct {
 	// were read completely, and the records of the others are missing or partial.
 	Cutoff int `json:"cutoff,omitempty"`
 	// InFlightUnread are the cgroups (v2 ids) one of whose sockets holds more target
-	// files in flight than the scan reads, or is of a network namespace the scan could
-	// not enter: their handles are a lower bound.
+	// files in flight than the scan reads: their handles are a lower bound, by their own
+	// doing.
 	InFlightUnread []uint64 `json:"inFlightUnread,omitempty"`
+	// InFlightForeign are the cgroups (v2 ids) with a socket of a network namespace the
+	// scan could not enter: their handles are a lower bound, by the node's failing.
+	InFlightForeign []uint64 `json:"inFlightForeign,omitempty"`
 	// RingUnread are the cgroups (v2 ids) with an io_uring holding files the scan did
 	// not read: their handles are a lower bound.
 	RingUnread []uint64 `json:"ringUnread,omitempty"`
