@@ -32,15 +32,15 @@ type Action struct {
 	// most over its own allocation, or all of them by policy.
 	Containers []ContainerRef `json:"containers,omitempty"`
 	// LiftThrottle, on a kill or eviction, lifts the CG's throttle once it is done.
-	LiftThrottle bool          `json:"liftThrottle,omitempty"`
-	Resource     nr1.Resource  `json:"resource"`
+	LiftThrottle bool         `json:"liftThrottle,omitempty"`
+	Resource     nr1.Resource `json:"resource"`
 	// Cause, on a step of the selfUncertain ladder, names why the CG's usage is
 	// uncertain by its own doing (a view.Cause); empty on every other action.
-	Cause string `json:"cause,omitempty"`
-	Usage        nr1.Base      `json:"usage"`
-	Allocation   nr1.Units     `json:"allocation"`
-	Ratio        view.Fraction `json:"ratio"`
-	Message      string        `json:"message"`
+	Cause      string        `json:"cause,omitempty"`
+	Usage      nr1.Base      `json:"usage"`
+	Allocation nr1.Units     `json:"allocation"`
+	Ratio      view.Fraction `json:"ratio"`
+	Message    string        `json:"message"`
 	// Sampled is when the sample that called for it began; Decided when it was decided.
 	Sampled time.Time `json:"sampled"`
 	Decided time.Time `json:"decided"`
