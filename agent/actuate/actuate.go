@@ -60,6 +60,7 @@ const (
 	ReasonEvicted       = "NR1Evicted"
 	ReasonDryRun        = "NR1EnforcementDryRun"
 	ReasonBadAnnotation = "NR1BadAnnotation"
+	ReasonIgnoredMark   = "NR1IgnoredShareMark"
 	ReasonFailed        = "NR1EnforcementFailed"
 )
 
@@ -99,6 +100,8 @@ func (a *Actuator) Act(ctx context.Context, act enforce.Action) error {
 		a.event(act, "Warning", reason, act.Message)
 	case enforce.BadAnnotation:
 		a.event(act, "Warning", ReasonBadAnnotation, act.Message)
+	case enforce.IgnoredMark:
+		a.event(act, "Warning", ReasonIgnoredMark, act.Message)
 	case enforce.Throttle:
 		err = a.throttle(act)
 	case enforce.Unthrottle:

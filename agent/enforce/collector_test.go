@@ -56,6 +56,8 @@ nr1_enforcement_actions_total{action="bad-annotation",dry_run="false"} 0
 nr1_enforcement_actions_total{action="bad-annotation",dry_run="true"} 0
 nr1_enforcement_actions_total{action="evict",dry_run="false"} 0
 nr1_enforcement_actions_total{action="evict",dry_run="true"} 0
+nr1_enforcement_actions_total{action="ignored-mark",dry_run="false"} 0
+nr1_enforcement_actions_total{action="ignored-mark",dry_run="true"} 0
 nr1_enforcement_actions_total{action="kill",dry_run="false"} 1
 nr1_enforcement_actions_total{action="kill",dry_run="true"} 0
 nr1_enforcement_actions_total{action="throttle",dry_run="false"} 0
@@ -68,6 +70,7 @@ nr1_enforcement_actions_total{action="warn",dry_run="true"} 2
 # TYPE nr1_enforcement_failures_total counter
 nr1_enforcement_failures_total{action="bad-annotation"} 0
 nr1_enforcement_failures_total{action="evict"} 1
+nr1_enforcement_failures_total{action="ignored-mark"} 0
 nr1_enforcement_failures_total{action="kill"} 0
 nr1_enforcement_failures_total{action="throttle"} 0
 nr1_enforcement_failures_total{action="unthrottle"} 0

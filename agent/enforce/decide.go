@@ -30,6 +30,15 @@ const (
 // read, or it asks for an exemption the pod's namespace does not allow.
 const BadAnnotation Kind = "bad-annotation"
 
+// IgnoredMark reports a pod with a DRA share's mark the agent did not write (of no claim
+// its driver prepared, or of another namespace's): ignored, never making its allocation
+// unknown.
+const IgnoredMark Kind = "ignored-mark"
+
+// reportOnly tells the kinds that only say something: never rate-limited, deferred or
+// part of a ladder.
+func reportOnly(k Kind) bool { return k == BadAnnotation || k == IgnoredMark }
+
 // Decide returns the actions due now. It acts only on what it can attribute with
 // certainty: a fresh sample, a connected runtime, fresh allocations known for the CG,
 // and CGs whose containers are past warm-up. What it cannot judge it leaves as it is:
@@ -49,6 +58,7 @@ func Decide(now time.Time, snap *view.Sample, st *State, p Policy) []Action {
 	present := map[string]bool{}
 	for _, cg := range snap.CGs {
 		present[cg.UID] = true
+		out = append(out, ignoredMarks(cg, st)...)
 		out = append(out, decideCG(now, snap, cg, st, p)...)
 	}
 	for uid, c := range st.cgs {
@@ -66,6 +76,7 @@ func Decide(now time.Time, snap *view.Sample, st *State, p Policy) []Action {
 		}
 		delete(st.cgs, uid)
 		delete(st.badAnno, uid)
+		delete(st.badMark, uid)
 	}
 	out = rateLimit(now, out, st, p)
 	for i := range out {
@@ -175,6 +186,20 @@ func ignored(cg *view.Measured, st *State, v, why string) []Action {
 	st.badAnno[cg.UID] = v
 	return []Action{{Kind: BadAnnotation, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
 		Message: fmt.Sprintf("annotation %s=%s: %s; ignored", AnnotationKey, untrusted.Quote(v), why)}}
+}
+
+// ignoredMarks reports a CG's ignored marks, once for each set of them.
+func ignoredMarks(cg *view.Measured, st *State) []Action {
+	if len(cg.IgnoredMarks) == 0 {
+		return nil
+	}
+	v := strings.Join(cg.IgnoredMarks, "; ")
+	if st.badMark[cg.UID] == v {
+		return nil
+	}
+	st.badMark[cg.UID] = v
+	return []Action{{Kind: IgnoredMark, UID: cg.UID, Namespace: cg.Namespace, Pod: cg.Name,
+		Message: "DRA share marks the agent did not write, ignored: " + v}}
 }
 
 // verdict is how a CG stands on one resource: the ratio judged, and the usage and
@@ -486,7 +511,7 @@ func rateLimit(now time.Time, actions []Action, st *State, p Policy) []Action {
 	st.recent = slices.DeleteFunc(st.recent, func(t time.Time) bool { return t.Before(window) })
 	out := actions[:0]
 	for _, a := range actions {
-		if a.Kind == Unthrottle || a.Kind == BadAnnotation {
+		if a.Kind == Unthrottle || reportOnly(a.Kind) {
 			out = append(out, a)
 			continue
 		}

@@ -194,7 +194,7 @@ func (m *Manager) Step(ctx context.Context, snap *view.Sample) {
 		// Earlier actions of this step may have been slow: what the sample said may no
 		// longer hold. A step whose sample is too old now is undone, for a fresh sample to
 		// decide again; lifting a throttle and reporting an annotation always go.
-		if age := m.clock.Now().Sub(a.Sampled); age > m.policy.MaxSampleAge.Duration && a.Kind != Unthrottle && a.Kind != BadAnnotation {
+		if age := m.clock.Now().Sub(a.Sampled); age > m.policy.MaxSampleAge.Duration && a.Kind != Unthrottle && !reportOnly(a.Kind) {
 			m.mu.Lock()
 			m.state.undo(a)
 			m.mu.Unlock()

@@ -108,3 +108,36 @@ func TestOwnUncertaintyLadderAsThePolicySays(t *testing.T) {
 		t.Errorf("dry-run: %q", k)
 	}
 }
+
+// Marks the agent did not write are reported once for each set of them, whatever else
+// the CG's ladders do, and never rate-limited away.
+func TestIgnoredMarksAreReportedOnce(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{}
+	p.MaxActionsPerMinute = 1
+	marked := func(marks ...string) *view.Measured {
+		c := cg("a", nr1.Usage{3 * mb, 0, 0, 7})
+		c.IgnoredMarks = marks
+		return c
+	}
+	got := run(p, 10, func(s int) *view.Sample {
+		at := t0.Add(time.Duration(s) * time.Second)
+		switch {
+		case s < 5:
+			return snap(at, marked("container x: a forged mark"), cg("b", nr1.Usage{0, 0, 0, 20}))
+		default:
+			return snap(at, marked("container x: a forged mark", "container y: another"), cg("b", nr1.Usage{0, 0, 0, 20}))
+		}
+	})
+	var marks []string
+	for s := 0; s <= 10; s++ {
+		for _, a := range got[s] {
+			if a.Kind == IgnoredMark {
+				marks = append(marks, a.Message)
+			}
+		}
+	}
+	if len(marks) != 2 || !strings.Contains(marks[0], "a forged mark") || !strings.Contains(marks[1], "another") {
+		t.Errorf("reports %q, want one per set of marks", marks)
+	}
+}

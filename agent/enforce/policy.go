@@ -30,7 +30,7 @@ const (
 )
 
 // Kinds lists every action kind, for counters that must exist before the first action.
-var Kinds = []Kind{Warn, Throttle, Kill, Evict, Unthrottle, BadAnnotation}
+var Kinds = []Kind{Warn, Throttle, Kill, Evict, Unthrottle, BadAnnotation, IgnoredMark}
 
 // Mode is whether actions are carried out.
 type Mode string

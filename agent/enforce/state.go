@@ -18,6 +18,7 @@ type State struct {
 	cgs      map[string]*cgState
 	recent   []time.Time
 	badAnno  map[string]string
+	badMark  map[string]string // CG UID → the ignored marks last reported
 	saved    time.Time // when it was last checkpointed
 }
 
@@ -69,7 +70,7 @@ const (
 
 // NewState starts enforcement at started (the agent's start, for warm-up).
 func NewState(started time.Time) *State {
-	return &State{Started: started, cgs: map[string]*cgState{}, badAnno: map[string]string{}}
+	return &State{Started: started, cgs: map[string]*cgState{}, badAnno: map[string]string{}, badMark: map[string]string{}}
 }
 
 // Throttled lists the CGs (by UID) whose throttle is attached, as far as the state knows.
@@ -128,7 +129,7 @@ var ErrThrottleKept = errors.New("throttle not lifted")
 // passed.
 func (s *State) Outcome(a Action, err error, now time.Time) (failed bool) {
 	c := s.cgs[a.UID]
-	if c == nil || a.DryRun || a.Kind == BadAnnotation {
+	if c == nil || a.DryRun || reportOnly(a.Kind) {
 		return err != nil
 	}
 	switch {

@@ -402,7 +402,7 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 		// devices. The kubelet's pod-resources answer leaves init containers out, and its
 		// claim information can be missing; a container holding a share of the NR1 whose
 		// claim the agent cannot tell is unknown, never given nothing.
-		held, err := b.heldClaims(c)
+		held, err := b.heldClaims(cg, c)
 		if err != nil {
 			if c.State == view.Running {
 				problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
@@ -482,51 +482,70 @@ func latestInstances(cs []*runtime.Container) map[string]*runtime.Container {
 }
 
 // heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the
-// container as CDI devices, and what each consumed. A share of no claim the driver
-// prepared (no driver, a checkpoint lost) is an error: what the container may hold is
-// not known. A container whose runtime details were not read holds, as far as it can
+// container, as CDI devices or the shares' marks, and what each consumed. A CDI device
+// of no claim the driver prepared (no driver, a checkpoint lost) is an error: what the
+// container may hold is not known; a mark the agent did not write is ignored and noted
+// in cg.IgnoredMarks. A container whose runtime details were not read holds, as far as it can
 // tell, none: the CG is then judged with the pod's booking as the kubelet lists it (the
 // claims of its regular containers and sidecars). What a CG shows the runtime, a status
 // too large to read included, never leaves its allocation unknown: that would make it
 // untouchable by its own doing.
-func (b *Builder) heldClaims(c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
+func (b *Builder) heldClaims(cg *view.CG, c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
 	if c.Unread != "" {
 		return nil, nil
 	}
 	var held map[allocation.ClaimKey]nr1.Amounts
-	for _, dev := range b.shares(c) {
-		if !strings.HasPrefix(dev, nr1.CDIKind+"=") {
-			continue
-		}
-		if b.claims == nil {
-			return nil, fmt.Errorf("holds the DRA share %s, and the agent runs no DRA driver", untrusted.Quote(dev))
-		}
-		ns, name, a, ok := b.claims.CDIDeviceClaim(dev)
-		if !ok {
-			return nil, fmt.Errorf("holds the DRA share %s of no claim the agent's driver prepared", untrusted.Quote(dev))
-		}
+	add := func(ns, name string, a nr1.Amounts) {
 		if held == nil {
 			held = map[allocation.ClaimKey]nr1.Amounts{}
 		}
 		held[allocation.ClaimKey{Namespace: ns, Name: name}] = a
 	}
-	return held, nil
-}
-
-// shares are the CDI devices of the NR1's shares the container was given: as the
-// runtime tells them (containerd), else as the marks the driver's CDI specs mount into
-// every share's container say (CRI-O), which a pod cannot make.
-func (b *Builder) shares(c *runtime.Container) []string {
 	if c.CDIDevicesKnown {
-		return c.CDIDevices
+		// The CDI devices the kubelet gave the container, as the runtime tells them: a
+		// share of no claim the driver prepared is the node's failing (no driver, a
+		// checkpoint lost), and what the container may hold is not known.
+		for _, dev := range c.CDIDevices {
+			if !strings.HasPrefix(dev, nr1.CDIKind+"=") {
+				continue
+			}
+			if b.claims == nil {
+				return nil, fmt.Errorf("holds the DRA share %s, and the agent runs no DRA driver", untrusted.Quote(dev))
+			}
+			ns, name, a, ok := b.claims.CDIDeviceClaim(dev)
+			if !ok {
+				return nil, fmt.Errorf("holds the DRA share %s of no claim the agent's driver prepared", untrusted.Quote(dev))
+			}
+			add(ns, name, a)
+		}
+		return held, nil
 	}
-	var devs []string
+	// The shares' marks (CRI-O, which does not tell the CDI devices): mounts a pod
+	// allowed a hostPath can make too. A mark counts only as the agent wrote it: of a
+	// share of a claim its driver prepared, in the pod's namespace. Any other is ignored
+	// and reported; it never leaves the allocation unknown.
 	for _, m := range c.ShareMounts {
-		if dev, ok := nr1.ShareOfMount(b.cdiDir, m.Source, m.Destination); ok {
-			devs = append(devs, dev)
+		dev, ok := nr1.ShareOfMount(b.cdiDir, m.Source, m.Destination)
+		if !ok {
+			continue
+		}
+		var ns, name string
+		var a nr1.Amounts
+		if b.claims != nil {
+			ns, name, a, ok = b.claims.CDIDeviceClaim(dev)
+		}
+		switch {
+		case !ok:
+			cg.IgnoredMarks = append(cg.IgnoredMarks, fmt.Sprintf("container %s: %s marks the share %s of no claim the agent's driver prepared",
+				c.Name, untrusted.Quote(m.Destination), untrusted.Quote(dev)))
+		case ns != cg.Namespace:
+			cg.IgnoredMarks = append(cg.IgnoredMarks, fmt.Sprintf("container %s: %s marks a share of claim %s/%s, of another namespace",
+				c.Name, untrusted.Quote(m.Destination), ns, name))
+		default:
+			add(ns, name, a)
 		}
 	}
-	return devs
+	return held, nil
 }
 
 // claim is what a DRA claim of the NR1's driver consumed, as the driver prepared it.

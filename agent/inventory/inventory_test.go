@@ -535,7 +535,9 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 
 // CRI-O does not say which CDI devices the kubelet gave a container: the shares it holds
 // are read from the marks the driver's CDI specs mount into each (nr1.ShareMount), and a
-// mount the pod made at the same place marks nothing.
+// mount the pod made at the same place marks nothing. A mark the agent did not write (of
+// no claim its driver prepared, a copy of another namespace's) is ignored and noted:
+// it never leaves the allocation unknown.
 func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
 	w := newWorld(t)
 	w.builder.cdiDir = "/var/run/cdi"
@@ -554,8 +556,14 @@ func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
 		t.Fatalf("allocation %v known %v (%q), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, model)
 	}
 	w.builder.claims = fakeClaims{}
-	if cg := w.builder.Build(time.Now()).CG(podUID); cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: holds the DRA share") {
-		t.Errorf("a marked share of no prepared claim: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
+	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{}) ||
+		len(cg.IgnoredMarks) != 1 || !strings.Contains(cg.IgnoredMarks[0], "of no claim the agent's driver prepared") {
+		t.Errorf("a marked share of no prepared claim: known %v allocation %v (%q), ignored %q; want known, the mark ignored and noted", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks)
+	}
+	w.builder.claims = fakeClaims{{Namespace: "team-b", Name: "model-nr1"}: model}
+	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{}) ||
+		len(cg.IgnoredMarks) != 1 || !strings.Contains(cg.IgnoredMarks[0], "of another namespace") {
+		t.Errorf("a mark of another namespace's claim: known %v allocation %v (%q), ignored %q; want known, the mark ignored and noted", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks)
 	}
 
 	// The pod's own volume at the mark's place, from its own directory, is no share.

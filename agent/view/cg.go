@@ -45,7 +45,11 @@ type CG struct {
 	// the pod; PodCgroupIDs are its id and those of the cgroups below it that are no
 	// known container's: what their processes hold is the CG's, whatever the runtime
 	// says of its containers.
-	PodCgroup    string   `json:"podCgroup,omitempty"`
+	PodCgroup string `json:"podCgroup,omitempty"`
+	// IgnoredMarks are the DRA shares' marks mounted into its containers that the agent
+	// did not write (of no claim it prepared, or of another namespace's): ignored, and
+	// reported on the pod.
+	IgnoredMarks []string `json:"ignoredMarks,omitempty"`
 	PodCgroupIDs []uint64 `json:"-"`
 }
 
