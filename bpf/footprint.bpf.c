@@ -81,6 +81,36 @@ struct {
 // iterators.
 __u32 scan = 0;
 
+// Copies of one open file in one object of an iterator (a socket's queue, a ring's
+// table) are one record: one queue sent in flight 600 times, or registered in 600 slots
+// of a ring, is one file, and fills no cap. An object may be rolled back and shown
+// again, so what it wrote cannot be marked seen for the scan; each showing is a visit
+// of its own instead, and a file is written once per visit. The caps then bound
+// distinct files, and a cgroup past one holds that many distinct files where a scan
+// cannot count them all. The iterators run one at a time, so the counter needs no
+// atomic.
+__u64 visits = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_key);
+	__type(value, __u64); // the visit that last wrote it
+} visited SEC(".maps");
+
+// first_in_visit says whether file is written for the first time in this visit, and
+// records that it is.
+static __always_inline bool first_in_visit(__u64 file, __u64 cgroup_id, __u64 visit)
+{
+	struct seen_key key = {.file = file, .cgroup_id = cgroup_id};
+	__u64 *last = bpf_map_lookup_elem(&visited, &key);
+
+	if (last && *last == visit)
+		return false;
+	bpf_map_update_elem(&visited, &key, &visit, BPF_ANY);
+	return true;
+}
+
 enum { KIND_FD = 0, KIND_VMA = 1, KIND_INFLIGHT = 2, KIND_INFLIGHT_MORE = 3 };
 
 struct record {
@@ -180,8 +210,9 @@ static __always_inline struct net *unix_net(struct file *file, umode_t mode)
 }
 
 // A ring's registered files are one object of the iterator with its fd: all their
-// records fit the seq buffer, or the fd is shown again. So at most MAX_RING_RECORDS are
-// written per ring, and the ring is marked seen for its cgroup only once all were written.
+// records fit the seq buffer, or the fd is shown again. So at most MAX_RING_RECORDS
+// distinct files are written per ring (copies of one are one, first_in_visit), and the
+// ring is marked seen for its cgroup only once all were written.
 // A ring's table holds up to 1 << 20 files (IORING_MAX_FIXED_FILES): the first
 // MAX_RING_FILES slots are read, and a larger table leaves its cgroup unread.
 #define MAX_RING_FILES (1 << 16)
@@ -194,6 +225,7 @@ struct ring {
 	struct io_fixed_file *files;
 	struct net *net;
 	__u64 cgroup_id;
+	__u64 visit;
 	__u32 pid;
 	__u32 fd;
 	__u32 nr;
@@ -237,6 +269,8 @@ static long ring_file(__u32 i, struct ring *c)
 			c->more = 1;
 		return 0;
 	}
+	if (!first_in_visit((__u64)file, c->cgroup_id, c->visit))
+		return 0;
 	if (c->written >= MAX_RING_RECORDS) {
 		c->more = 1;
 		return 1;
@@ -271,6 +305,7 @@ static __always_inline void registered(struct seq_file *seq, struct task_struct 
 	c.pid = BPF_CORE_READ(task, tgid);
 	c.fd = fd;
 	c.net = BPF_CORE_READ(task, nsproxy, net_ns);
+	c.visit = ++visits;
 	if (bpf_core_field_exists(rctx->file_table.data)) {
 		c.nodes = BPF_CORE_READ(rctx, file_table.data.nodes);
 		c.nr = BPF_CORE_READ(rctx, file_table.data.nr);
@@ -395,8 +430,9 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 //
 // A socket is one object of the iterator: all its records go into the seq buffer at
 // once (8 pages), or are rolled back and the socket shown again. So at most
-// MAX_SOCKET_RECORDS are written per socket, and one KIND_INFLIGHT_MORE record says its
-// cgroup holds more than were read; and nothing is marked seen here, since what a
+// MAX_SOCKET_RECORDS distinct files are written per socket (copies of one are one,
+// first_in_visit), and one KIND_INFLIGHT_MORE record says its cgroup holds more than
+// were read; and nothing is marked seen here, since what a
 // rolled-back socket wrote would then be skipped when it is shown again.
 #define MAX_MESSAGES 4096
 #define SCM_MAX_FD 253
@@ -409,6 +445,7 @@ struct inflight {
 	struct sk_buff *head;
 	struct net *net;
 	__u64 cgroup_id;
+	__u64 visit;
 	int count;
 	int written;
 	int more;
@@ -449,6 +486,8 @@ static long inflight_file(__u32 i, struct inflight *c)
 	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
 	if (last && *last == scan)
+		return 0;
+	if (!first_in_visit(r.file, r.cgroup_id, c->visit))
 		return 0;
 	if (c->written >= MAX_SOCKET_RECORDS) {
 		c->more = 1;
@@ -491,6 +530,7 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
 	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
 	c.net = BPF_CORE_READ(u, sk.__sk_common.skc_net.net);
+	c.visit = ++visits;
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
 	if (c.skb && c.skb != c.head)
 		c.more = 1;

@@ -63,6 +63,7 @@ const (
 	footprintMapSeen               = "seen"
 	footprintMapSeenVma            = "seen_vma"
 	footprintMapTargets            = "targets"
+	footprintMapVisited            = "visited"
 	footprintProgNr1EnterMmap      = "nr1_enter_mmap"
 	footprintProgNr1ExitMmap       = "nr1_exit_mmap"
 	footprintProgNr1ExitOpen       = "nr1_exit_open"
@@ -77,6 +78,7 @@ const (
 	footprintVarScan               = "scan"
 	footprintVarUnusedChange       = "unused_change"
 	footprintVarUnusedRecord       = "unused_record"
+	footprintVarVisits             = "visits"
 )
 
 // loadFootprint returns the embedded CollectionSpec for footprint.
@@ -141,6 +143,7 @@ type footprintMapSpecs struct {
 	Seen    *ebpf.MapSpec `ebpf:"seen"`
 	SeenVma *ebpf.MapSpec `ebpf:"seen_vma"`
 	Targets *ebpf.MapSpec `ebpf:"targets"`
+	Visited *ebpf.MapSpec `ebpf:"visited"`
 }
 
 // footprintVariableSpecs contains global variables before they are loaded into the kernel.
@@ -152,6 +155,7 @@ type footprintVariableSpecs struct {
 	Scan         *ebpf.VariableSpec `ebpf:"scan"`
 	UnusedChange *ebpf.VariableSpec `ebpf:"unused_change"`
 	UnusedRecord *ebpf.VariableSpec `ebpf:"unused_record"`
+	Visits       *ebpf.VariableSpec `ebpf:"visits"`
 }
 
 // footprintObjects contains all objects after they have been loaded into the kernel.
@@ -179,6 +183,7 @@ type footprintMaps struct {
 	Seen    *ebpf.Map `ebpf:"seen"`
 	SeenVma *ebpf.Map `ebpf:"seen_vma"`
 	Targets *ebpf.Map `ebpf:"targets"`
+	Visited *ebpf.Map `ebpf:"visited"`
 }
 
 func (m *footprintMaps) Close() error {
@@ -188,6 +193,7 @@ func (m *footprintMaps) Close() error {
 		m.Seen,
 		m.SeenVma,
 		m.Targets,
+		m.Visited,
 	)
 }
 
@@ -200,6 +206,7 @@ type footprintVariables struct {
 	Scan         *ebpf.Variable `ebpf:"scan"`
 	UnusedChange *ebpf.Variable `ebpf:"unused_change"`
 	UnusedRecord *ebpf.Variable `ebpf:"unused_record"`
+	Visits       *ebpf.Variable `ebpf:"visits"`
 }
 
 // footprintPrograms contains all programs after they have been loaded into the kernel.

@@ -45,6 +45,9 @@ type mapperSpec struct {
 	TinyFile string `json:"tinyFile,omitempty"`
 	// InFlight files are opened, sent over a unix socket nobody reads, and closed.
 	InFlight []string `json:"inFlight,omitempty"`
+	// Copies sends (or registers) each InFlight (Ring) file that many times, copies of
+	// the one open file description; 0 is once.
+	Copies int `json:"copies,omitempty"`
 	// InFlightAfter sends so many messages, each with /dev/null in flight, before the
 	// InFlight files, on a stream socket whose send buffer holds them all.
 	InFlightAfter int `json:"inFlightAfter,omitempty"`
@@ -142,25 +145,24 @@ func mapper(spec string) {
 		if s.InFlightAfter > 0 {
 			sendFillers(sp[0], s.InFlightAfter)
 		}
-		// 250 to a message: a datagram socket's queue holds few messages.
-		for names := range slices.Chunk(s.InFlight, 250) {
-			var fds []int
-			for _, name := range names {
-				fd, err := unix.Open(name, unix.O_RDWR, 0)
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "opening %s: %v\n", name, err)
-					os.Exit(1)
-				}
-				fds = append(fds, fd)
-			}
-			err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(fds...), nil, 0)
-			for _, fd := range fds {
-				_ = unix.Close(fd)
-			}
+		var fds []int
+		for _, name := range s.InFlight {
+			fd, err := unix.Open(name, unix.O_RDWR, 0)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "sending %d files: %v\n", len(fds), err)
+				fmt.Fprintf(os.Stderr, "opening %s: %v\n", name, err)
 				os.Exit(1)
 			}
+			fds = append(fds, slices.Repeat([]int{fd}, max(s.Copies, 1))...)
+		}
+		// 250 to a message: a datagram socket's queue holds few messages.
+		for chunk := range slices.Chunk(fds, 250) {
+			if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(chunk...), nil, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "sending %d files: %v\n", len(chunk), err)
+				os.Exit(1)
+			}
+		}
+		for _, fd := range slices.Compact(slices.Clone(fds)) {
+			_ = unix.Close(fd)
 		}
 		if s.InFlightNested {
 			outer, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
@@ -175,7 +177,7 @@ func mapper(spec string) {
 		}
 	}
 	if len(s.Ring) > 0 {
-		if err := registerAndClose(s.Ring, s.RingMapped); err != nil {
+		if err := registerAndClose(s.Ring, s.RingMapped, max(s.Copies, 1)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -229,7 +231,7 @@ func socketpair(typ int, elsewhere bool) ([2]int, error) {
 // registerAndClose opens the files, registers them with an io_uring and closes them:
 // the ring alone holds them; mapped, the ring's submission queue is mapped and the
 // ring's fd closed: the mapping alone holds the ring.
-func registerAndClose(names []string, mapped bool) error {
+func registerAndClose(names []string, mapped bool, copies int) error {
 	ring, err := uring.New()
 	if err != nil {
 		return err
@@ -246,12 +248,12 @@ func registerAndClose(names []string, mapped bool) error {
 		if err != nil {
 			return fmt.Errorf("opening %s: %w", name, err)
 		}
-		fds = append(fds, int32(fd))
+		fds = append(fds, slices.Repeat([]int32{int32(fd)}, copies)...)
 	}
 	if err := uring.Register(ring, fds); err != nil {
 		return err
 	}
-	for _, fd := range fds {
+	for _, fd := range slices.Compact(fds) {
 		_ = unix.Close(int(fd))
 	}
 	return nil
@@ -611,6 +613,28 @@ func TestInFlightBeyondOneReadIsALowerBound(t *testing.T) {
 	got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]
 	if got < 400 || got >= 600 || !slices.Contains(s.InFlightUnread, p.ids[0]) {
 		t.Errorf("%d of 600 queues in flight counted, unread cgroups %v; want a lower bound said to be one", got, s.InFlightUnread)
+	}
+}
+
+// TestInFlightCopiesAreOneFile: one queue sent in flight 150 times on one socket, beside
+// three others so sent, is one open file each: the kernel side keeps one record per file
+// and socket before any cap, so copies fill no cap, and all four are counted, the CG
+// certain. Likewise one queue registered in 600 slots of an io_uring.
+func TestInFlightCopiesAreOneFile(t *testing.T) {
+	p, _ := newCgroups(t, 2)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{queue, queue, queue, queue}, Copies: 150})
+	p.startMapper(t, 1, mapperSpec{Ring: []string{queue, queue}, Copies: 600})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byCgroup(s, p.targets)
+	if q := got[p.ids[0]][nr1.HypervisorQueue]; q != 4 || slices.Contains(s.InFlightUnread, p.ids[0]) {
+		t.Errorf("4 queues in flight 150 times each: %d counted, unread cgroups %v; want 4, certain", q, s.InFlightUnread)
+	}
+	if q := got[p.ids[1]][nr1.HypervisorQueue]; q != 2 || slices.Contains(s.RingUnread, p.ids[1]) {
+		t.Errorf("2 queues in 600 ring slots each: %d counted, unread cgroups %v; want 2, certain", q, s.RingUnread)
 	}
 }
 
