@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,10 +39,11 @@ const caseLabel = "nr1.neureality.ai/trust-case"
 
 // TestTrust runs the generative trust suite (make trust): for each mode, a plan of CGs
 // and faults invented from NR1_TRUST_SEED (a fresh one when unset; printed to replay),
-// for half of NR1_TRUST_DURATION each, judged by the plan's oracle: no NR1 Event on a
-// CG that never went over; one on every CG that went over, within the ladder's first
-// step's bound after the agent can see it; /metrics answering 200 on every scrape; the
-// agent's RSS under its limit.
+// for half of NR1_TRUST_DURATION each, judged by the plan's oracle on what was done: no
+// NR1 Event and no kill on a CG that never went over; a container of every CG that went
+// over killed (its pod's status), within the ladder's bound after the agent can see it,
+// an overrun too late to judge reported as such; /metrics answering 200 on every
+// scrape; the agent's RSS under its limit.
 func TestTrust(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("NR1_TRUST_SEED"); s != "" {
@@ -78,7 +80,7 @@ func TestTrust(t *testing.T) {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
-	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %6s %7s %7s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "FALSE", "MISSED", "SCRAPES", "MAX RSS")
+	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "KILLED", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
 	for _, r := range rows {
 		t.Log(r)
 	}
@@ -99,6 +101,7 @@ type trustRun struct {
 	maxRSS   int64
 	rssLimit int64
 	started  map[types.UID]time.Time // each case pod's start, kept once it is gone
+	ends     map[types.UID][]end     // each case pod's container ends, as its status showed them
 	followed map[types.UID]bool      // the agent pods whose logs are being followed
 	logSince map[types.UID]time.Time // when each agent's log was last read
 	agentLog []string                // every agent's log lines of the run, to explain a failure
@@ -115,7 +118,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
-	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{}}
+	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -345,6 +348,9 @@ func (r *trustRun) scrape(ctx context.Context) {
 			return
 		case <-time.After(2 * time.Second):
 		}
+		// The pods' ends are read whatever the agent's state: a kill's end is overwritten
+		// by the next one in a restarting container's status.
+		r.notePods(ctx)
 		agent, err := readyAgent(r.c)
 		if err != nil {
 			continue // being replaced
@@ -357,7 +363,6 @@ func (r *trustRun) scrape(ctx context.Context) {
 		}
 		r.follow(ctx, agent)
 		rss := agentRSS()
-		r.notePods(ctx)
 		r.mu.Lock()
 		r.scrapes++
 		if status != http.StatusOK {
@@ -426,8 +431,10 @@ func (r *trustRun) explain(ns, pod string) {
 	r.t.Logf("what the agent said of %s/%s (%d lines):\n%s", ns, pod, len(said), strings.Join(said, "\n"))
 }
 
-// notePods records when each case pod started: a pod deleted (a StatefulSet's,
-// re-created under its name) or replaced (a Job's) is judged on its own start.
+// notePods records when each case pod started, and how its containers ended: a pod
+// deleted (a StatefulSet's, re-created under its name) or replaced (a Job's) is judged on
+// its own start, and what was done to a CG is read where Kubernetes users read it, in
+// its pod's status, however often it restarted.
 func (r *trustRun) notePods(ctx context.Context) {
 	for _, ns := range trust.Namespaces {
 		pods, err := r.c.CoreV1().Pods(r.ns(ns)).List(ctx, metav1.ListOptions{LabelSelector: caseLabel})
@@ -439,8 +446,42 @@ func (r *trustRun) notePods(ctx context.Context) {
 			if p.Status.StartTime != nil {
 				r.started[p.UID] = p.Status.StartTime.Time
 			}
+			r.noteEnds(&p)
 		}
 		r.mu.Unlock()
+	}
+}
+
+// end is one end of a case pod's container, as the pod's status showed it.
+type end struct {
+	container string
+	at        time.Time
+	exit      int32
+	reason    string
+}
+
+// killed says whether the end is a SIGKILL's: what the agent's kill does (and nothing
+// else the suite does: its faults leave containers running, its deletions end them by
+// SIGTERM).
+func (e end) killed() bool { return e.exit == 137 }
+
+// noteEnds records the ends p's status shows, each once (r.mu held). A pod being
+// deleted is the suite's doing (a StatefulSet's pod re-created), not the agent's.
+func (r *trustRun) noteEnds(p *corev1.Pod) {
+	if p.DeletionTimestamp != nil {
+		return
+	}
+	statuses := append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
+	for _, cs := range statuses {
+		for _, term := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if term == nil || term.FinishedAt.IsZero() {
+				continue
+			}
+			e := end{container: cs.Name, at: term.FinishedAt.Time, exit: term.ExitCode, reason: term.Reason}
+			if !slices.Contains(r.ends[p.UID], e) {
+				r.ends[p.UID] = append(r.ends[p.UID], e)
+			}
+		}
 	}
 }
 
@@ -478,15 +519,19 @@ func agentMemoryLimit(t *testing.T, c kubernetes.Interface) int64 {
 }
 
 // judge applies the oracle to what happened, case by case, and returns the mode's row.
-// A CG that never went over must have no NR1 Event. One that went over must have none
-// before its pod could have gone over (its start and the overrun's delay), none of
-// another resource, and one acting on it (warn, throttle, kill, evict) within the bound
-// after it first went over, as its holder logged it.
+// It judges what was done, not what was said: a CG that went over counts as acted on
+// only when a container of its over pod was killed (ended by SIGKILL, as its pod's
+// status shows) within the bound after it first went over, as its holder logged it; a
+// warning alone, or an NR1EnforcementFailed with no kill after it, is a miss. A CG that
+// never went over must have no NR1 Event and no container killed; one that went over,
+// none before its pod could have gone over, nor of another resource. An overrun too
+// late in the run to be due is reported as not judged, never dropped silently.
 func (r *trustRun) judge() string {
 	t := r.t
 	r.notePods(context.Background())
 	end := time.Now()
-	var over, acted, falseActions, missed int
+	var over, acted, falseActions, missed, notJudged int
+	byResource := map[nr1.Resource]int{}
 	shapes := map[string]bool{}
 	for _, tc := range r.plan.Cases {
 		shapes[tc.Shape()] = true
@@ -506,9 +551,18 @@ func (r *trustRun) judge() string {
 			for _, ev := range evs {
 				falseAction(ev, "never over")
 			}
+			for _, p := range pods.Items {
+				for _, e := range r.podEnds(p.UID) {
+					if e.killed() {
+						falseActions++
+						t.Errorf("FALSE ACTION on %s/%s (%s), never over: container %s killed at %s (%s)", ns, p.Name, tc.Shape(), e.container, e.at.Format(time.TimeOnly), e.reason)
+						r.explain(ns, p.Name)
+					}
+				}
+			}
 			continue
 		}
-		var first time.Time // the first acting Event
+		var said []string
 		for _, ev := range evs {
 			at := eventTime(ev)
 			r.mu.Lock()
@@ -516,31 +570,45 @@ func (r *trustRun) judge() string {
 			r.mu.Unlock()
 			switch {
 			case ev.Reason == "NR1EnforcementFailed":
-				// An action on it that failed: reported, retried; not an action of its own.
+				// An action on it that failed: what counts is whether a kill came after.
 			case !strings.Contains(ev.Message, o.Resource.Name()):
 				falseAction(ev, "over "+o.Resource.Short()+" only")
 			case known && at.Before(started.Add(o.At-2*time.Second)):
 				falseAction(ev, fmt.Sprintf("before it could go over (started %s, over %s later)", started.Format(time.TimeOnly), o.At))
-			case first.IsZero() || at.Before(first):
-				first = at
+			default:
+				said = append(said, at.Format(time.TimeOnly)+" "+ev.Reason)
 			}
 		}
-		overAt, wentOver := r.overAt(&tc, pods.Items)
+		overPod, overAt, wentOver := r.overAt(&tc, pods.Items)
 		if !wentOver {
 			continue // its holder never got there (the run ended, the pod never ran): nothing to act on
 		}
-		over++
 		deadline := r.deadline(overAt)
+		var done time.Time // the first kill of a container of the over pod, from when it went over
+		for _, e := range r.podEnds(overPod) {
+			if e.killed() && !e.at.Before(overAt.Add(-time.Second)) && (done.IsZero() || e.at.Before(done)) {
+				done = e.at
+			}
+		}
 		switch {
-		case !first.IsZero() && !first.After(deadline):
+		case !done.IsZero() && !done.After(deadline):
+			over++
 			acted++
+			byResource[o.Resource]++
 		case deadline.After(end):
-			// Over too late in the run to be due: judged only if acted on.
-			over--
+			notJudged++
+			t.Logf("NOT JUDGED: %s/%s (%s) went over %s at %s, due by %s, after the run's end %s", ns, tc.Name, tc.Shape(), o.Resource.Short(),
+				overAt.Format(time.TimeOnly), deadline.Format(time.TimeOnly), end.Format(time.TimeOnly))
 		default:
+			over++
 			missed++
-			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; no action by %s: %v",
-				ns, tc.Name, tc.Shape(), o.Resource.Short(), tc.Holders[o.Holder].Name, o.To, overAt.Format(time.TimeOnly), deadline.Format(time.TimeOnly), reasons(evs))
+			byResource[o.Resource]++
+			how := "no kill"
+			if !done.IsZero() {
+				how = "killed only at " + done.Format(time.TimeOnly)
+			}
+			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; %s by %s; said: %v",
+				ns, tc.Name, tc.Shape(), o.Resource.Short(), tc.Holders[o.Holder].Name, o.To, overAt.Format(time.TimeOnly), how, deadline.Format(time.TimeOnly), said)
 			for _, p := range pods.Items {
 				r.explain(ns, p.Name)
 			}
@@ -554,15 +622,29 @@ func (r *trustRun) judge() string {
 	if r.maxRSS > r.rssLimit {
 		t.Errorf("the agent's RSS reached %d bytes, over its limit %d", r.maxRSS, r.rssLimit)
 	}
-	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %6d %7d %7d %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, falseActions, missed,
-		r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI))
+	var per []string
+	for _, res := range nr1.All {
+		if n := byResource[res]; n > 0 {
+			per = append(per, fmt.Sprintf("%s=%d", res.Short(), n))
+		}
+	}
+	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, falseActions, missed,
+		notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
 }
 
-// deadline is when an action on a CG over at overAt is due at the latest: the ladder's
-// first step at once, a sample and a container's warm-up later, with room for a loaded
-// node, and the time the agent could not see (a fault overlapping, and its recovery).
+// podEnds are the ends recorded of a pod's containers.
+func (r *trustRun) podEnds(uid types.UID) []end {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ends[uid])
+}
+
+// deadline is when the kill of a CG over at overAt is due at the latest: the ladder's
+// kill 15 s after it went over (at once past the hard ratio), a sample and a
+// container's warm-up later, with room for a loaded node, and the time the agent could
+// not see (a fault overlapping, and its recovery).
 func (r *trustRun) deadline(overAt time.Time) time.Time {
-	d := overAt.Add(30 * time.Second)
+	d := overAt.Add(45 * time.Second)
 	for _, f := range r.faults {
 		if f.start.Before(d) && f.end.After(overAt) {
 			d = d.Add(f.end.Sub(f.start) + 30*time.Second)
@@ -572,17 +654,18 @@ func (r *trustRun) deadline(overAt time.Time) time.Time {
 }
 
 // overAt is when the case's overrun first happened, as its holder logged it (a killed
-// container's earlier instance included); false when it never did.
-func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (time.Time, bool) {
+// container's earlier instance included), and in which pod; false when it never did.
+func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Time, bool) {
 	o := tc.Over
 	if o == nil {
-		return time.Time{}, false
+		return "", time.Time{}, false
 	}
 	marker := fmt.Sprintf(" compute_dma_mb=%d cpu", o.To)
 	if o.Resource == nr1.HypervisorQueue {
 		marker = fmt.Sprintf(" queues=%d write_mb", o.To)
 	}
 	var first time.Time
+	var pod types.UID
 	for i := range pods {
 		if tc.Kind == trust.SharedClaim && pods[i].Name != fmt.Sprintf("%s-%d", tc.Name, tc.Holders[o.Holder].Pod) {
 			continue // the others' health-handlers are other holders
@@ -598,13 +681,13 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (time.Time, bool) {
 					continue
 				}
 				if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil && (first.IsZero() || at.Before(first)) {
-					first = at
+					first, pod = at, pods[i].UID
 				}
 				break
 			}
 		}
 	}
-	return first, !first.IsZero()
+	return pod, first, !first.IsZero()
 }
 
 // events are the agent's Events on the case's pods (each Job's and StatefulSet's pod
