@@ -562,6 +562,31 @@ func (r *trustRun) judge() string {
 			}
 			continue
 		}
+		// Pods sharing a claim are judged one by one: one going over alone is the only one
+		// to act on, and an action on a sibling is a false one, whatever the other did.
+		if tc.OverAlone() {
+			kept := evs[:0]
+			for _, ev := range evs {
+				if ev.InvolvedObject.Name != tc.OverPod() {
+					falseAction(ev, "its sibling "+tc.OverPod()+" went over alone")
+					continue
+				}
+				kept = append(kept, ev)
+			}
+			evs = kept
+			for _, p := range pods.Items {
+				if p.Name == tc.OverPod() {
+					continue
+				}
+				for _, e := range r.podEnds(p.UID) {
+					if e.killed() {
+						falseActions++
+						t.Errorf("FALSE ACTION on %s/%s (%s), its sibling %s went over alone: container %s killed at %s", ns, p.Name, tc.Shape(), tc.OverPod(), e.container, e.at.Format(time.TimeOnly))
+						r.explain(ns, p.Name)
+					}
+				}
+			}
+		}
 		var said []string
 		for _, ev := range evs {
 			at := eventTime(ev)

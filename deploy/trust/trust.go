@@ -373,6 +373,28 @@ func overrun(r *rand.Rand, c *Case, duration time.Duration) *Overrun {
 	return o
 }
 
+// OverAlone says whether a SharedClaim case's overrun takes its pod past the whole claim
+// by itself: then it alone is to be acted on, and an action on a pod sharing the claim
+// is a false one. Going over together (each within the claim, their union past it),
+// every pod of the case may be.
+func (c *Case) OverAlone() bool {
+	if c.Kind != SharedClaim || c.Over == nil {
+		return false
+	}
+	return c.Over.To > int64(c.Booked[c.Over.Resource])
+}
+
+// OverPod names the pod of the case the overrun happens in.
+func (c *Case) OverPod() string {
+	if c.Over == nil {
+		return ""
+	}
+	if c.Kind == SharedClaim {
+		return fmt.Sprintf("%s-%d", c.Name, c.Holders[c.Over.Holder].Pod)
+	}
+	return ""
+}
+
 // Queues is what the CG's holders that hold until stopped hold of queues before any
 // overrun: each one's own, and one per dup'ed queue.
 func (c *Case) Queues() int64 {

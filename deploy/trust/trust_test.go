@@ -165,6 +165,9 @@ func TestSharedClaimsGoOverTogetherOrAlone(t *testing.T) {
 				}
 				alone = alone || h.ComputeMB > int64(c.Booked[nr1.ComputeDMAMemory])
 			}
+			if alone != c.OverAlone() {
+				t.Errorf("seed %d: %s over alone %v, OverAlone says %v", seed, c.Name, alone, c.OverAlone())
+			}
 			if alone {
 				seen["alone"] = true
 			} else {
