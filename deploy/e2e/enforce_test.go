@@ -112,8 +112,8 @@ func TestEnforcement(t *testing.T) {
 		if d := killed.FirstTimestamp.Sub(warn.FirstTimestamp.Time); d < 14*time.Second {
 			t.Errorf("killed %v after the warning, want the ladder's 15 s", d)
 		}
-		if term := terminated(t, c, pod, 30*time.Second); term.ExitCode != 143 {
-			t.Errorf("container ended with %d (%s), want 143 (SIGTERM)", term.ExitCode, term.Reason)
+		if term := terminated(t, c, pod, 30*time.Second); term.ExitCode != 137 {
+			t.Errorf("container ended with %d (%s), want 137: killed at once, a failure", term.ExitCode, term.Reason)
 		}
 		if got := reasons(nr1Events(t, c, pod)); got != "NR1LimitExceeded,NR1Throttled,NR1Killed" {
 			t.Errorf("events %s", got)

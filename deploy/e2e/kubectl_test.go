@@ -258,7 +258,7 @@ spec:
 		if want := "warn NR1LimitExceeded,throttle NR1Throttled,kill NR1Killed"; strings.Join(told, ",") != want {
 			t.Errorf("events told %q, want %q", strings.Join(told, ","), want)
 		}
-		if !strings.Contains(out, "terminated: Error, exit code 143") {
+		if !strings.Contains(out, "terminated: Error, exit code 137") {
 			t.Errorf("no killed container in\n%s", out)
 		}
 	})

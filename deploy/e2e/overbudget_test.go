@@ -361,8 +361,8 @@ func runOverBudget(t *testing.T, c kubernetes.Interface, node string, i int, aft
 		if d := oc.exited.Sub(oc.wentOver); d < 0 || d > overKillWithin {
 			oc.fail("container exited %v after going over, want within %v", d.Round(10*time.Millisecond), overKillWithin)
 		}
-		if oc.exitCode != 143 {
-			oc.fail("container ended with %d, want 143 (SIGTERM)", oc.exitCode)
+		if oc.exitCode != 137 {
+			oc.fail("container ended with %d, want 137: killed at once, a failure", oc.exitCode)
 		}
 	}
 	return oc
