@@ -57,7 +57,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help version build $(ARCHES:%=build-%) dist dist-check test test-deps test-arm64 trust trust-regressions trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check test test-deps test-arm64 trust trust-regressions trust-mutants trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -133,6 +133,9 @@ trust: test-deps image ## the generative trust suite on the local cluster: inven
 
 trust-regressions: ## replay every seed kept in deploy/trust/testdata/seeds
 	grep -v '^#' deploy/trust/testdata/seeds | while read -r seed duration _; do $(MAKE) trust SEED=$$seed DURATION=$$duration || exit 1; done
+
+trust-mutants: test-deps image ## the trust suite against agents broken on purpose (kill disabled, allocation read as zero, usage halved): each must fail, and what caught it is printed
+	cd $(CURDIR) && deploy/trust/mutants.sh
 
 trust-soak: ## the trust suite for hours (DURATION=4h unless given)
 	$(MAKE) trust DURATION=$(if $(filter command line,$(origin DURATION)),$(DURATION),4h) SEED=$(SEED)

@@ -73,8 +73,15 @@ func TestTrust(t *testing.T) {
 			t.Fatalf("NR1_TRUST_MODES=%q: %q is neither %s nor %s", m, name, trust.DevicePlugin, trust.DRA)
 		}
 	}
+	faults := int(duration/time.Minute)/4 + 1
+	if f := os.Getenv("NR1_TRUST_FAULTS"); f != "" {
+		var err error
+		if faults, err = strconv.Atoi(f); err != nil || faults < 0 {
+			t.Fatalf("NR1_TRUST_FAULTS=%q: want a count of faults", f)
+		}
+	}
 	for _, mode := range modes {
-		plan := trust.Generate(seed, mode, duration/2, 8, int(duration/time.Minute)/4+1)
+		plan := trust.Generate(seed, mode, duration/2, 8, faults)
 		ok := t.Run(string(mode), func(t *testing.T) { rows = append(rows, runPlan(t, c, plan)) })
 		if !ok {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# make trust-mutants: the trust suite shows that it can fail. Each mutant
+# (deploy/trust/mutate -list) is the agent broken on purpose by one change of its
+# source, applied to a copy of the tree, built as the stack's image and deployed; a
+# short trust run in device-plugin mode, from a seed whose plan goes over early and
+# often and without faults, must then fail, and says what caught it. The stack is
+# brought up unless it runs (and torn down after), and the real agent deployed again.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+stack=$repo/deploy/local/stack.sh
+out=$repo/_output/mutants
+mkdir -p "$out"
+# Seed 10 plays 8 CGs, 6 of them going over (compute DMA and queues) 20–40 s in.
+seed=${NR1_MUTANT_SEED:-10}
+duration=${NR1_MUTANT_DURATION:-4m}
+
+started=0
+if ! "$stack" status | grep -q '^kubelet: running'; then
+  "$stack" machine-state >"$out/before.env"
+  started=1
+fi
+restore() {
+  local rc=$?
+  echo "== trust-mutants: the real agent deployed again"
+  NR1_IMAGES=$repo/_output/images "$stack" up >/dev/null && "$stack" deploy || rc=1
+  if [ "$started" = 1 ]; then
+    "$stack" down || rc=1
+  fi
+  exit $rc
+}
+"$repo/deploy/local/build.sh" tools
+NR1_IMAGES=$repo/_output/images "$stack" up
+trap restore EXIT
+
+survived=()
+while IFS=$'\t' read -r name what; do
+  echo "== trust-mutants: $name ($what)"
+  work=$(mktemp -d)
+  # The tree as it is, uncommitted changes included, without its build outputs.
+  tar -C "$repo" --exclude=./_output --exclude=./bin --exclude=./.git -cf - . | tar -C "$work" -xf -
+  go run ./deploy/trust/mutate -name "$name" -dir "$work"
+  make -C "$work" image >"$out/$name.build.log" 2>&1 || { echo "building the $name agent failed: $out/$name.build.log"; exit 1; }
+  NR1_IMAGES=$work/_output/images "$stack" up >/dev/null
+  "$stack" deploy
+  eval "$("$stack" env)"
+  if NR1_TRUST_SEED=$seed NR1_TRUST_DURATION=$duration NR1_TRUST_MODES=devicePlugin NR1_TRUST_FAULTS=0 \
+    go test -tags e2e,trust -count=1 -timeout 30m -run '^TestTrust$' -v ./deploy/e2e/ >"$out/$name.log" 2>&1; then
+    echo "SURVIVED: the trust suite passed against $name ($what): $out/$name.log"
+    survived+=("$name")
+  else
+    caught=$(grep -E 'MISS:|FALSE ACTION' "$out/$name.log" | sed 's/^ *//' | head -3 || true)
+    echo "caught ($(grep -cE 'MISS:|FALSE ACTION' "$out/$name.log" || true) failures), first:"
+    echo "${caught:-$(grep -m3 -E '_test.go:[0-9]+:' "$out/$name.log")}" | sed 's/^/    /'
+    grep -E '^\s+trust_test.go:[0-9]+: (devicePlugin|MODE)' "$out/$name.log" | tail -2 | sed 's/^ */    /' || true
+  fi
+  rm -rf "$work"
+done < <(cd "$repo" && go run ./deploy/trust/mutate -list)
+if [ ${#survived[@]} -gt 0 ]; then
+  echo "trust-mutants: ${#survived[@]} mutant(s) survived: ${survived[*]}"
+  exit 1
+fi
+echo "trust-mutants: every mutant caught"

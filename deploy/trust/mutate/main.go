@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Command mutate breaks a copy of the agent's source on purpose, one mutant at a time,
+// for make trust-mutants: the trust suite must fail against each. A mutant is one
+// change of the source, found by its exact text; a change whose text is not found once
+// is refused, so that a mutant the code has moved away from is noticed, never run as
+// the agent it no longer breaks.
+//
+//	mutate -list              the mutants' names, one a line
+//	mutate -name N -dir D     apply mutant N to the source tree D
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// change replaces old, found exactly once in file, by replacement.
+type change struct {
+	file, old, replacement string
+}
+
+// mutant is an agent broken in one way the suite must catch, and how.
+type mutant struct {
+	name, what string
+	changes    []change
+}
+
+var mutants = []mutant{
+	{"kill-disabled", "a kill stops nothing, and reports success (the Event says NR1Killed)",
+		[]change{{"agent/actuate/actuate.go",
+			"if err := a.Stopper.StopContainer(ctx, c.ID, a.KillTimeout); err != nil {",
+			"if err := error(nil); err != nil {"}}},
+	{"allocation-zero", "every CG's allocation read as zero, known",
+		[]change{{"agent/inventory/inventory.go",
+			"cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true",
+			"cg.Allocation, cg.AllocationKnown = nr1.Amounts{}, true"}}},
+	{"usage-halved", "every CG's usage judged at half of what it holds",
+		[]change{{"agent/sampler/sampler.go",
+			"cg.Ratio = view.Ratios(cg.Usage, cg.Allocation)",
+			"for r := range cg.Usage {\n\t\t\tcg.Usage[r] /= 2\n\t\t}\n\t\tcg.Ratio = view.Ratios(cg.Usage, cg.Allocation)"}}},
+}
+
+func main() {
+	list := flag.Bool("list", false, "print the mutants' names")
+	name := flag.String("name", "", "the mutant to apply")
+	dir := flag.String("dir", "", "the source tree to apply it to")
+	flag.Parse()
+	if *list {
+		for _, m := range mutants {
+			fmt.Printf("%s\t%s\n", m.name, m.what)
+		}
+		return
+	}
+	if err := apply(*name, *dir); err != nil {
+		fmt.Fprintf(os.Stderr, "mutate: %v\n", err)
+		os.Exit(2)
+	}
+}
+
+func apply(name, dir string) error {
+	if dir == "" {
+		return errors.New("-dir: the source tree to change is required")
+	}
+	for _, m := range mutants {
+		if m.name != name {
+			continue
+		}
+		for _, c := range m.changes {
+			path := filepath.Join(dir, c.file)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("mutant %s: %w", name, err)
+			}
+			if n := strings.Count(string(b), c.old); n != 1 {
+				return fmt.Errorf("mutant %s: %q found %d times in %s, want once: the code moved, change the mutant", name, c.old, n, c.file)
+			}
+			if err := os.WriteFile(path, []byte(strings.Replace(string(b), c.old, c.replacement, 1)), 0o644); err != nil {
+				return fmt.Errorf("mutant %s: %w", name, err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("-name %q: no such mutant (see -list)", name)
+}

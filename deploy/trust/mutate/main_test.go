@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every mutant applies to the tree as it is, and the mutated agent still builds: a
+// mutant the code moved away from, or one that no longer compiles, fails here, in make
+// test, not in make trust-mutants.
+func TestMutantsApplyAndBuild(t *testing.T) {
+	repo, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mutants {
+		t.Run(m.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, c := range m.changes {
+				b, err := os.ReadFile(filepath.Join(repo, c.file))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(c.file)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, c.file), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := apply(m.name, dir); err != nil {
+				t.Fatal(err)
+			}
+			// The mutated files built in place of the real ones, in the module: an overlay.
+			overlay := map[string]string{}
+			for _, c := range m.changes {
+				overlay[filepath.Join(repo, c.file)] = filepath.Join(dir, c.file)
+			}
+			var b strings.Builder
+			b.WriteString(`{"Replace":{`)
+			first := true
+			for from, to := range overlay {
+				if !first {
+					b.WriteString(",")
+				}
+				first = false
+				b.WriteString(`"` + from + `":"` + to + `"`)
+			}
+			b.WriteString("}}")
+			ov := filepath.Join(dir, "overlay.json")
+			if err := os.WriteFile(ov, []byte(b.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command("go", "build", "-overlay", ov, "-o", os.DevNull, "./cmd/nr1-agent")
+			cmd.Dir = repo
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("the %s agent does not build: %v\n%s", m.name, err, out)
+			}
+		})
+	}
+	if err := apply("no-such-mutant", t.TempDir()); err == nil {
+		t.Error("an unknown mutant applied")
+	}
+}
