@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -31,6 +32,9 @@ type adversary struct {
 	// ringQueues opens so many queue handles, registers them with an io_uring and closes
 	// its own fds: the ring alone holds them.
 	ringQueues int
+	// copies sends each in-flight handle, and registers each ring handle, that many
+	// times: copies of one open file, padding what a scan reads.
+	copies int
 
 	fds      []int
 	sockets  [2]int
@@ -96,8 +100,8 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		a.fds = append(a.fds, fd)
 	}
-	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d\n",
-		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues)
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1))
 	return nil
 }
 
@@ -110,23 +114,20 @@ func (a *adversary) sendInFlight(queuePath string) error {
 	}
 	a.sockets, a.held = sp, true
 	const perMessage = 250 // SCM_MAX_FD is 253
-	for sent := 0; sent < a.inflightQueues; {
-		n := min(perMessage, a.inflightQueues-sent)
-		fds := make([]int, 0, n)
-		for range n {
-			fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
-			if err != nil {
-				closeAll(fds)
-				return fmt.Errorf("opening %s: %w", queuePath, err)
-			}
-			fds = append(fds, fd)
-		}
-		err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(fds...), nil, 0)
-		closeAll(fds)
+	var fds, copies []int
+	defer func() { closeAll(fds) }()
+	for range a.inflightQueues {
+		fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("sending %d queue handles: %w", n, err)
+			return fmt.Errorf("opening %s: %w", queuePath, err)
 		}
-		sent += n
+		fds = append(fds, fd)
+		copies = append(copies, slices.Repeat([]int{fd}, max(a.copies, 1))...)
+	}
+	for chunk := range slices.Chunk(copies, perMessage) {
+		if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(chunk...), nil, 0); err != nil {
+			return fmt.Errorf("sending %d queue handles: %w", len(chunk), err)
+		}
 	}
 	return nil
 }
@@ -152,7 +153,11 @@ func (a *adversary) register(queuePath string) error {
 		}
 		fds = append(fds, int32(fd)) //nolint:gosec // an fd fits
 	}
-	return uring.Register(ring, fds)
+	var slots []int32
+	for _, fd := range fds {
+		slots = append(slots, slices.Repeat([]int32{fd}, max(a.copies, 1))...)
+	}
+	return uring.Register(ring, slots)
 }
 
 // release lets go of everything.

@@ -12,31 +12,33 @@ import (
 )
 
 // decoyArg runs nr1-load as a process of another name: `nr1-load decoy NAME ARG...`
-// copies the binary as NAME and runs it with NAME and ARG... as its command line, as a
-// pod's process may pretend to be one of the node's (a "kubelet" whose --config names
-// /dev/zero). The copy only waits for SIGTERM.
+// runs the binary through a link named NAME, with NAME and ARG... as its command line,
+// as a pod's process may pretend to be one of the node's (a "kubelet" whose --config
+// names /dev/zero). It only waits for SIGTERM.
 const (
 	decoyArg      = "decoy"
 	decoyWaitArg  = "decoy-wait"
 	decoyUsageMsg = "usage: nr1-load decoy NAME [ARG...]"
 )
 
-// decoy copies the running binary to a directory of its own as name and replaces this
-// process with it, its command line name, decoyWaitArg and args.
+// decoy links the running binary as name in a directory of its own and replaces this
+// process with it, its command line name, decoyWaitArg and args: the kernel names a
+// process after the path it was executed by, and a link takes nothing of the writable
+// layer.
 func decoy(args []string) error {
 	if len(args) < 1 || args[0] == "" || filepath.Base(args[0]) != args[0] {
 		return fmt.Errorf("%s", decoyUsageMsg)
 	}
-	self, err := os.ReadFile("/proc/self/exe")
+	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("reading its own binary: %w", err)
+		return fmt.Errorf("finding its own binary: %w", err)
 	}
 	dir, err := os.MkdirTemp("", "decoy")
 	if err != nil {
 		return err
 	}
 	path := filepath.Join(dir, args[0])
-	if err := os.WriteFile(path, self, 0o755); err != nil {
+	if err := os.Symlink(self, path); err != nil {
 		return err
 	}
 	argv := append([]string{args[0], decoyWaitArg}, args[1:]...)

@@ -118,6 +118,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&adv.tinyBaseMB, "tiny-maps-offset-mb", 1024, "where in the compute DMA file the tiny mappings start (MB)")
 	fs.IntVar(&adv.inflightQueues, "inflight-queues", 0, "adversary: open so many queue handles, send them over a unix socket nobody reads and close its own fds")
 	fs.IntVar(&adv.ringQueues, "ring-queues", 0, "adversary: open so many queue handles, register them with an io_uring and close its own fds")
+	fs.IntVar(&adv.copies, "copies", 1, "adversary: send each in-flight handle, and register each ring handle, this many times (copies of one open file)")
 	fs.IntVar(&adv.pathOnlyQueues, "path-only-queues", 0, "adversary: open so many O_PATH fds on the queue device (names, not handles)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
 	ignoreTerm := fs.Bool("ignore-sigterm", false, "keep running on SIGTERM, logging it with its time: only SIGINT or SIGKILL ends nr1-load")

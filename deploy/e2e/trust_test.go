@@ -112,6 +112,7 @@ type trustRun struct {
 	followed map[types.UID]bool      // the agent pods whose logs are being followed
 	logSince map[types.UID]time.Time // when each agent's log was last read
 	agentLog []string                // every agent's log lines of the run, to explain a failure
+	bigEnv   []corev1.EnvFromSource  // ConfigMaps (in every namespace) whose environment no runtime status carries readably
 }
 
 type window struct {
@@ -130,6 +131,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
 		newNamespace(t, c, r.ns(ns))
+		r.bigEnv = bigEnvFrom(t, c, r.ns(ns))
 	}
 	mustReadyAgent(t, c)
 	r.start = time.Now()
@@ -323,6 +325,9 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 				ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: strings.ReplaceAll(strings.TrimPrefix(inCtr, "/dev/"), "_", "-"), MountPath: inCtr})
 			}
 		}
+		if h.BigEnv {
+			ctr.EnvFrom = r.bigEnv
+		}
 		switch h.Role {
 		case trust.Init:
 			spec.InitContainers = append(spec.InitContainers, ctr)
@@ -333,7 +338,29 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 			spec.Containers = append(spec.Containers, ctr)
 		}
 	}
+	if tc.Decoy && pod == 0 {
+		spec.Containers = append(spec.Containers, loadContainer("kubelet-decoy", "decoy", "kubelet", "--config=/dev/zero"))
+	}
 	return spec
+}
+
+// bigEnvFrom creates in ns the ConfigMaps of an environment of 1.76 MB of characters
+// JSON escapes six-fold: containerd's verbose status of a container given it, which
+// carries it twice, is about 21 MB, past what the agent receives (16 MiB).
+func bigEnvFrom(t *testing.T, c kubernetes.Interface, ns string) []corev1.EnvFromSource {
+	var from []corev1.EnvFromSource
+	for i := range 2 {
+		data := map[string]string{}
+		for k := range 8 {
+			data[fmt.Sprintf("BIG_%d_%d", i, k)] = strings.Repeat("<", 110<<10)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-env-%d", i), Namespace: ns}, Data: data}
+		if _, err := c.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}})
+	}
+	return from
 }
 
 // recreateStatefulSets deletes each StatefulSet's pod: the controller re-creates it

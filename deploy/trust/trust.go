@@ -11,7 +11,9 @@ package trust
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -75,6 +77,12 @@ type Holder struct {
 	ExitAfter time.Duration
 	// Pod is which of a SharedClaim case's pods it runs in.
 	Pod int
+	// Copies pads its in-flight and ring handles: each sent, or registered, that many
+	// times, copies of one open file.
+	Copies int
+	// BigEnv gives it an environment too large for the runtime's status of it to be
+	// read (from the suite's ConfigMaps): what it shows the runtime must not shield it.
+	BigEnv bool
 }
 
 // Overrun is a CG going over: one of its holders raises what it holds of Resource to To
@@ -99,6 +107,9 @@ type Case struct {
 	Over    *Overrun // nil: within its booking for its whole life
 	// Pods is how many pods share the claim of a SharedClaim case; 1 otherwise.
 	Pods int
+	// Decoy runs beside the holders a process named kubelet whose --config is endless:
+	// no pod may decide what the agent reads of the node's kubelet.
+	Decoy bool
 }
 
 // Fault is a disruption of the node at a moment of the run.
@@ -137,11 +148,13 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	// additions.
 	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
 		rings(third, &c)
 		moves(third, &c, duration)
+		hostile(fourth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -325,6 +338,33 @@ func rings(r *rand.Rand, c *Case) {
 	}
 }
 
+// hostile gives some cases what a tenant does to make itself unknown: in-flight and
+// ring handles padded with copies of one file, a holder whose environment is too large
+// for the runtime's status of it to be read, a process named kubelet whose --config is
+// endless. None of it changes what the case holds: each is judged as any other.
+func hostile(r *rand.Rand, c *Case) {
+	for i := range c.Holders {
+		if h := &c.Holders[i]; (h.InFlight > 0 || h.Ring > 0) && r.IntN(2) == 0 {
+			h.Copies = 100 + r.IntN(500)
+		}
+	}
+	if r.IntN(4) == 0 {
+		// Not a booking holder: the device plugin's booking is cross-checked against the
+		// status's annotations, and a classic init container's DRA shares are told by
+		// its status alone; what any other holds is found below the pod's cgroup.
+		var candidates []int
+		for i, h := range c.Holders {
+			if !h.Books && h.Role != Init {
+				candidates = append(candidates, i)
+			}
+		}
+		if len(candidates) > 0 {
+			c.Holders[candidates[r.IntN(len(candidates))]].BigEnv = true
+		}
+	}
+	c.Decoy = r.IntN(4) == 0
+}
+
 // moves picks, now and then, a forking holder whose worker the runner moves into a child
 // cgroup while the CG runs: what the CG holds is the same, from another cgroup.
 func moves(r *rand.Rand, c *Case, duration time.Duration) {
@@ -488,6 +528,9 @@ func (h Holder) Args(c *Case, index int) []string {
 	if h.Ring > 0 {
 		a = append(a, "--ring-queues="+strconv.Itoa(h.Ring))
 	}
+	if h.Copies > 1 {
+		a = append(a, "--copies="+strconv.Itoa(h.Copies))
+	}
 	if o := c.Over; o != nil && o.Holder == index {
 		key := "compute"
 		if o.Resource == nr1.HypervisorQueue {
@@ -521,5 +564,21 @@ func (c *Case) Shape() string {
 			booking++
 		}
 	}
-	return fmt.Sprintf("%s %d main, %d init, %d sidecar, %d booking", s, others, inits, sidecars, booking)
+	s = fmt.Sprintf("%s %d main, %d init, %d sidecar, %d booking", s, others, inits, sidecars, booking)
+	var hostile []string
+	for _, h := range c.Holders {
+		if h.Copies > 1 && !slices.Contains(hostile, "copies") {
+			hostile = append(hostile, "copies")
+		}
+		if h.BigEnv {
+			hostile = append(hostile, "big env")
+		}
+	}
+	if c.Decoy {
+		hostile = append(hostile, "kubelet decoy")
+	}
+	if len(hostile) > 0 {
+		s += ", " + strings.Join(hostile, ", ")
+	}
+	return s
 }

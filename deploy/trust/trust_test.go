@@ -99,6 +99,18 @@ func TestShapesAreCovered(t *testing.T) {
 					if h.MoveAt > 0 {
 						seen["child cgroup"] = true
 					}
+					if h.Copies > 1 {
+						seen["copies"] = true
+					}
+					if h.BigEnv {
+						seen["big env"] = true
+						if h.Books || h.Role == Init {
+							t.Errorf("seed %d: a big environment on %s, a booking or classic init container", seed, h.Name)
+						}
+					}
+				}
+				if c.Decoy {
+					seen["kubelet decoy"] = true
 				}
 				if len(c.Holders) > 1 && c.Holders[0].ComputeOffsetMB != c.Holders[1].ComputeOffsetMB {
 					seen["distinct ranges"] = true
@@ -109,7 +121,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
