@@ -666,8 +666,8 @@ func (r *trustRun) judge() string {
 			if !done.IsZero() {
 				how = "killed only at " + done.Format(time.TimeOnly)
 			}
-			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d) at %s; %s by %s; said: %v",
-				ns, tc.Name, tc.Shape(), o.Resource.Short(), tc.Holders[o.Holder].Name, o.To, overAt.Format(time.TimeOnly), how, deadline.Format(time.TimeOnly), said)
+			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d; %s) at %s; %s by %s; said: %v",
+				ns, tc.Name, tc.Shape(), o.Resource.Short(), tc.Holders[o.Holder].Name, o.To, o.Degree, overAt.Format(time.TimeOnly), how, deadline.Format(time.TimeOnly), said)
 			for _, p := range pods.Items {
 				r.explain(ns, p.Name)
 			}
@@ -720,8 +720,11 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Ti
 		return "", time.Time{}, false
 	}
 	marker := fmt.Sprintf(" compute_dma_mb=%d cpu", o.To)
-	if o.Resource == nr1.HypervisorQueue {
+	switch o.Resource {
+	case nr1.HypervisorQueue:
 		marker = fmt.Sprintf(" queues=%d write_mb", o.To)
+	case nr1.CPUDMAMemory:
+		marker = fmt.Sprintf(" cpu_dma_mb=%d queues", o.To)
 	}
 	var first time.Time
 	var pod types.UID

@@ -92,6 +92,9 @@ type Overrun struct {
 	Resource nr1.Resource
 	At       time.Duration
 	To       int64
+	// Degree says how far over the CG goes, for the run's table: the CG's holding after
+	// it against the booking, or empty for the margin overrun gives.
+	Degree string
 }
 
 // Case is one generated CG.
@@ -155,6 +158,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		rings(third, &c)
 		moves(third, &c, duration)
 		hostile(fourth, &c)
+		degree(fourth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -338,6 +342,37 @@ func rings(r *rand.Rand, c *Case) {
 	}
 }
 
+// degree varies how an overrun goes over: on CPU DMA memory too, and by one unit only
+// or several times over (past the hard ratio), besides the margin overrun gives. A
+// shared claim's overrun keeps its own: it says whether its pod goes over alone.
+func degree(r *rand.Rand, c *Case) {
+	o := c.Over
+	if o == nil || c.Kind == SharedClaim {
+		return
+	}
+	h := c.Holders[o.Holder]
+	if r.IntN(4) == 0 {
+		o.Resource = nr1.CPUDMAMemory
+	}
+	booked := int64(c.Booked[o.Resource])
+	var threshold int64
+	switch r.IntN(3) {
+	case 0:
+		threshold = booked + 1 // one unit over
+	case 1:
+		threshold = max(booked*int64(2+r.IntN(3)), booked+1) // several times over
+	default:
+		threshold = int64(float64(booked)*overMargin) + 1
+	}
+	o.Degree = fmt.Sprintf("%d of %d", threshold, booked)
+	switch o.Resource {
+	case nr1.HypervisorQueue:
+		o.To = max(threshold-(c.Queues()-h.Queues), h.Queues+1)
+	default:
+		o.To = threshold
+	}
+}
+
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and
 // ring handles padded with copies of one file, a holder whose environment is too large
 // for the runtime's status of it to be read, a process named kubelet whose --config is
@@ -481,9 +516,12 @@ func (c *Case) HeldAfter(r nr1.Resource) int64 {
 			continue
 		}
 		if o := c.Over; o != nil && o.Holder == i && o.Resource == r {
-			if r == nr1.HypervisorQueue {
+			switch r {
+			case nr1.HypervisorQueue:
 				h.Queues = o.To
-			} else {
+			case nr1.CPUDMAMemory:
+				h.CPUMB = o.To
+			default:
 				h.ComputeMB = o.To
 			}
 		}
@@ -533,8 +571,11 @@ func (h Holder) Args(c *Case, index int) []string {
 	}
 	if o := c.Over; o != nil && o.Holder == index {
 		key := "compute"
-		if o.Resource == nr1.HypervisorQueue {
+		switch o.Resource {
+		case nr1.HypervisorQueue:
 			key = "queues"
+		case nr1.CPUDMAMemory:
+			key = "cpu"
 		}
 		a = append(a, fmt.Sprintf("--step=%s:%s=%d", o.At, key, o.To))
 	}

@@ -29,8 +29,8 @@ func TestCasesKeepTheirPromise(t *testing.T) {
 				if o == nil {
 					continue
 				}
-				if after, booked := c.HeldAfter(o.Resource), float64(c.Booked[o.Resource]); float64(after) < booked*overMargin {
-					t.Fatalf("seed %d %s/%s: over to %d of %s, booked %v: not over by %.2f", seed, c.Namespace, c.Name, after, o.Resource, booked, overMargin)
+				if after, booked := c.HeldAfter(o.Resource), int64(c.Booked[o.Resource]); after < booked+1 || (o.Degree == "" && float64(after) < float64(booked)*overMargin) {
+					t.Fatalf("seed %d %s/%s: over to %d of %s, booked %v (%s): not over by a unit, or by %.2f", seed, c.Namespace, c.Name, after, o.Resource, booked, o.Degree, overMargin)
 				}
 				if h := c.Holders[o.Holder]; h.Role == Init || (o.Resource == nr1.HypervisorQueue && !h.Books) {
 					t.Fatalf("seed %d %s/%s: overrun by %+v", seed, c.Namespace, c.Name, h)
@@ -73,6 +73,15 @@ func TestShapesAreCovered(t *testing.T) {
 				names[c.Name] = append(names[c.Name], c.Namespace)
 				if c.Over != nil {
 					seen["over "+c.Over.Resource.Short()] = true
+					if c.Over.Degree != "" {
+						after, booked := c.HeldAfter(c.Over.Resource), int64(c.Booked[c.Over.Resource])
+						switch {
+						case after == booked+1:
+							seen["one unit over"] = true
+						case after >= 2*booked && booked > 0:
+							seen["several times over"] = true
+						}
+					}
 				} else {
 					seen["within"] = true
 				}
@@ -121,7 +130,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
