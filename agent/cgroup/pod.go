@@ -3,7 +3,9 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +50,7 @@ func ContainerDir(podDir, id string) (string, error) {
 	}
 	entries, err := os.ReadDir(podDir)
 	if err != nil {
-		if os.IsNotExist(err) {
+		if errors.Is(err, fs.ErrNotExist) {
 			return "", nil
 		}
 		return "", fmt.Errorf("looking for container %s in %s: %w", untrusted.Quote(id), podDir, err)

@@ -19,7 +19,7 @@ type State struct {
 	recent   []time.Time
 	badAnno  map[string]string
 	badMark  map[string]string // CG UID → the ignored marks last reported
-	saved    time.Time // when it was last checkpointed
+	saved    time.Time         // when it was last checkpointed
 }
 
 // cgState is one CG's enforcement. A step is counted in Done when it is proposed and

@@ -20,7 +20,10 @@ type statusPatcher func(ctx context.Context, namespace, name string, patch []byt
 
 func restStatus(c rest.Interface) statusPatcher {
 	return func(ctx context.Context, namespace, name string, patch []byte) error {
-		return c.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).SubResource("status").Body(patch).Do(ctx).Error()
+		if err := c.Patch(types.StrategicMergePatchType).Namespace(namespace).Resource("pods").Name(name).SubResource("status").Body(patch).Do(ctx).Error(); err != nil {
+			return fmt.Errorf("patching the status of pod %s/%s: %w", namespace, name, err)
+		}
+		return nil
 	}
 }
 
@@ -47,7 +50,7 @@ func (c *Client) MarkDisrupted(ctx context.Context, namespace, pod, uid, reason,
 		}}},
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("marking %s/%s disrupted: %w", namespace, pod, err)
 	}
 	if err := c.status(ctx, namespace, pod, patch); err != nil {
 		return fmt.Errorf("marking %s/%s disrupted: %w", namespace, pod, err)

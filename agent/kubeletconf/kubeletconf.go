@@ -142,7 +142,7 @@ func readFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer unix.Close(fd)
+	defer func() { _ = unix.Close(fd) }()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
@@ -155,7 +155,7 @@ func readFile(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -178,7 +178,7 @@ func kubeletPID(ctx context.Context, socket string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrNoKubelet, socket, err)
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	raw, err := conn.(*net.UnixConn).SyscallConn()
 	if err != nil {
 		return 0, fmt.Errorf("the kubelet's socket %s: %w", socket, err)

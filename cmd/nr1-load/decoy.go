@@ -35,14 +35,17 @@ func decoy(args []string) error {
 	}
 	dir, err := os.MkdirTemp("", "decoy")
 	if err != nil {
-		return err
+		return fmt.Errorf("a directory for the link: %w", err)
 	}
 	path := filepath.Join(dir, args[0])
 	if err := os.Symlink(self, path); err != nil {
-		return err
+		return fmt.Errorf("linking %s: %w", path, err)
 	}
 	argv := append([]string{args[0], decoyWaitArg}, args[1:]...)
-	return syscall.Exec(path, argv, os.Environ())
+	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+		return fmt.Errorf("running %s: %w", path, err)
+	}
+	return nil
 }
 
 // decoyWait waits for SIGTERM or SIGINT.

@@ -149,8 +149,8 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	r := rand.New(rand.NewPCG(seed, uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	// What was added after seeds were kept comes from streams of its own, one per wave of
 	// additions.
-	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
-	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
+	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
