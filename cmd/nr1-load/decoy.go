@@ -42,7 +42,8 @@ func decoy(args []string) error {
 		return fmt.Errorf("linking %s: %w", path, err)
 	}
 	argv := append([]string{args[0], decoyWaitArg}, args[1:]...)
-	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+	// The workload's own binary, through the link it just made: what its user asked to run.
+	if err := syscall.Exec(path, argv, os.Environ()); err != nil { //nolint:gosec // G702: the binary itself, by a name the user gave
 		return fmt.Errorf("running %s: %w", path, err)
 	}
 	return nil

@@ -21,8 +21,7 @@ func TestProcessNamedKubeletDecidesNothing(t *testing.T) {
 	const ns = "nr1-kubelet-decoy"
 	newNamespace(t, c, ns)
 	mustReadyAgent(t, c)
-	decoyPod := loadPod("decoy", "decoy", "kubelet", "--config=/dev/zero", "--config-dir=/proc/self")
-	decoyPod = faultPod(t, c, ns, decoyPod)
+	faultPod(t, c, ns, loadPod("decoy", "decoy", "kubelet", "--config=/dev/zero", "--config-dir=/proc/self"))
 
 	node := nodeName(t, c)
 	before := registrations(t, c)
