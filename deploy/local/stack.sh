@@ -65,6 +65,25 @@ start() {
   echo $! >"$RUN/$name.pid"
 }
 
+# start_supervised NAME CMD...: start, with CMD run again a second after it exits, as a
+# cluster's kubelet or systemd restarts its control plane: the scheduler exits by design
+# when it finds its cache inconsistent (a pod seen bound to another node, as an API
+# server restart can leave it). The pid file names the supervising shell, which stops
+# CMD when it is stopped.
+start_supervised() {
+  local name=$1; shift
+  pid_alive "$name" && return 0
+  # shellcheck disable=SC2016 # expanded by the supervising shell
+  setsid bash -c 'trap "kill -TERM \$child 2>/dev/null; wait \$child; exit 0" TERM
+    while :; do
+      "$@" & child=$!
+      wait $child && rc=0 || rc=$?
+      echo "[stack] $0 exited ($rc): started again in 1 s"
+      sleep 1
+    done' "$name" "$@" >>"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+
 # wait_for WHAT SECONDS CMD...: polls CMD until it succeeds.
 wait_for() {
   local what=$1 secs=$2; shift 2
@@ -359,13 +378,13 @@ up() {
 
   start_apiserver "$ip"
 
-  start kube-controller-manager kube-controller-manager --kubeconfig="$PKI/controller-manager.kubeconfig" \
+  start_supervised kube-controller-manager kube-controller-manager --kubeconfig="$PKI/controller-manager.kubeconfig" \
     --authentication-kubeconfig="$PKI/controller-manager.kubeconfig" --authorization-kubeconfig="$PKI/controller-manager.kubeconfig" \
     --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
     --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
     --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
     --controllers='*,-nodeipam' --node-monitor-grace-period=20s
-  start kube-scheduler kube-scheduler --kubeconfig="$PKI/scheduler.kubeconfig" \
+  start_supervised kube-scheduler kube-scheduler --kubeconfig="$PKI/scheduler.kubeconfig" \
     --authentication-kubeconfig="$PKI/scheduler.kubeconfig" --authorization-kubeconfig="$PKI/scheduler.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1
   start_kubelet
