@@ -378,20 +378,8 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *view.Measu
 				cg.Name, strings.Join(v.shared.Claims, ", "), strings.Join(v.shared.Pods, ", "), human(r, v.usage), r.Name(), v.alloc, r.Unit(),
 				v.ratio, elapsed.Round(time.Second), step.Action)
 		}
-		if p.Mode != DryRun {
-			switch step.Action {
-			case Throttle:
-				if c.Throttled {
-					continue
-				}
-				c.Throttled = true
-			case Kill, Evict:
-				c.Ended, c.EndedAt = true, now
-				// A restarted container must not be born throttled.
-				a.LiftThrottle, c.Throttled = c.Throttled, false
-			}
-		} else if step.Action == Kill || step.Action == Evict {
-			c.Ended, c.EndedAt = true, now
+		if !c.take(now, &a, p) {
+			continue
 		}
 		out = append(out, a)
 		if c.Ended {
@@ -399,6 +387,30 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *view.Measu
 		}
 	}
 	return out
+}
+
+// take records a step's action in the CG's state and says whether it is to be taken: a
+// throttle of a CG throttled already is not. A kill or eviction ends the CG's ladders
+// until it starts again, and lifts its throttle after it: a restarted container must
+// not be born throttled. In dry-run nothing is attached, and the end is only noted.
+func (c *cgState) take(now time.Time, a *Action, p Policy) bool {
+	if p.Mode == DryRun {
+		if a.Kind == Kill || a.Kind == Evict {
+			c.Ended, c.EndedAt = true, now
+		}
+		return true
+	}
+	switch a.Kind {
+	case Throttle:
+		if c.Throttled {
+			return false
+		}
+		c.Throttled = true
+	case Kill, Evict:
+		c.Ended, c.EndedAt = true, now
+		a.LiftThrottle, c.Throttled = c.Throttled, false
+	}
+	return true
 }
 
 // own1 advances the selfUncertain ladder of a CG whose usage is uncertain by its own
@@ -432,19 +444,8 @@ func (c *cgState) own1(now time.Time, cg *view.Measured, p Policy) []Action {
 		}
 		a.Message = fmt.Sprintf("%s holds NR1 files where no scan can count them, by its own doing (%s: %s), for %s: its usage is unknown and protects nothing: %s",
 			cg.Name, cg.UncertainCause, cg.UsageUncertain, elapsed.Round(time.Second), step.Action)
-		if p.Mode != DryRun {
-			switch step.Action {
-			case Throttle:
-				if c.Throttled {
-					continue
-				}
-				c.Throttled = true
-			case Kill, Evict:
-				c.Ended, c.EndedAt = true, now
-				a.LiftThrottle, c.Throttled = c.Throttled, false
-			}
-		} else if step.Action == Kill || step.Action == Evict {
-			c.Ended, c.EndedAt = true, now
+		if !c.take(now, &a, p) {
+			continue
 		}
 		out = append(out, a)
 		if c.Ended {

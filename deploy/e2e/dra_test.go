@@ -103,18 +103,7 @@ func unreadSidecarCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, im
 		t.Logf("the unread sidecar: containerd's case, the stack runs %s", stackRuntime())
 		return
 	}
-	var from []corev1.EnvFromSource
-	for i := range 2 {
-		data := map[string]string{}
-		for k := range 8 {
-			data[fmt.Sprintf("BIG_%d_%d", i, k)] = strings.Repeat("<", 110<<10)
-		}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("unread-env-%d", i), Namespace: draNS}, Data: data}
-		if _, err := c.CoreV1().ConfigMaps(draNS).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}})
-	}
+	from := bigEnvFrom(t, c, draNS)
 	always := corev1.ContainerRestartPolicyAlways
 	// The queues are taken once the pod is seen running, past the container warm-up.
 	sidecar := loadContainer("model-server", "--compute-dma-mb=2", "--queues=1", "--step=5s:queues=12")
@@ -145,6 +134,25 @@ func unreadSidecarCG(t *testing.T, c kubernetes.Interface, agent *corev1.Pod, im
 	if err := c.CoreV1().Pods(draNS).Delete(context.Background(), p.Name, metav1.DeleteOptions{}); err != nil {
 		t.Error(err)
 	}
+}
+
+// bigEnvFrom creates in ns the ConfigMaps of an environment of 1.76 MB of characters
+// JSON escapes six-fold: containerd's verbose status of a container given it, which
+// carries it twice, is about 21 MB, past what the agent receives (16 MiB).
+func bigEnvFrom(t *testing.T, c kubernetes.Interface, ns string) []corev1.EnvFromSource {
+	var from []corev1.EnvFromSource
+	for i := range 2 {
+		data := map[string]string{}
+		for k := range 8 {
+			data[fmt.Sprintf("BIG_%d_%d", i, k)] = strings.Repeat("<", 110<<10)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-env-%d", i), Namespace: ns}, Data: data}
+		if _, err := c.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}})
+	}
+	return from
 }
 
 // createExample creates a DRA example of deploy/examples, its ResourceClaimTemplate and

@@ -334,21 +334,7 @@ func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
 
 	// A tenant allowed to create and update namespaces.
 	const tenant = "nr1-e2e-tenant"
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: tenant},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create", "update", "patch"}}}}
-	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: tenant},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tenant},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenant}}}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{})
-	})
+	grant(t, c, tenant, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "create", "update", "patch"}})
 	as := func(groups ...string) kubernetes.Interface {
 		cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 		if err != nil {
@@ -412,6 +398,26 @@ func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
 	subresourceTenant(t, c, plain, refused)
 }
 
+// grant gives the user named user the rule, cluster-wide, for the test's time.
+func grant(t *testing.T, c kubernetes.Interface, user string, rule rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{rule}}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(context.Background(), user, metav1.DeleteOptions{}) })
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), user, metav1.DeleteOptions{})
+	})
+}
+
 // subresourceTenant: namespaces/status and namespaces/finalize keep the labels of their
 // request as an update does. A user allowed only those (and pods/status, which keeps a
 // pod's annotations) gives no exempting label or annotation through them; the same user
@@ -419,21 +425,7 @@ func TestNamespaceExemptionIsTheAdministrators(t *testing.T) {
 func subresourceTenant(t *testing.T, c kubernetes.Interface, plain string, refused func(what, label string, err error) error) {
 	ctx := context.Background()
 	const tenant = "nr1-e2e-status-tenant"
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: tenant},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces/status", "namespaces/finalize", "pods/status"}, Verbs: []string{"update", "patch"}}}}
-	if _, err := c.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.RbacV1().ClusterRoles().Delete(context.Background(), tenant, metav1.DeleteOptions{}) })
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: tenant},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tenant},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: tenant}}}
-	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.RbacV1().ClusterRoleBindings().Delete(context.Background(), tenant, metav1.DeleteOptions{})
-	})
+	grant(t, c, tenant, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"namespaces/status", "namespaces/finalize", "pods/status"}, Verbs: []string{"update", "patch"}})
 	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
 	if err != nil {
 		t.Fatal(err)

@@ -344,25 +344,6 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 	return spec
 }
 
-// bigEnvFrom creates in ns the ConfigMaps of an environment of 1.76 MB of characters
-// JSON escapes six-fold: containerd's verbose status of a container given it, which
-// carries it twice, is about 21 MB, past what the agent receives (16 MiB).
-func bigEnvFrom(t *testing.T, c kubernetes.Interface, ns string) []corev1.EnvFromSource {
-	var from []corev1.EnvFromSource
-	for i := range 2 {
-		data := map[string]string{}
-		for k := range 8 {
-			data[fmt.Sprintf("BIG_%d_%d", i, k)] = strings.Repeat("<", 110<<10)
-		}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-env-%d", i), Namespace: ns}, Data: data}
-		if _, err := c.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		from = append(from, corev1.EnvFromSource{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm.Name}}})
-	}
-	return from
-}
-
 // recreateStatefulSets deletes each StatefulSet's pod: the controller re-creates it
 // under the same name, which the agent must tell from its predecessor.
 func (r *trustRun) recreateStatefulSets() {
