@@ -28,6 +28,9 @@ func actuator(cfg *config.Config, dev theNR1, cri *runtime.Client, cgroups cgrou
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
 		Log:         log,
 	}
+	if cgroups.V2 != "" {
+		a.Killer = cgroups
+	}
 	var closers []func()
 	if k, err := kube.New(cfg.Kubeconfig, dev.node, log); err != nil {
 		log.Warn("no Kubernetes API server: enforcement Events and evictions are only logged", "err", err)

@@ -4,8 +4,9 @@
 // (and optionally the freezer), CRI StopContainer, and the Eviction API. A kill ends as a
 // failure where Kubernetes users look: the pod is marked with the DisruptionTarget
 // condition (reason NR1Killed) before its containers are stopped, and with the default
-// killTimeout of 0 they are killed at once, so a workload that would exit 0 on SIGTERM
-// never ends Completed.
+// killTimeout of 0 they are killed at once, by SIGKILL to every process of their cgroup
+// (then the runtime's stop), so a workload that would exit 0 on SIGTERM never ends
+// Completed, whichever runtime.
 package actuate
 
 import (
@@ -37,6 +38,11 @@ type Stopper interface {
 // Disruptor marks a pod with the DisruptionTarget condition before it is stopped.
 type Disruptor interface {
 	MarkDisrupted(ctx context.Context, namespace, pod, uid, reason, message string) error
+}
+
+// Killer ends every process of a cgroup by SIGKILL at once.
+type Killer interface {
+	Kill(dir string) error
 }
 
 // Throttler denies the NR1 character devices to a pod's cgroup, keyed by the pod's UID.
@@ -72,6 +78,7 @@ type Actuator struct {
 	Evictor     Evictor
 	Stopper     Stopper
 	Disruptor   Disruptor // nil: no condition is set (no API server)
+	Killer      Killer    // nil: a kill is the runtime's stop alone
 	Throttler   Throttler
 	Freezer     Freezer // nil unless the policy freezes throttled CGs
 	KillTimeout time.Duration
@@ -188,6 +195,15 @@ func (a *Actuator) kill(ctx context.Context, act enforce.Action) error {
 	}
 	var errs []error
 	for _, c := range act.Containers {
+		// At once, the kernel ends the container's processes, not the runtime: a runtime
+		// may still send the stop signal first (CRI-O does, whatever the timeout), and a
+		// workload taking it as the end of its work would end Completed. The runtime's
+		// stop then records the end.
+		if a.KillTimeout == 0 && a.Killer != nil && c.Cgroup != "" {
+			if err := a.Killer.Kill(c.Cgroup); err != nil {
+				a.Log.Warn("the container's cgroup not killed; the runtime stops it", "namespace", act.Namespace, "pod", act.Pod, "container", c.Name, "err", err)
+			}
+		}
 		if err := a.Stopper.StopContainer(ctx, c.ID, a.KillTimeout); err != nil {
 			errs = append(errs, fmt.Errorf("stopping container %s of %s/%s: %w", c.Name, act.Namespace, act.Pod, err))
 			continue

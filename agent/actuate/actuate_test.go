@@ -205,24 +205,45 @@ func (d disruptor) MarkDisrupted(_ context.Context, ns, pod, uid, reason, msg st
 	return d.err
 }
 
+type killer struct{ f *fakes }
+
+func (k killer) Kill(dir string) error {
+	k.f.calls = append(k.f.calls, "cgroup.kill "+dir)
+	return nil
+}
+
 // A kill marks the pod DisruptionTarget before it stops its containers, so that its end
 // reads as a disruption by NR1 when the pod fails; a mark that fails (no API server, a
-// static pod) still stops them.
+// static pod) still stops them. At once, the kernel kills the container's cgroup before
+// the runtime's stop records it; with a grace, only the runtime stops it.
 func TestKillMarksThePodDisruptedFirst(t *testing.T) {
 	for _, markErr := range []error{nil, errors.New("API server unavailable")} {
 		a, r, f := newActuator()
 		a.KillTimeout = 0
 		a.Disruptor = disruptor{f, markErr}
-		if err := a.Act(context.Background(), act(enforce.Kill)); err != nil {
+		a.Killer = killer{f}
+		k := act(enforce.Kill)
+		k.Containers[0].Cgroup = "/cg/podu/c1"
+		if err := a.Act(context.Background(), k); err != nil {
 			t.Fatalf("mark error %v: kill: %v", markErr, err)
 		}
-		want := "mark default/cg u NR1Killed: holds 20 of 7;stop c1 0s"
+		want := "mark default/cg u NR1Killed: holds 20 of 7;cgroup.kill /cg/podu/c1;stop c1 0s"
 		if got := strings.Join(f.calls, ";"); got != want {
 			t.Errorf("mark error %v: calls %q, want %q", markErr, got, want)
 		}
 		if len(r.events) != 1 || !strings.Contains(r.events[0], "NR1Killed") {
 			t.Errorf("mark error %v: events %q", markErr, r.events)
 		}
+	}
+	a, _, f := newActuator()
+	a.Killer = killer{f}
+	k := act(enforce.Kill)
+	k.Containers[0].Cgroup = "/cg/podu/c1"
+	if err := a.Act(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(f.calls, ";"); got != "stop c1 5s" {
+		t.Errorf("with a grace: calls %q, want the runtime's stop alone", got)
 	}
 }
 

@@ -114,3 +114,47 @@ func TestThrottleFreezeAndRestart(t *testing.T) {
 		t.Errorf("pins left: %v", names)
 	}
 }
+
+// A kill at once ends every process of the container's cgroup by SIGKILL, on the real
+// kernel: none can take a signal first and exit 0.
+func TestKillEndsTheCgroupBySIGKILL(t *testing.T) {
+	r := cgrouptest.New(t)
+	root := r.Cgroups("nr1-kill-test", "pod/ctr")
+	ctr := filepath.Join(root, "pod", "ctr")
+	if _, err := os.Stat(filepath.Join(ctr, "cgroup.kill")); err != nil {
+		t.Skipf("the kernel has no cgroup.kill (Linux 5.14): %v", err)
+	}
+	c := r.Cmd(ctr, "hold")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n, _ := r.Count(); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never started")
+		}
+	}
+	if err := r.Hierarchy.Kill(ctr); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.Process.Kill()
+		t.Fatal("the holder outlived its cgroup's kill")
+	}
+	ws, ok := c.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("the holder ended %v, want by SIGKILL", c.ProcessState)
+	}
+	if err := r.Hierarchy.Kill(filepath.Join(root, "gone")); err != nil {
+		t.Errorf("a cgroup gone: %v, want nothing to kill", err)
+	}
+	if err := r.Hierarchy.Kill("/tmp"); err == nil {
+		t.Error("a directory outside the v2 tree killed")
+	}
+}

@@ -15,6 +15,9 @@ import (
 type ContainerRef struct {
 	ID   string `json:"id"`
 	Name string `json:"name"`
+	// Cgroup is its v2 cgroup directory, where a kill at once sends SIGKILL to every
+	// process; empty when not known.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // Action is one thing to do to a CG.
@@ -99,7 +102,7 @@ func targets(cg *view.Measured, r nr1.Resource, p Policy) []ContainerRef {
 		if c.State != view.Running {
 			continue
 		}
-		ref := ContainerRef{ID: c.ID, Name: c.Name}
+		ref := ContainerRef{ID: c.ID, Name: c.Name, Cgroup: c.Cgroup.V2}
 		if p.KillScope == "cg" {
 			out = append(out, ref)
 			continue

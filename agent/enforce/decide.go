@@ -460,7 +460,7 @@ func running(cg *view.Measured) []ContainerRef {
 	var out []ContainerRef
 	for _, c := range cg.Containers {
 		if c.State == view.Running {
-			out = append(out, ContainerRef{ID: c.ID, Name: c.Name})
+			out = append(out, ContainerRef{ID: c.ID, Name: c.Name, Cgroup: c.Cgroup.V2})
 		}
 	}
 	return out
