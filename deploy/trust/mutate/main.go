@@ -33,8 +33,11 @@ type mutant struct {
 var mutants = []mutant{
 	{"kill-disabled", "a kill stops nothing, and reports success (the Event says NR1Killed)",
 		[]change{{"agent/actuate/actuate.go",
-			"if err := a.Stopper.StopContainer(ctx, c.ID, a.KillTimeout); err != nil {",
-			"if err := error(nil); err != nil {"}}},
+			"if a.KillTimeout == 0 && a.Killer != nil && c.Cgroup != \"\" {",
+			"if false {"},
+			{"agent/actuate/actuate.go",
+				"if err := a.Stopper.StopContainer(ctx, c.ID, a.KillTimeout); err != nil {",
+				"if err := error(nil); err != nil {"}}},
 	{"allocation-zero", "every CG's allocation read as zero, known",
 		[]change{{"agent/inventory/inventory.go",
 			"cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true",
