@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -92,12 +93,16 @@ type Builder struct {
 	mu         sync.Mutex
 	reported   map[string]string // container ID → last disagreement logged
 	refused    map[string]string // sandbox ID → last refusal logged
+	// podDirs are the pods' cgroups found by searching the tree (pod UID → directory):
+	// a pod no container of which the runtime describes is looked for once, not at every
+	// sample, however long it keeps its containers' statuses unreadable.
+	podDirs map[string]string
 }
 
 // NewBuilder returns a builder of what o's sources say.
 func NewBuilder(o Options) *Builder {
 	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, claims: o.Claims, cdiDir: o.CDIDir, cgroups: o.Cgroups,
-		maxAge: o.MaxAllocationAge, log: o.Log, reported: map[string]string{}, refused: map[string]string{}}
+		maxAge: o.MaxAllocationAge, log: o.Log, reported: map[string]string{}, refused: map[string]string{}, podDirs: map[string]string{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
@@ -113,10 +118,10 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 		answered = time.Time{}
 	}
 	snap := &Snapshot{Taken: now, Inputs: view.Inputs{RuntimeConnected: rs.Connected, AllocationRead: answered}, CGs: make([]*view.CG, 0, len(rs.Pods))}
-	seen, seenPods := make(map[string]bool), make(map[string]bool)
+	seen, seenPods, seenUIDs := make(map[string]bool), make(map[string]bool), make(map[string]bool)
 	succeeded := successors(rs.Pods)
 	for _, p := range rs.Pods {
-		seenPods[p.SandboxID] = true
+		seenPods[p.SandboxID], seenUIDs[p.UID] = true, true
 		cg := &view.CG{
 			UID: p.UID, Namespace: p.Namespace, Name: p.Name, QoS: p.QoS(), Ready: p.Ready, Annotations: p.Annotations,
 			Containers: make([]*view.Container, 0, len(p.Containers)),
@@ -150,7 +155,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 		}
 		snap.CGs = append(snap.CGs, cg)
 	}
-	b.forget(seen, seenPods)
+	b.forget(seen, seenPods, seenUIDs)
 	return snap
 }
 
@@ -210,12 +215,7 @@ func (b *Builder) podCgroup(cg *view.CG) {
 		}
 	}
 	if dir == "" && undescribed {
-		// No container the runtime described says where the pod is: the tree does.
-		d, err := b.cgroups.PodDir(cg.UID)
-		if err != nil {
-			b.log.Debug("looking for a pod's cgroup", "namespace", cg.Namespace, "pod", cg.Name, "err", err)
-		}
-		dir = d
+		dir = b.searchPodDir(cg)
 	}
 	if dir == "" {
 		return
@@ -252,6 +252,31 @@ func (b *Builder) podCgroup(cg *view.CG) {
 			cg.PodCgroupIDs = append(cg.PodCgroupIDs, cid)
 		}
 	}
+}
+
+// searchPodDir finds the pod's cgroup in the tree: no container the runtime described
+// says where it is. A directory found before is reused while it exists.
+func (b *Builder) searchPodDir(cg *view.CG) string {
+	b.mu.Lock()
+	dir, known := b.podDirs[cg.UID]
+	b.mu.Unlock()
+	if known {
+		if _, err := os.Stat(dir); err == nil {
+			return dir
+		}
+	}
+	dir, err := b.cgroups.PodDir(cg.UID)
+	if err != nil {
+		b.log.Debug("looking for a pod's cgroup", "namespace", cg.Namespace, "pod", cg.Name, "err", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if dir == "" {
+		delete(b.podDirs, cg.UID)
+	} else {
+		b.podDirs[cg.UID] = dir
+	}
+	return dir
 }
 
 // RunningPods are the pods the runtime runs as the allocation tracker reads them: what
@@ -584,9 +609,14 @@ func (b *Builder) crossCheck(cg *view.CG, c *runtime.Container, fromKubelet, ann
 	return problem
 }
 
-func (b *Builder) forget(seen, seenPods map[string]bool) {
+func (b *Builder) forget(seen, seenPods, seenUIDs map[string]bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for uid := range b.podDirs {
+		if !seenUIDs[uid] {
+			delete(b.podDirs, uid)
+		}
+	}
 	for id := range b.reported {
 		if !seen[id] {
 			delete(b.reported, id)

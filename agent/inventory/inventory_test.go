@@ -850,10 +850,16 @@ func TestUndescribedContainerIsFoundBelowItsPod(t *testing.T) {
 				t.Errorf("pod cgroup ids %v, want the pod's, the monitor's and the stray's %v (no container's)", got, want)
 			}
 
-			// No container the runtime describes: the pod's cgroup is found in the tree.
-			w.putContainers(t,
-				fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, NoInfo: true},
-				fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102, NoInfo: true})
+			// No container the runtime describes (the pod's sandbox made anew, its containers'
+			// statuses unread): the pod's cgroup is found in the tree.
+			w.cri.DropSandbox("sb1", false)
+			w.cri.PutSandbox(fakecri.Sandbox{ID: "sb2", UID: podUID, Namespace: "default", Name: "resnet50"}, false)
+			w.cri.PutContainer(fakecri.Container{ID: "c-hh", SandboxID: "sb2", Name: "health-handler", PID: 101, NoInfo: true}, false)
+			w.cri.PutContainer(fakecri.Container{ID: "c-x", SandboxID: "sb2", Name: "sidecar", PID: 120, NoInfo: true}, false)
+			w.watched(t, "the new sandbox not seen", func(s *runtime.Snapshot) bool {
+				p := s.Pod(podUID)
+				return p != nil && p.SandboxID == "sb2" && len(p.Containers) == 2
+			})
 			cg = w.builder.Build(time.Now()).CG(podUID)
 			if cg.PodCgroup != podDir {
 				t.Errorf("no container described: pod cgroup %q, want %q", cg.PodCgroup, podDir)
@@ -862,6 +868,16 @@ func TestUndescribedContainerIsFoundBelowItsPod(t *testing.T) {
 				if c.CgroupID == 0 {
 					t.Errorf("no container described: %s has no cgroup", c.Name)
 				}
+			}
+			// Found once, kept while it exists; the pod gone, forgotten.
+			if got := w.builder.podDirs[podUID]; got != podDir {
+				t.Errorf("pod cgroup kept %q, want %q", got, podDir)
+			}
+			w.cri.DropSandbox("sb2", false)
+			w.watched(t, "pod not removed", func(s *runtime.Snapshot) bool { return s.Pod(podUID) == nil })
+			w.builder.Build(time.Now())
+			if _, kept := w.builder.podDirs[podUID]; kept {
+				t.Error("a pod gone keeps its cgroup's entry")
 			}
 		})
 	}
