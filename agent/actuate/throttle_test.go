@@ -124,10 +124,7 @@ func TestKillEndsTheCgroupBySIGKILL(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ctr, "cgroup.kill")); err != nil {
 		t.Skipf("the kernel has no cgroup.kill (Linux 5.14): %v", err)
 	}
-	c := r.Cmd(ctr, "hold")
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
+	c := r.Start(ctr, "hold")
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if n, _ := r.Count(); n > 0 {
 			break

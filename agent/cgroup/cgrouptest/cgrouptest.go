@@ -226,6 +226,17 @@ func (r *Rig) Open(cg string) syscall.Errno {
 	return 0
 }
 
+// Start starts a helper in mode inside cg; the caller waits for it.
+func (r *Rig) Start(cg, mode string) *exec.Cmd {
+	r.T.Helper()
+	c := r.Cmd(cg, mode)
+	if err := c.Start(); err != nil {
+		r.skipWithoutClone3(err)
+		r.T.Fatal(err)
+	}
+	return c
+}
+
 // Hold starts a holder inside cg, stopped at the end of the test.
 func (r *Rig) Hold(cg string) *exec.Cmd {
 	r.T.Helper()
