@@ -81,9 +81,8 @@ struct {
 // iterators.
 __u32 scan = 0;
 
-// Copies of one open file in one object of an iterator (a socket's queue, a ring's
-// table) are one record: one queue sent in flight 600 times, or registered in 600 slots
-// of a ring, is one file, and fills no cap. An object may be rolled back and shown
+// Copies of one open file in one object of an iterator (a ring's table) are one record:
+// one queue registered in 600 slots of a ring is one file, and fills no cap. An object may be rolled back and shown
 // again, so what it wrote cannot be marked seen for the scan; each showing is a visit
 // of its own instead, and a file is written once per visit. The caps then bound
 // distinct files, and a cgroup past one holds that many distinct files where a scan
@@ -130,7 +129,12 @@ struct record {
 // KIND_NETNS: the process holds a unix socket (fd) of a network namespace (file: its
 // inode number), the first met of that namespace's; user space reads the sockets of
 // those no process is in from inside them.
-enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6 };
+// KIND_PAST_CAP: a socket or ring of the cgroup holds more distinct targets than a scan
+// writes for it (target: the first one past the cap); the cgroup is over whatever it
+// was given, since it holds more than any count the agent can make of it.
+// KIND_RING_LAYOUT: the cgroup holds a ring of a layout this program does not know: its
+// files were not read, by the node's failing, not the cgroup's.
+enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6, KIND_PAST_CAP = 7, KIND_RING_LAYOUT = 8 };
 
 // Force the record type into BTF for bpf2go.
 const struct record *unused_record __attribute__((unused));
@@ -211,8 +215,9 @@ static __always_inline struct net *unix_net(struct file *file, umode_t mode)
 
 // A ring's registered files are one object of the iterator with its fd: all their
 // records fit the seq buffer, or the fd is shown again. So at most MAX_RING_RECORDS
-// distinct files are written per ring (copies of one are one, first_in_visit), and the
-// ring is marked seen for its cgroup only once all were written.
+// distinct files are written per ring (copies of one are one, first_in_visit), one
+// more is reported as KIND_PAST_CAP, and the ring is marked seen for its cgroup only
+// once all were written.
 // A ring's table holds up to 1 << 20 files (IORING_MAX_FIXED_FILES): the first
 // MAX_RING_FILES slots are read, and a larger table leaves its cgroup unread.
 #define MAX_RING_FILES (1 << 16)
@@ -231,6 +236,8 @@ struct ring {
 	__u32 nr;
 	int written;
 	int more;
+	int past_cap; // 1 + the target index of the first distinct file past the cap
+	int layout;
 	int failed;
 };
 
@@ -272,7 +279,7 @@ static long ring_file(__u32 i, struct ring *c)
 	if (!first_in_visit((__u64)file, c->cgroup_id, c->visit))
 		return 0;
 	if (c->written >= MAX_RING_RECORDS) {
-		c->more = 1;
+		c->past_cap = 1 + index_of(*target);
 		return 1;
 	}
 	r.cgroup_id = c->cgroup_id;
@@ -315,7 +322,7 @@ static __always_inline void registered(struct seq_file *seq, struct task_struct 
 		c.files = BPF_CORE_READ(old, file_table.files);
 		c.nr = BPF_CORE_READ(old, nr_user_files);
 	} else {
-		c.more = 1; // a layout this program does not know
+		c.layout = 1;
 	}
 	if (c.nodes || c.files)
 		bpf_loop(MAX_RING_FILES, ring_file, &c, 0);
@@ -325,6 +332,16 @@ static __always_inline void registered(struct seq_file *seq, struct task_struct 
 		return;
 	if (c.more) {
 		struct record r = {.cgroup_id = c.cgroup_id, .pid = c.pid, .fd = c.fd, .kind = KIND_RING_MORE};
+		if (bpf_seq_write(c.seq, &r, sizeof(r)))
+			return;
+	}
+	if (c.past_cap) {
+		struct record r = {.cgroup_id = c.cgroup_id, .pid = c.pid, .fd = c.fd, .target = c.past_cap - 1, .kind = KIND_PAST_CAP};
+		if (bpf_seq_write(c.seq, &r, sizeof(r)))
+			return;
+	}
+	if (c.layout) {
+		struct record r = {.cgroup_id = c.cgroup_id, .pid = c.pid, .fd = c.fd, .kind = KIND_RING_LAYOUT};
 		if (bpf_seq_write(c.seq, &r, sizeof(r)))
 			return;
 	}
@@ -424,44 +441,80 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 
 // Files in flight: sent over a unix socket (SCM_RIGHTS) and not received yet, held by
 // nobody's fd table but still open. They count for the cgroup of the socket whose queue
-// holds them, as handles of this scan (one record per description and cgroup, as for
-// fds). A socket's queue is read up to MAX_MESSAGES messages; a socket with more (a
-// stream socket whose send buffer was raised) is reported as holding more than read.
+// holds them, as handles of this scan: once per description and cgroup, as for fds.
 //
-// A socket is one object of the iterator: all its records go into the seq buffer at
-// once (8 pages), or are rolled back and the socket shown again. So at most
-// MAX_SOCKET_RECORDS distinct files are written per socket (copies of one are one,
-// first_in_visit), and one KIND_INFLIGHT_MORE record says its cgroup holds more than
-// were read; and nothing is marked seen here, since what a
-// rolled-back socket wrote would then be skipped when it is shown again.
+// They are collected in maps, not written to the iterator's output: the unix iterator
+// reads a hash bucket of sockets at a time, and a read that stops within a bucket (its
+// output full) resumes at the next bucket, skipping the sockets left in it. With no
+// output, one read runs over every socket.
+//
+// A socket's queue is read up to MAX_MESSAGES messages; a socket with more (a stream
+// socket whose send buffer was raised) makes its cgroup's count a lower bound, as a ring
+// or a socket of another namespace in flight does (what those hold is not read here).
+// A cgroup is counted up to MAX_CGROUP_INFLIGHT distinct files; one more marks it past
+// the cap. Copies of one file are one, in any number of messages and sockets.
 #define MAX_MESSAGES 4096
 #define SCM_MAX_FD 253
-#define MAX_SOCKET_RECORDS 480
+#define MAX_CGROUP_INFLIGHT 1024
+
+// The pass over sockets, set by user space before each: the maps below keep what was
+// counted in it, and what earlier passes left until user space deletes it.
+__u32 inflight_pass = 0;
+
+struct inflight_file_val {
+	__u32 pass;
+	__u32 target;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct seen_key);
+	__type(value, struct inflight_file_val);
+} inflight_files SEC(".maps");
+
+struct inflight_cgroup {
+	__u32 pass;
+	__u32 count;    // distinct files counted in this pass
+	__u32 more;     // holds more than was read
+	__u32 past_cap; // 1 + the target index of the first distinct file past the cap
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct inflight_cgroup);
+} inflight_cgroups SEC(".maps");
+
+// The pass in which a map above was full: what did not fit was not counted.
+__u32 inflight_full = 0;
+
+// Force the value types into BTF for bpf2go.
+const struct inflight_file_val *unused_inflight_file_val __attribute__((unused));
+const struct inflight_cgroup *unused_inflight_cgroup __attribute__((unused));
 
 struct inflight {
-	struct seq_file *seq;
 	struct scm_fp_list *fpl;
 	struct sk_buff *skb;
 	struct sk_buff *head;
 	struct net *net;
+	struct inflight_cgroup *cg;
 	__u64 cgroup_id;
-	__u64 visit;
 	int count;
-	int written;
-	int more;
 };
 
 static long inflight_file(__u32 i, struct inflight *c)
 {
 	struct file *file = 0;
-	struct record r = {};
 	__u32 *target;
 
 	// Kernel pointers are copied out of the context first: a CO-RE read of c->fpl
 	// would relocate the local struct inflight too.
 	struct scm_fp_list *fpl = c->fpl;
+	struct inflight_cgroup *cg = c->cg;
 
-	if ((int)i >= c->count || i >= SCM_MAX_FD)
+	if ((int)i >= c->count || i >= SCM_MAX_FD || !cg)
 		return 1;
 	if (bpf_core_read(&file, sizeof(file), &fpl->fp[i]) || !file)
 		return 0;
@@ -475,26 +528,27 @@ static long inflight_file(__u32 i, struct inflight *c)
 		struct net *net = unix_net(file, mode);
 
 		if ((net && net != c->net) || is_ring(file, mode))
-			c->more = 1;
+			cg->more = 1;
 		return 0;
 	}
-	r.cgroup_id = c->cgroup_id;
-	r.file = (__u64)file;
-	r.target = index_of(*target);
-	r.kind = KIND_INFLIGHT;
 	// Held as an fd too in this cgroup: reported by task_file already.
-	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
+	struct seen_key key = {.file = (__u64)file, .cgroup_id = c->cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
 	if (last && *last == scan)
 		return 0;
-	if (!first_in_visit(r.file, r.cgroup_id, c->visit))
+	struct inflight_file_val *v = bpf_map_lookup_elem(&inflight_files, &key);
+	if (v && v->pass == inflight_pass)
 		return 0;
-	if (c->written >= MAX_SOCKET_RECORDS) {
-		c->more = 1;
+	if (cg->count >= MAX_CGROUP_INFLIGHT) {
+		cg->past_cap = 1 + index_of(*target);
 		return 1;
 	}
-	bpf_seq_write(c->seq, &r, sizeof(r));
-	c->written++;
+	struct inflight_file_val nv = {.pass = inflight_pass, .target = index_of(*target)};
+	if (bpf_map_update_elem(&inflight_files, &key, &nv, BPF_ANY)) {
+		inflight_full = inflight_pass;
+		return 1;
+	}
+	cg->count++;
 	return 0;
 }
 
@@ -504,7 +558,7 @@ static long inflight_message(__u32 i, struct inflight *c)
 	struct unix_skb_parms *parms;
 	struct scm_fp_list *fpl;
 
-	if (!skb || skb == c->head || c->more)
+	if (!skb || skb == c->head || !c->cg || c->cg->past_cap)
 		return 1;
 	parms = (struct unix_skb_parms *)&skb->cb;
 	fpl = BPF_CORE_READ(parms, fp);
@@ -517,6 +571,21 @@ static long inflight_message(__u32 i, struct inflight *c)
 	return 0;
 }
 
+// inflight_cgroup_of is the cgroup's counts of this pass, made when it has none.
+static __always_inline struct inflight_cgroup *inflight_cgroup_of(__u64 cgroup_id)
+{
+	struct inflight_cgroup *cg = bpf_map_lookup_elem(&inflight_cgroups, &cgroup_id);
+
+	if (cg && cg->pass == inflight_pass)
+		return cg;
+	struct inflight_cgroup fresh = {.pass = inflight_pass};
+	if (bpf_map_update_elem(&inflight_cgroups, &cgroup_id, &fresh, BPF_ANY)) {
+		inflight_full = inflight_pass;
+		return 0;
+	}
+	return bpf_map_lookup_elem(&inflight_cgroups, &cgroup_id);
+}
+
 SEC("iter/unix")
 int nr1_unix(struct bpf_iter__unix *ctx)
 {
@@ -525,19 +594,18 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 
 	if (!u)
 		return 0;
-	c.seq = ctx->meta->seq;
 	c.head = (struct sk_buff *)&u->sk.sk_receive_queue;
 	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
+	if (!c.skb || c.skb == c.head)
+		return 0; // nothing queued
 	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
 	c.net = BPF_CORE_READ(u, sk.__sk_common.skc_net.net);
-	c.visit = ++visits;
+	c.cg = inflight_cgroup_of(c.cgroup_id);
+	if (!c.cg)
+		return 0;
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
-	if (c.skb && c.skb != c.head)
-		c.more = 1;
-	if (c.more) {
-		struct record r = {.cgroup_id = c.cgroup_id, .kind = KIND_INFLIGHT_MORE};
-		bpf_seq_write(c.seq, &r, sizeof(r));
-	}
+	if (c.skb && c.skb != c.head && !c.cg->past_cap)
+		c.cg->more = 1;
 	return 0;
 }
 

@@ -30,12 +30,18 @@ const (
 	// is the ring's), held open by the ring with no fd of its own.
 	KindRegistered = 4
 	// KindRingMore: a ring of the record's cgroup holds files the iterator did not
-	// read (more than it reads, a socket of another namespace, a layout it does not know).
+	// read (a table larger than it reads, a socket of another namespace).
 	KindRingMore = 5
 	// KindNetNS: the record's process holds a unix socket (Fd) of the network namespace
 	// whose inode number is in File, the first met of that namespace's in this scan: a
 	// namespace no process is in is read from inside it, through that socket.
 	KindNetNS = 6
+	// KindPastCap: a socket or ring of the record's cgroup holds more distinct targets
+	// than a scan writes for one (Target: the first past the cap).
+	KindPastCap = 7
+	// KindRingLayout: a ring of the record's cgroup is of a layout the program does not
+	// know, so its files were not read.
+	KindRingLayout = 8
 )
 
 // Record is one open fd or one mapping of a target file, as the iterators report it.
@@ -58,6 +64,7 @@ type Footprint struct {
 	vmas  *link.Iter
 	unix  *link.Iter
 	scan  uint32
+	pass  uint32 // of InFlight
 }
 
 // LoadFootprint loads the task_file and task_vma iterators. It fails when the kernel
@@ -137,16 +144,29 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 	return run(f.files, fn)
 }
 
+// ErrInFlightFull says the kernel's tables of files in flight were full: what did not
+// fit was not counted, for any cgroup.
+var ErrInFlightFull = errors.New("the tables of files in flight are full")
+
 // InFlight runs the unix socket iterator in each network namespace named (paths of
-// /proc/PID/ns/net; a socket is seen only from its own namespace), calling fn for each
-// open file description of a target sent over a unix socket and not received yet, once
-// per description and the receiving socket's cgroup, and not when Files, run before it
-// in the same scan, reported it for that cgroup. The record's PID and fd are 0. A
-// namespace gone since it was named is skipped.
+// /proc/PID/ns/net; a socket is seen only from its own namespace), then calls fn for
+// each open file description of a target sent over a unix socket and not received yet,
+// once per description and the receiving socket's cgroup, and not when Files, run before
+// it in the same scan, reported it for that cgroup (KindInFlight; PID and fd 0); once
+// for each cgroup holding more than was read (KindInFlightMore), or more distinct files
+// than are counted for one (KindPastCap, with the first target past the cap). A
+// namespace gone since it was named is skipped. When ctx ends between namespaces, what
+// the namespaces read hold is still reported, and the error is ctx's.
 func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Record) error) error {
+	f.pass++
+	if err := f.objs.InflightPass.Set(f.pass); err != nil {
+		return fmt.Errorf("starting a pass over sockets: %w", err)
+	}
+	var cut error
 	for _, ns := range netns {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("unix iterator, before network namespace %s: %w", ns, err)
+			cut = fmt.Errorf("unix iterator, before network namespace %s: %w", ns, err)
+			break
 		}
 		rd, err := openIn(ns, f.unix)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
@@ -155,10 +175,83 @@ func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Recor
 		if err != nil {
 			return err
 		}
-		err = ReadRecords(bufio.NewReaderSize(rd, 64<<10), fn)
+		// The program collects into maps: any output means it and this reader disagree.
+		n, err := io.Copy(io.Discard, rd)
 		_ = rd.Close()
+		if err == nil && n > 0 {
+			err = fmt.Errorf("%d bytes of output, where none is written", n)
+		}
+		if err != nil {
+			return fmt.Errorf("unix iterator in %s: %w", ns, err)
+		}
+	}
+	if err := f.collectInFlight(fn); err != nil {
+		return err
+	}
+	var full uint32
+	if err := f.objs.InflightFull.Get(&full); err != nil {
+		return fmt.Errorf("reading the in-flight tables' state: %w", err)
+	}
+	if full == f.pass {
+		return ErrInFlightFull
+	}
+	return cut
+}
+
+// collectInFlight reports what the unix iterator counted in this pass, and deletes what
+// earlier passes left.
+func (f *Footprint) collectInFlight(fn func(*Record) error) error {
+	var (
+		key   footprintSeenKey
+		val   footprintInflightFileVal
+		stale []footprintSeenKey
+	)
+	files := f.objs.InflightFiles.Iterate()
+	for files.Next(&key, &val) {
+		if val.Pass != f.pass {
+			stale = append(stale, key)
+			continue
+		}
+		if err := fn(&Record{CgroupId: key.CgroupId, File: key.File, Target: val.Target, Kind: KindInFlight}); err != nil {
+			return err
+		}
+	}
+	if err := files.Err(); err != nil {
+		return fmt.Errorf("reading files in flight: %w", err)
+	}
+	for _, k := range stale {
+		if err := f.objs.InflightFiles.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("forgetting a file in flight: %w", err)
+		}
+	}
+	var (
+		id      uint64
+		cg      footprintInflightCgroup
+		staleCG []uint64
+	)
+	cgroups := f.objs.InflightCgroups.Iterate()
+	for cgroups.Next(&id, &cg) {
+		if cg.Pass != f.pass {
+			staleCG = append(staleCG, id)
+			continue
+		}
+		var err error
+		switch {
+		case cg.PastCap != 0:
+			err = fn(&Record{CgroupId: id, Target: cg.PastCap - 1, Kind: KindPastCap})
+		case cg.More != 0:
+			err = fn(&Record{CgroupId: id, Kind: KindInFlightMore})
+		}
 		if err != nil {
 			return err
+		}
+	}
+	if err := cgroups.Err(); err != nil {
+		return fmt.Errorf("reading cgroups with files in flight: %w", err)
+	}
+	for _, k := range staleCG {
+		if err := f.objs.InflightCgroups.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("forgetting a cgroup with files in flight: %w", err)
 		}
 	}
 	return nil

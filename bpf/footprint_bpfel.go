@@ -20,6 +20,20 @@ type footprintChange struct {
 	Target   uint32
 }
 
+type footprintInflightCgroup struct {
+	_       structs.HostLayout
+	Pass    uint32
+	Count   uint32
+	More    uint32
+	PastCap uint32
+}
+
+type footprintInflightFileVal struct {
+	_      structs.HostLayout
+	Pass   uint32
+	Target uint32
+}
+
 type footprintRecord struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -58,27 +72,33 @@ type footprintTargetKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	footprintMapChanges            = "changes"
-	footprintMapMapping            = "mapping"
-	footprintMapSeen               = "seen"
-	footprintMapSeenVma            = "seen_vma"
-	footprintMapTargets            = "targets"
-	footprintMapVisited            = "visited"
-	footprintProgNr1EnterMmap      = "nr1_enter_mmap"
-	footprintProgNr1ExitMmap       = "nr1_exit_mmap"
-	footprintProgNr1ExitOpen       = "nr1_exit_open"
-	footprintProgNr1ExitOpenat     = "nr1_exit_openat"
-	footprintProgNr1ExitOpenat2    = "nr1_exit_openat2"
-	footprintProgNr1ExitPidfdGetfd = "nr1_exit_pidfd_getfd"
-	footprintProgNr1TaskFile       = "nr1_task_file"
-	footprintProgNr1TaskVma        = "nr1_task_vma"
-	footprintProgNr1Unix           = "nr1_unix"
-	footprintVarChangesLost        = "changes_lost"
-	footprintVarRingFops           = "ring_fops"
-	footprintVarScan               = "scan"
-	footprintVarUnusedChange       = "unused_change"
-	footprintVarUnusedRecord       = "unused_record"
-	footprintVarVisits             = "visits"
+	footprintMapChanges               = "changes"
+	footprintMapInflightCgroups       = "inflight_cgroups"
+	footprintMapInflightFiles         = "inflight_files"
+	footprintMapMapping               = "mapping"
+	footprintMapSeen                  = "seen"
+	footprintMapSeenVma               = "seen_vma"
+	footprintMapTargets               = "targets"
+	footprintMapVisited               = "visited"
+	footprintProgNr1EnterMmap         = "nr1_enter_mmap"
+	footprintProgNr1ExitMmap          = "nr1_exit_mmap"
+	footprintProgNr1ExitOpen          = "nr1_exit_open"
+	footprintProgNr1ExitOpenat        = "nr1_exit_openat"
+	footprintProgNr1ExitOpenat2       = "nr1_exit_openat2"
+	footprintProgNr1ExitPidfdGetfd    = "nr1_exit_pidfd_getfd"
+	footprintProgNr1TaskFile          = "nr1_task_file"
+	footprintProgNr1TaskVma           = "nr1_task_vma"
+	footprintProgNr1Unix              = "nr1_unix"
+	footprintVarChangesLost           = "changes_lost"
+	footprintVarInflightFull          = "inflight_full"
+	footprintVarInflightPass          = "inflight_pass"
+	footprintVarRingFops              = "ring_fops"
+	footprintVarScan                  = "scan"
+	footprintVarUnusedChange          = "unused_change"
+	footprintVarUnusedInflightCgroup  = "unused_inflight_cgroup"
+	footprintVarUnusedInflightFileVal = "unused_inflight_file_val"
+	footprintVarUnusedRecord          = "unused_record"
+	footprintVarVisits                = "visits"
 )
 
 // loadFootprint returns the embedded CollectionSpec for footprint.
@@ -138,24 +158,30 @@ type footprintProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintMapSpecs struct {
-	Changes *ebpf.MapSpec `ebpf:"changes"`
-	Mapping *ebpf.MapSpec `ebpf:"mapping"`
-	Seen    *ebpf.MapSpec `ebpf:"seen"`
-	SeenVma *ebpf.MapSpec `ebpf:"seen_vma"`
-	Targets *ebpf.MapSpec `ebpf:"targets"`
-	Visited *ebpf.MapSpec `ebpf:"visited"`
+	Changes         *ebpf.MapSpec `ebpf:"changes"`
+	InflightCgroups *ebpf.MapSpec `ebpf:"inflight_cgroups"`
+	InflightFiles   *ebpf.MapSpec `ebpf:"inflight_files"`
+	Mapping         *ebpf.MapSpec `ebpf:"mapping"`
+	Seen            *ebpf.MapSpec `ebpf:"seen"`
+	SeenVma         *ebpf.MapSpec `ebpf:"seen_vma"`
+	Targets         *ebpf.MapSpec `ebpf:"targets"`
+	Visited         *ebpf.MapSpec `ebpf:"visited"`
 }
 
 // footprintVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintVariableSpecs struct {
-	ChangesLost  *ebpf.VariableSpec `ebpf:"changes_lost"`
-	RingFops     *ebpf.VariableSpec `ebpf:"ring_fops"`
-	Scan         *ebpf.VariableSpec `ebpf:"scan"`
-	UnusedChange *ebpf.VariableSpec `ebpf:"unused_change"`
-	UnusedRecord *ebpf.VariableSpec `ebpf:"unused_record"`
-	Visits       *ebpf.VariableSpec `ebpf:"visits"`
+	ChangesLost           *ebpf.VariableSpec `ebpf:"changes_lost"`
+	InflightFull          *ebpf.VariableSpec `ebpf:"inflight_full"`
+	InflightPass          *ebpf.VariableSpec `ebpf:"inflight_pass"`
+	RingFops              *ebpf.VariableSpec `ebpf:"ring_fops"`
+	Scan                  *ebpf.VariableSpec `ebpf:"scan"`
+	UnusedChange          *ebpf.VariableSpec `ebpf:"unused_change"`
+	UnusedInflightCgroup  *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup"`
+	UnusedInflightFileVal *ebpf.VariableSpec `ebpf:"unused_inflight_file_val"`
+	UnusedRecord          *ebpf.VariableSpec `ebpf:"unused_record"`
+	Visits                *ebpf.VariableSpec `ebpf:"visits"`
 }
 
 // footprintObjects contains all objects after they have been loaded into the kernel.
@@ -178,17 +204,21 @@ func (o *footprintObjects) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintMaps struct {
-	Changes *ebpf.Map `ebpf:"changes"`
-	Mapping *ebpf.Map `ebpf:"mapping"`
-	Seen    *ebpf.Map `ebpf:"seen"`
-	SeenVma *ebpf.Map `ebpf:"seen_vma"`
-	Targets *ebpf.Map `ebpf:"targets"`
-	Visited *ebpf.Map `ebpf:"visited"`
+	Changes         *ebpf.Map `ebpf:"changes"`
+	InflightCgroups *ebpf.Map `ebpf:"inflight_cgroups"`
+	InflightFiles   *ebpf.Map `ebpf:"inflight_files"`
+	Mapping         *ebpf.Map `ebpf:"mapping"`
+	Seen            *ebpf.Map `ebpf:"seen"`
+	SeenVma         *ebpf.Map `ebpf:"seen_vma"`
+	Targets         *ebpf.Map `ebpf:"targets"`
+	Visited         *ebpf.Map `ebpf:"visited"`
 }
 
 func (m *footprintMaps) Close() error {
 	return _FootprintClose(
 		m.Changes,
+		m.InflightCgroups,
+		m.InflightFiles,
 		m.Mapping,
 		m.Seen,
 		m.SeenVma,
@@ -201,12 +231,16 @@ func (m *footprintMaps) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintVariables struct {
-	ChangesLost  *ebpf.Variable `ebpf:"changes_lost"`
-	RingFops     *ebpf.Variable `ebpf:"ring_fops"`
-	Scan         *ebpf.Variable `ebpf:"scan"`
-	UnusedChange *ebpf.Variable `ebpf:"unused_change"`
-	UnusedRecord *ebpf.Variable `ebpf:"unused_record"`
-	Visits       *ebpf.Variable `ebpf:"visits"`
+	ChangesLost           *ebpf.Variable `ebpf:"changes_lost"`
+	InflightFull          *ebpf.Variable `ebpf:"inflight_full"`
+	InflightPass          *ebpf.Variable `ebpf:"inflight_pass"`
+	RingFops              *ebpf.Variable `ebpf:"ring_fops"`
+	Scan                  *ebpf.Variable `ebpf:"scan"`
+	UnusedChange          *ebpf.Variable `ebpf:"unused_change"`
+	UnusedInflightCgroup  *ebpf.Variable `ebpf:"unused_inflight_cgroup"`
+	UnusedInflightFileVal *ebpf.Variable `ebpf:"unused_inflight_file_val"`
+	UnusedRecord          *ebpf.Variable `ebpf:"unused_record"`
+	Visits                *ebpf.Variable `ebpf:"visits"`
 }
 
 // footprintPrograms contains all programs after they have been loaded into the kernel.

@@ -209,6 +209,9 @@ type verdict struct {
 	usage  nr1.Base
 	alloc  nr1.Units
 	shared *view.Shared // the group judged; nil for the CG's own figures
+	// pastCap says why the CG is over whatever its figures: it holds more than a scan
+	// counts.
+	pastCap string
 }
 
 // judged returns how the CG stands on r and whether it may be acted on. A CG sharing
@@ -227,6 +230,12 @@ func judged(now time.Time, snap *view.Sample, cg *view.Measured, r nr1.Resource,
 		}
 	}
 	own.ratio = noAllocation(own.ratio, p)
+	if why := cg.PastCap[r]; why != "" {
+		// More than the agent can count is more than any allocation: over, by at least
+		// what it was counted to hold.
+		own.ratio, own.pastCap = max(own.ratio, math.Nextafter(1, 2)), why
+		return own, true
+	}
 	// Usage the scan could not read in full is a lower bound: over is certain, under
 	// is not.
 	if r != nr1.DockerPartition && cg.UsageUncertain != "" && own.ratio <= 1 {
@@ -373,7 +382,11 @@ func (c *cgState) over1(now time.Time, r nr1.Resource, v verdict, cg *view.Measu
 		a.Usage, a.Allocation, a.Ratio = v.usage, v.alloc, view.Fraction(v.ratio)
 		a.Message = fmt.Sprintf("%s holds %s of %s, allocated %d %s (ratio %.2f), over for %s: %s",
 			cg.Name, human(r, v.usage), r.Name(), v.alloc, r.Unit(), v.ratio, elapsed.Round(time.Second), step.Action)
-		if v.shared != nil {
+		switch {
+		case v.pastCap != "":
+			a.Message = fmt.Sprintf("%s is over its allocation of %d %s of %s whatever it holds: %s; over for %s: %s",
+				cg.Name, v.alloc, r.Unit(), r.Name(), v.pastCap, elapsed.Round(time.Second), step.Action)
+		case v.shared != nil:
 			a.Message = fmt.Sprintf("%s and the pods sharing %s with it (%s) hold %s of %s together, allocated %d %s together (ratio %.2f), over for %s: %s",
 				cg.Name, strings.Join(v.shared.Claims, ", "), strings.Join(v.shared.Pods, ", "), human(r, v.usage), r.Name(), v.alloc, r.Unit(),
 				v.ratio, elapsed.Round(time.Second), step.Action)

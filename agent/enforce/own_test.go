@@ -37,6 +37,7 @@ func TestOwnUncertaintyEscalates(t *testing.T) {
 		{view.CauseNoCgroup, ""},
 		{view.CauseNetNS, ""},
 		{view.CauseNoFD, ""},
+		{view.CauseRingLayout, ""},
 	} {
 		var warn Action
 		got := run(p, 90, func(s int) *view.Sample {
@@ -139,5 +140,30 @@ func TestIgnoredMarksAreReportedOnce(t *testing.T) {
 	}
 	if len(marks) != 2 || !strings.Contains(marks[0], "a forged mark") || !strings.Contains(marks[1], "another") {
 		t.Errorf("reports %q, want one per set of marks", marks)
+	}
+}
+
+// A CG holding more distinct files than a scan counts is over on that resource, whatever
+// its booking and what was counted, and its ladder runs as for any overrun; the same CG
+// without the cap passed is within.
+func TestPastTheCapIsOver(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{}
+	got := run(p, 20, func(s int) *view.Sample {
+		c := cg("a", nr1.Usage{3 * mb, 0, 0, 5})
+		c.PastCap = map[nr1.Resource]string{nr1.HypervisorQueue: "a socket of main holds more distinct ai_hypervisor_queue files than the bpf scan counts for one"}
+		return snap(t0.Add(time.Duration(s)*time.Second), c)
+	})
+	if k := kinds(got); k != "0:warn/ai_hypervisor_queue 5:throttle/ai_hypervisor_queue 15:kill/ai_hypervisor_queue" {
+		t.Errorf("past the cap: actions %q, want the queues' ladder", k)
+	}
+	if w := got[0][0]; !strings.Contains(w.Message, "more distinct ai_hypervisor_queue files") || !strings.Contains(w.Message, "whatever it holds") {
+		t.Errorf("the warning does not say why: %s", w.Message)
+	}
+	within := run(p, 20, func(s int) *view.Sample {
+		return snap(t0.Add(time.Duration(s)*time.Second), cg("a", nr1.Usage{3 * mb, 0, 0, 5}))
+	})
+	if k := kinds(within); k != "" {
+		t.Errorf("within and no cap passed: actions %q", k)
 	}
 }

@@ -172,7 +172,8 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	owners := map[uint64]owner{}
 	for _, icg := range inv.CGs {
 		why, cause := unread(icg, scan)
-		snap.CGs = append(snap.CGs, &view.Measured{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: why, UncertainCause: cause, UncertainOwn: view.OwnCause(cause)})
+		snap.CGs = append(snap.CGs, &view.Measured{CG: icg, PerContainer: map[string]nr1.Usage{}, UsageUncertain: why, UncertainCause: cause, UncertainOwn: view.OwnCause(cause),
+			PastCap: pastCap(icg, scan, targets)})
 	}
 	shared := shareClaims(snap.CGs)
 	sharedGroup := map[*view.Shared]int{}
@@ -341,6 +342,27 @@ func containerOf(cg *view.CG, id uint64) *view.Container {
 	return nil
 }
 
+// pastCap says, per resource, which socket or ring of the CG holds more distinct files
+// of it than a scan counts; nil when none does.
+func pastCap(cg *view.CG, scan *footprint.Scan, targets *footprint.Targets) map[nr1.Resource]string {
+	var out map[nr1.Resource]string
+	for _, p := range scan.PastCap {
+		name, ok := holderOf(cg, p.CgroupID)
+		if !ok {
+			continue
+		}
+		r := targets.At(p.Target).Resource
+		if _, said := out[r]; said {
+			continue
+		}
+		if out == nil {
+			out = map[nr1.Resource]string{}
+		}
+		out[r] = fmt.Sprintf("a socket or io_uring of %s holds more distinct %s files than the %s scan counts for one", name, r.Name(), scan.Source)
+	}
+	return out
+}
+
 // unread says why the scan did not read all the CG holds, and the cause's name; "" when
 // it did. The CG's own causes are named before the node's: one that holds more in
 // flight than a scan reads is not shielded by a scan that also ran short of time.
@@ -367,6 +389,11 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	for _, c := range cg.Containers {
 		if c.State == view.Running && c.CgroupID == 0 && len(cg.PodCgroupIDs) == 0 {
 			return fmt.Sprintf("container %s runs without a cgroup the agent can read: what its processes hold is no CG's", c.Name), view.CauseNoCgroup
+		}
+	}
+	for _, id := range scan.RingLayout {
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("an io_uring of %s is of a kernel layout the %s scan does not know", name, scan.Source), view.CauseRingLayout
 		}
 	}
 	if scan.InFlightCut {

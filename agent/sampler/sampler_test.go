@@ -303,7 +303,21 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "io_uring of main") {
 		t.Errorf("ring unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
-	scan.RingUnread = nil
+	// A ring of a layout the scan does not know: uncertain by the node's failing.
+	scan.RingUnread, scan.RingLayout = nil, []uint64{12}
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if late := snap.CGs[1]; late.UncertainCause != view.CauseRingLayout || late.UncertainOwn {
+		t.Errorf("ring layout unknown: cause %q own %v, want %q, the node's", late.UncertainCause, late.UncertainOwn, view.CauseRingLayout)
+	}
+	// More distinct queues in flight on a socket of the late CG than a scan counts: over
+	// on queues, not uncertain.
+	scan.RingLayout, scan.PastCap = nil, []footprint.PastCap{{CgroupID: 12, Target: 1}}
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	if early, late := snap.CGs[0], snap.CGs[1]; early.PastCap != nil || late.UsageUncertain != "" ||
+		!strings.Contains(late.PastCap[nr1.HypervisorQueue], "of main holds more distinct neureality.ai/ai_hypervisor_queue files") || len(late.PastCap) != 1 {
+		t.Errorf("past the cap: early %v, late %v (uncertain %q)", early.PastCap, late.PastCap, late.UsageUncertain)
+	}
+	scan.PastCap = nil
 	// The pass over what is in flight cut short: any CG may hold more.
 	scan.InFlightUnread, scan.InFlightCut = nil, true
 	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})

@@ -42,6 +42,9 @@ type Measured struct {
 	// namespace the agent cannot read) protects the CG; the CG's own never does.
 	UncertainCause string `json:"uncertainCause,omitempty"`
 	UncertainOwn   bool   `json:"uncertainOwn,omitempty"`
+	// PastCap says, per resource, why the CG is over whatever it was given: a socket or
+	// io_uring of it holds more distinct files of the resource than a scan counts.
+	PastCap map[nr1.Resource]string `json:"pastCap,omitempty"`
 	// Shared is what this pod and the others sharing a DRA claim with it hold together;
 	// nil when it shares none.
 	Shared *Shared `json:"shared,omitempty"`
@@ -111,7 +114,8 @@ func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
 // scan reads (CauseRing). The node's: queues held with no fd, which only the procfs
 // scan, a node's fallback without BPF, cannot tell apart (CauseNoFD), the scan out of
 // time (CauseScanTime, CauseInFlightTime), a cgroup (CauseNoCgroup) or network
-// namespace (CauseNetNS) the agent cannot read.
+// namespace (CauseNetNS) the agent cannot read, an io_uring of a kernel layout the
+// agent does not know (CauseRingLayout).
 const (
 	CauseInFlight     = "in-flight"
 	CauseRing         = "io-uring"
@@ -120,6 +124,7 @@ const (
 	CauseInFlightTime = "in-flight-time"
 	CauseNoCgroup     = "no-cgroup"
 	CauseNetNS        = "netns"
+	CauseRingLayout   = "ring-layout"
 )
 
 // OwnCause says whether a cause of uncertainty lies inside the CG.

@@ -122,9 +122,8 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 				s.Handles = append(s.Handles, h)
 			}
 			return err
-		case bpf.KindRingMore:
-			s.RingUnread = append(s.RingUnread, r.CgroupId)
-			return nil
+		case bpf.KindRingMore, bpf.KindRingLayout, bpf.KindPastCap:
+			return s.unread(r, targets)
 		}
 		m, err := mappingOf(r, targets)
 		if err == nil {
@@ -151,9 +150,8 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
 			return nil
-		case bpf.KindRingMore:
-			s.RingUnread = append(s.RingUnread, r.CgroupId)
-			return nil
+		case bpf.KindRingMore, bpf.KindRingLayout, bpf.KindPastCap:
+			return s.unread(r, targets)
 		}
 		h, err := handleOf(r, targets)
 		if err == nil {
@@ -183,9 +181,12 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		if n++; n%1024 == 0 && ictx.Err() != nil {
 			return errOutOfTime
 		}
-		if r.Kind == bpf.KindInFlightMore {
+		switch r.Kind {
+		case bpf.KindInFlightMore:
 			s.InFlightUnread = append(s.InFlightUnread, r.CgroupId)
 			return nil
+		case bpf.KindPastCap:
+			return s.unread(r, targets)
 		}
 		h, err := inFlightOf(r, targets)
 		if err == nil {
@@ -194,7 +195,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return err
 	})
 	switch {
-	case errors.Is(err, errOutOfTime) || errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, errOutOfTime) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, bpf.ErrInFlightFull):
 		s.InFlightCut = true
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
@@ -202,6 +203,24 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	fillFdinfo(b.procRoot, b.targets, s)
 	s.Took = time.Since(start)
 	return s, nil
+}
+
+// unread notes a record of what a scan did not read: a ring's files (by the cgroup's
+// doing, or the node's when the ring's layout is unknown), or the distinct targets past
+// a cap.
+func (s *Scan) unread(r *bpf.Record, targets int) error {
+	switch r.Kind {
+	case bpf.KindRingMore:
+		s.RingUnread = append(s.RingUnread, r.CgroupId)
+	case bpf.KindRingLayout:
+		s.RingLayout = append(s.RingLayout, r.CgroupId)
+	case bpf.KindPastCap:
+		if int64(r.Target) >= int64(targets) {
+			return fmt.Errorf("a record past a cap of a target outside the %d given: %+v", targets, *r)
+		}
+		s.PastCap = append(s.PastCap, PastCap{CgroupID: r.CgroupId, Target: int(r.Target)})
+	}
+	return nil
 }
 
 // maxPID is PID_MAX_LIMIT, the largest process ID Linux hands out.

@@ -81,8 +81,14 @@ type Scan struct {
 	// scan could not enter: their handles are a lower bound, by the node's failing.
 	InFlightForeign []uint64 `json:"inFlightForeign,omitempty"`
 	// RingUnread are the cgroups (v2 ids) with an io_uring holding files the scan did
-	// not read: their handles are a lower bound.
+	// not read: their handles are a lower bound, by their own doing.
 	RingUnread []uint64 `json:"ringUnread,omitempty"`
+	// RingLayout are the cgroups (v2 ids) with an io_uring of a layout the source does
+	// not know: their handles are a lower bound, by the node's failing.
+	RingLayout []uint64 `json:"ringLayout,omitempty"`
+	// PastCap are the cgroups holding, on one socket or ring, more distinct targets than
+	// a scan counts for it: over, whatever they were given.
+	PastCap []PastCap `json:"pastCap,omitempty"`
 	// Uncounted are the cgroups (v2 ids) with a process holding a target counted in
 	// handles without an fd on it (a mapping, an io_uring), whose description the source
 	// cannot tell (procfs): their handles are a lower bound.
@@ -90,6 +96,13 @@ type Scan struct {
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`
+}
+
+// PastCap is a cgroup (v2 id) holding more distinct files of a target on one socket or
+// ring than a scan counts for it.
+type PastCap struct {
+	CgroupID uint64 `json:"cgroupID"`
+	Target   int    `json:"target"`
 }
 
 // Source scans every process on the host.

@@ -599,23 +599,6 @@ func TestInFlightHandlesCount(t *testing.T) {
 	}
 }
 
-// TestInFlightBeyondOneReadIsALowerBound: more files in flight on one socket than one
-// read of the iterator holds are not all reported, and the scan says so for the
-// socket's cgroup instead of failing: that CG's handles are a lower bound.
-func TestInFlightBeyondOneReadIsALowerBound(t *testing.T) {
-	p, _ := newCgroups(t, 1)
-	queue := p.sim.File(sim.HypervisorQ)
-	p.startMapper(t, 0, mapperSpec{InFlight: slices.Repeat([]string{queue}, 600)})
-	s, err := newBPFOrSkip(t, p).Scan(context.Background())
-	if err != nil {
-		t.Fatalf("600 files in flight on one socket failed the scan: %v", err)
-	}
-	got := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]
-	if got < 400 || got >= 600 || !slices.Contains(s.InFlightUnread, p.ids[0]) {
-		t.Errorf("%d of 600 queues in flight counted, unread cgroups %v; want a lower bound said to be one", got, s.InFlightUnread)
-	}
-}
-
 // TestInFlightCopiesAreOneFile: one queue sent in flight 150 times on one socket, beside
 // three others so sent, is one open file each: the kernel side keeps one record per file
 // and socket before any cap, so copies fill no cap, and all four are counted, the CG
@@ -635,6 +618,71 @@ func TestInFlightCopiesAreOneFile(t *testing.T) {
 	}
 	if q := got[p.ids[1]][nr1.HypervisorQueue]; q != 2 || slices.Contains(s.RingUnread, p.ids[1]) {
 		t.Errorf("2 queues in 600 ring slots each: %d counted, unread cgroups %v; want 2, certain", q, s.RingUnread)
+	}
+}
+
+// TestPastTheCapIsOver: a cgroup with more distinct targets in flight than a scan
+// counts for one (1024), or a ring holding more than a scan writes for one (480), is
+// reported past the cap for the target's resource, never as a lower bound to trust.
+func TestPastTheCapIsOver(t *testing.T) {
+	p, _ := newCgroups(t, 3)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{InFlight: slices.Repeat([]string{queue}, 1030)})
+	p.startMapper(t, 1, mapperSpec{Ring: slices.Repeat([]string{queue}, 490)})
+	p.startMapper(t, 2, mapperSpec{InFlight: slices.Repeat([]string{queue}, 1024)})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byCgroup(s, p.targets)
+	for i, c := range []struct {
+		what string
+		cap  nr1.Base
+	}{{"1030 queues in flight", 1024}, {"490 queues in a ring", 480}} {
+		if !slices.ContainsFunc(s.PastCap, func(pc PastCap) bool {
+			return pc.CgroupID == p.ids[i] && p.targets.At(pc.Target).Resource == nr1.HypervisorQueue
+		}) {
+			t.Errorf("%s: past the cap %+v, want cgroup %d's queues among them", c.what, s.PastCap, p.ids[i])
+		}
+		if q := got[p.ids[i]][nr1.HypervisorQueue]; q != c.cap {
+			t.Errorf("%s: %d counted, want the cap's %d", c.what, q, c.cap)
+		}
+	}
+	if q := got[p.ids[2]][nr1.HypervisorQueue]; q != 1024 || slices.ContainsFunc(s.PastCap, func(pc PastCap) bool { return pc.CgroupID == p.ids[2] }) {
+		t.Errorf("1024 queues in flight: %d counted, past the cap %+v; want 1024, within", q, s.PastCap)
+	}
+	if len(s.InFlightUnread)+len(s.RingUnread) != 0 || s.InFlightCut {
+		t.Errorf("past the cap read as unread: in flight %v, rings %v, cut %v", s.InFlightUnread, s.RingUnread, s.InFlightCut)
+	}
+}
+
+// TestInFlightOnManySocketsIsAllCounted: the unix iterator resumes a read at the next
+// hash bucket, so sockets whose records overflowed one read would be skipped; files in
+// flight are collected apart from its output, and every socket's are counted.
+func TestInFlightOnManySocketsIsAllCounted(t *testing.T) {
+	const cgroups = 4
+	p, _ := newCgroups(t, cgroups)
+	queue := p.sim.File(sim.HypervisorQ)
+	for i := range cgroups {
+		p.startMapper(t, i, mapperSpec{InFlight: slices.Repeat([]string{queue}, 300)})
+	}
+	src := newBPFOrSkip(t, p)
+	s, err := src.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := byCgroup(s, p.targets)
+	for i := range cgroups {
+		if q := got[p.ids[i]][nr1.HypervisorQueue]; q != 300 {
+			t.Errorf("cgroup %d of %d, 300 queues in flight: %d counted", i, cgroups, q)
+		}
+	}
+	// The next scan counts them again, from tables the last one left.
+	if s, err = src.Scan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if q := byCgroup(s, p.targets)[p.ids[0]][nr1.HypervisorQueue]; q != 300 {
+		t.Errorf("a second scan: %d counted, want 300", q)
 	}
 }
 
