@@ -456,6 +456,9 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 #define MAX_MESSAGES 4096
 #define SCM_MAX_FD 253
 #define MAX_CGROUP_INFLIGHT 1024
+// Entries allocated as they are made: the maps are empty on a node with nothing in
+// flight, and hold only what is.
+#define BPF_F_NO_PREALLOC (1U << 0)
 
 // The pass over sockets, set by user space before each: the maps below keep what was
 // counted in it, and what earlier passes left until user space deletes it.
@@ -468,6 +471,7 @@ struct inflight_file_val {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 65536);
 	__type(key, struct seen_key);
 	__type(value, struct inflight_file_val);
@@ -482,6 +486,7 @@ struct inflight_cgroup {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
 	__type(value, struct inflight_cgroup);
