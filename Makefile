@@ -134,7 +134,7 @@ trust: test-deps image ## the generative trust suite on the local cluster: inven
 trust-regressions: ## replay every seed kept in deploy/trust/testdata/seeds
 	grep -v '^#' deploy/trust/testdata/seeds | while read -r seed duration _; do $(MAKE) trust SEED=$$seed DURATION=$$duration || exit 1; done
 
-trust-mutants: test-deps image ## the trust suite against agents broken on purpose (kill disabled, allocation read as zero, usage halved): each must fail, and what caught it is printed
+trust-mutants: test-deps image ## the trust suite against agents broken on purpose (kill or throttle disabled, own uncertainty trusted, allocation read as zero, usage halved): each must fail, and what caught it is printed
 	cd $(CURDIR) && deploy/trust/mutants.sh
 
 trust-soak: ## the trust suite for hours (DURATION=4h unless given)

@@ -35,6 +35,9 @@ type adversary struct {
 	// copies sends each in-flight handle, and registers each ring handle, that many
 	// times: copies of one open file, padding what a scan reads.
 	copies int
+	// ringSlots makes an io_uring with so many empty slots in its file table: past
+	// what a scan reads of one, what the ring holds is not known, by the CG's own doing.
+	ringSlots int
 
 	fds      []int
 	sockets  [2]int
@@ -43,7 +46,7 @@ type adversary struct {
 }
 
 func (a *adversary) any() bool {
-	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0
+	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0
 }
 
 // hold takes everything asked, reporting it to out.
@@ -93,6 +96,11 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 			return err
 		}
 	}
+	if a.ringSlots > 0 {
+		if err := a.emptyRing(); err != nil {
+			return err
+		}
+	}
 	for range a.pathOnlyQueues {
 		fd, err := unix.Open(queuePath, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -100,8 +108,8 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		a.fds = append(a.fds, fd)
 	}
-	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d\n",
-		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1))
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots)
 	return nil
 }
 
@@ -128,6 +136,23 @@ func (a *adversary) sendInFlight(queuePath string) error {
 		if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(chunk...), nil, 0); err != nil {
 			return fmt.Errorf("sending %d queue handles: %w", len(chunk), err)
 		}
+	}
+	return nil
+}
+
+// emptyRing makes an io_uring whose file table has ringSlots empty slots, kept until
+// release. The kernel takes a table no larger than the fd limit.
+func (a *adversary) emptyRing() error {
+	if err := raiseFdLimit(); err != nil {
+		return err
+	}
+	ring, err := uring.New()
+	if err != nil {
+		return err
+	}
+	a.fds = append(a.fds, ring)
+	if err := uring.Register(ring, slices.Repeat([]int32{-1}, a.ringSlots)); err != nil {
+		return fmt.Errorf("an io_uring of %d empty slots: %w", a.ringSlots, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	} else {
 		unix.Close(ring)
 	}
-	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: rings}
+	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: rings, ringSlots: min(rings, 1) * 70000}
 	out := &strings.Builder{}
 	if err := a.hold(out, l.queues.path, l.compute.path); err != nil {
 		t.Fatal(err)
@@ -53,13 +54,14 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	if n, err := unix.IoctlGetInt(a.sockets[1], unix.SIOCINQ); err != nil || n == 0 {
 		t.Errorf("nothing queued on the receiving end (%d, %v)", n, err)
 	}
-	// The registered ones are in the ring's table.
+	// The registered ones are in the ring's table, and the empty ring's table is as
+	// large as asked.
 	if rings > 0 {
-		if n := registeredFiles(t, a.fds); n != rings {
-			t.Errorf("%d files registered with the ring, want %d", n, rings)
+		if n := registeredFiles(t, a.fds); !slices.Equal(n, []int{rings, 70000}) {
+			t.Errorf("files in the rings' tables %v, want [%d 70000]", n, rings)
 		}
 	}
-	if !strings.Contains(out.String(), fmt.Sprintf("adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=%d", rings)) {
+	if !strings.Contains(out.String(), fmt.Sprintf("adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=%d copies=1 ring_slots=%d", rings, min(rings, 1)*70000)) {
 		t.Errorf("report %q", out.String())
 	}
 	if err := a.release(); err != nil {
@@ -70,9 +72,10 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	}
 }
 
-// registeredFiles reads how many files the io_uring among fds has registered.
-func registeredFiles(t *testing.T, fds []int) int {
+// registeredFiles reads the size of the file table of each io_uring among fds.
+func registeredFiles(t *testing.T, fds []int) []int {
 	t.Helper()
+	var sizes []int
 	for _, fd := range fds {
 		if link, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); link != "anon_inode:[io_uring]" {
 			continue
@@ -81,19 +84,20 @@ func registeredFiles(t *testing.T, fds []int) int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		n := -1
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "UserFiles:"); ok {
-				n, err := strconv.Atoi(strings.TrimSpace(v))
-				if err != nil {
+				if n, err = strconv.Atoi(strings.TrimSpace(v)); err != nil {
 					t.Fatalf("ring fdinfo %q", line)
 				}
-				return n
 			}
 		}
-		t.Fatalf("ring fdinfo without UserFiles: %s", b)
+		if n < 0 {
+			t.Fatalf("ring fdinfo without UserFiles: %s", b)
+		}
+		sizes = append(sizes, n)
 	}
-	t.Fatal("no io_uring among the adversary's fds")
-	return 0
+	return sizes
 }
 
 // countMappings counts this process's mappings of path.

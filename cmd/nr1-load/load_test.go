@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 )
 
 // mappedMB sums this process's mappings of path, from /proc/self/maps.
@@ -149,6 +151,50 @@ func TestRunFollowsSteps(t *testing.T) {
 			t.Fatalf("line %d %q: want a timestamp then %q", i, line, want[i])
 		}
 		prev = ts
+	}
+}
+
+// After its steps, a probing load tries a new open of the queue device again and again,
+// logging each refusal with its time and holding nothing more: opens that succeed are
+// closed at once.
+func TestProbeLogsRefusals(t *testing.T) {
+	l := newLoad(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var out syncbuf.Buffer
+	args := []string{
+		"--compute-dma-file", l.compute.path, "--cpu-dma-file", l.cpu.path, "--queue-file", l.queues.path,
+		"--write-file", l.write.path, "--status-file", l.status, "--queues", "2", "--probe", "20ms",
+	}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, &out) }()
+	time.Sleep(100 * time.Millisecond)
+	if n := openHandles(t, l.queues.path); n != 2 {
+		t.Errorf("%d fds on the queue file while probing, want the 2 held", n)
+	}
+	// Every open refused from now on, as a throttle refuses them (a directory in its
+	// place: root is refused that too).
+	if err := os.Remove(l.queues.path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(l.queues.path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		stamp, rest, _ := strings.Cut(line, " ")
+		if strings.HasPrefix(rest, "probe refused: ") {
+			if _, err := time.Parse(time.RFC3339Nano, stamp); err != nil {
+				t.Errorf("refusal %q without its time", line)
+			}
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("no refusal logged:\n%s", out.String())
 	}
 }
 

@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ignoreSIGTERM is set by --ignore-sigterm: SIGTERM is then logged and ignored.
@@ -119,6 +121,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&adv.inflightQueues, "inflight-queues", 0, "adversary: open so many queue handles, send them over a unix socket nobody reads and close its own fds")
 	fs.IntVar(&adv.ringQueues, "ring-queues", 0, "adversary: open so many queue handles, register them with an io_uring and close its own fds")
 	fs.IntVar(&adv.copies, "copies", 1, "adversary: send each in-flight handle, and register each ring handle, this many times (copies of one open file)")
+	fs.IntVar(&adv.ringSlots, "ring-slots", 0, "adversary: make an io_uring with so many empty slots in its file table (past 65536, more than a scan reads)")
+	probe := fs.Duration("probe", 0, "after the last step, try to open one more queue this often, closing it at once, and log each refusal with its time (0: never)")
 	fs.IntVar(&adv.pathOnlyQueues, "path-only-queues", 0, "adversary: open so many O_PATH fds on the queue device (names, not handles)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
 	ignoreTerm := fs.Bool("ignore-sigterm", false, "keep running on SIGTERM, logging it with its time: only SIGINT or SIGKILL ends nr1-load")
@@ -181,9 +185,33 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if !*once {
+		if *probe > 0 {
+			l.probe(ctx, *probe)
+		}
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// probe tries a new open of the queue device every interval until ctx ends, closing
+// it at once, and logs each refusal: a throttled CG's opens are refused by the kernel,
+// and its log shows from when.
+func (l *load) probe(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fd, err := unix.Open(l.queues.path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fmt.Fprintf(l.out, "%s probe refused: %v\n", l.now().UTC().Format(time.RFC3339Nano), err)
+			continue
+		}
+		_ = unix.Close(fd)
+	}
 }
 
 // apply changes every holding to target, then reports.

@@ -87,7 +87,7 @@ func TestTrust(t *testing.T) {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
-	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "KILLED", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
+	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %4s %6s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "KILLED", "OWN", "THRTLD", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
 	for _, r := range rows {
 		t.Log(r)
 	}
@@ -545,7 +545,7 @@ func (r *trustRun) judge() string {
 	t := r.t
 	r.notePods(context.Background())
 	end := time.Now()
-	var over, acted, falseActions, missed, notJudged int
+	var over, acted, falseActions, missed, notJudged, own, throttled int
 	byResource := map[nr1.Resource]int{}
 	shapes := map[string]bool{}
 	for _, tc := range r.plan.Cases {
@@ -564,6 +564,9 @@ func (r *trustRun) judge() string {
 		o := tc.Over
 		if o == nil {
 			for _, ev := range evs {
+				if tc.SelfUncertain && (ev.Reason == "NR1Uncertain" || ev.Reason == "NR1Throttled") {
+					continue // its own uncertainty's ladder
+				}
 				falseAction(ev, "never over")
 			}
 			for _, p := range pods.Items {
@@ -573,6 +576,18 @@ func (r *trustRun) judge() string {
 						t.Errorf("FALSE ACTION on %s/%s (%s), never over: container %s killed at %s (%s)", ns, p.Name, tc.Shape(), e.container, e.at.Format(time.TimeOnly), e.reason)
 						r.explain(ns, p.Name)
 					}
+				}
+			}
+			if tc.SelfUncertain {
+				switch r.judgeOwn(&tc, pods.Items, end) {
+				case judgedDone:
+					own++
+					throttled++
+				case judgedMissed:
+					own++
+					missed++
+				case judgedLate:
+					notJudged++
 				}
 			}
 			continue
@@ -630,11 +645,33 @@ func (r *trustRun) judge() string {
 				done = e.at
 			}
 		}
+		// A ladder that kills only after its throttle must have throttled: the holder's
+		// probes refused between going over and its kill.
+		h := tc.Holders[o.Holder]
+		// (Not when the agent could not see for a while in between: it then takes every
+		// step due at once.)
+		throttleDue := h.Probe && !tc.Hard() && !done.IsZero() && done.Sub(overAt) > 12*time.Second && !r.blindDuring(overAt, done)
+		var refusedAt time.Time
+		if throttleDue {
+			refusedAt = r.firstRefusal(overPod, pods.Items, h.Name, overAt, done)
+		}
 		switch {
+		case throttleDue && refusedAt.IsZero() && !done.After(deadline):
+			over++
+			missed++
+			byResource[o.Resource]++
+			t.Errorf("MISS: %s/%s (%s) went over %s (%s to %d; %s) at %s and was killed at %s, never throttled before: no open refused; said: %v",
+				ns, tc.Name, tc.Shape(), o.Resource.Short(), h.Name, o.To, o.Degree, overAt.Format(time.TimeOnly), done.Format(time.TimeOnly), said)
+			for _, p := range pods.Items {
+				r.explain(ns, p.Name)
+			}
 		case !done.IsZero() && !done.After(deadline):
 			over++
 			acted++
 			byResource[o.Resource]++
+			if !refusedAt.IsZero() {
+				throttled++
+			}
 		case deadline.After(end):
 			notJudged++
 			t.Logf("NOT JUDGED: %s/%s (%s) went over %s at %s, due by %s, after the run's end %s", ns, tc.Name, tc.Shape(), o.Resource.Short(),
@@ -668,8 +705,87 @@ func (r *trustRun) judge() string {
 			per = append(per, fmt.Sprintf("%s=%d", res.Short(), n))
 		}
 	}
-	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, falseActions, missed,
-		notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
+	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %4d %6d %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, own, throttled,
+		falseActions, missed, notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
+}
+
+// blindDuring says whether a fault overlapped [from, to].
+func (r *trustRun) blindDuring(from, to time.Time) bool {
+	for _, f := range r.faults {
+		if f.start.Before(to) && f.end.After(from) {
+			return true
+		}
+	}
+	return false
+}
+
+// A verdict of judgeOwn.
+type ownVerdict int
+
+const (
+	judgedDone ownVerdict = iota
+	judgedMissed
+	judgedLate
+)
+
+// judgeOwn judges a CG uncertain by its own doing by effect: its booking holder's probes
+// refused (a throttle) within the bound after its pod started, by the selfUncertain
+// ladder's throttle (30 s); a pod too young at the run's end is not judged.
+func (r *trustRun) judgeOwn(tc *trust.Case, pods []corev1.Pod, end time.Time) ownVerdict {
+	ns := r.ns(tc.Namespace)
+	holder := tc.Holders[0].Name
+	verdict := judgedLate
+	for _, p := range pods {
+		r.mu.Lock()
+		started, ok := r.started[p.UID]
+		r.mu.Unlock()
+		if !ok {
+			continue
+		}
+		due := r.deadline(started.Add(30 * time.Second))
+		refused := r.firstRefusal(p.UID, pods, holder, started, due)
+		switch {
+		case !refused.IsZero():
+			return judgedDone
+		case due.After(end):
+			r.t.Logf("NOT JUDGED: %s/%s (%s) uncertain by its own doing from %s, its throttle due by %s, after the run's end %s", ns, p.Name, tc.Shape(),
+				started.Format(time.TimeOnly), due.Format(time.TimeOnly), end.Format(time.TimeOnly))
+		default:
+			r.t.Errorf("MISS: %s/%s (%s) uncertain by its own doing from %s, never throttled by %s: no open refused", ns, p.Name, tc.Shape(),
+				started.Format(time.TimeOnly), due.Format(time.TimeOnly))
+			r.explain(ns, p.Name)
+			verdict = judgedMissed
+		}
+	}
+	return verdict
+}
+
+// firstRefusal is the first open refused to container of the pod (its earlier instance
+// included) within [from, to], as its probe logged it; zero when none was.
+func (r *trustRun) firstRefusal(pod types.UID, pods []corev1.Pod, container string, from, to time.Time) time.Time {
+	var first time.Time
+	for i := range pods {
+		if pods[i].UID != pod {
+			continue
+		}
+		for _, previous := range []bool{false, true} {
+			logs, err := r.c.CoreV1().Pods(pods[i].Namespace).GetLogs(pods[i].Name, &corev1.PodLogOptions{Container: container, Previous: previous}).DoRaw(context.Background())
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(logs), "\n") {
+				stamp, rest, _ := strings.Cut(line, " ")
+				if !strings.HasPrefix(rest, "probe refused") {
+					continue
+				}
+				at, err := time.Parse(time.RFC3339Nano, stamp)
+				if err == nil && !at.Before(from) && !at.After(to) && (first.IsZero() || at.Before(first)) {
+					first = at
+				}
+			}
+		}
+	}
+	return first
 }
 
 // podEnds are the ends recorded of a pod's containers.

@@ -83,7 +83,20 @@ type Holder struct {
 	// BigEnv gives it an environment too large for the runtime's status of it to be
 	// read (from the suite's ConfigMaps): what it shows the runtime must not shield it.
 	BigEnv bool
+	// Probe tries to open one more queue every half second after its last step, closing
+	// it at once, and logs each refusal: a throttle is judged by its effect, the opens
+	// the kernel refuses.
+	Probe bool
+	// RingSlots makes an io_uring with so many empty slots, more than a scan reads of
+	// one: the CG is uncertain by its own doing.
+	RingSlots int
 }
+
+// probeEvery is how often a probing holder tries a new open.
+const probeEvery = 500 * time.Millisecond
+
+// OwnRingSlots is a table larger than a scan reads of one ring (65536 slots).
+const OwnRingSlots = 1<<16 + 1
 
 // Overrun is a CG going over: one of its holders raises what it holds of Resource to To
 // at At after it started.
@@ -113,6 +126,10 @@ type Case struct {
 	// Decoy runs beside the holders a process named kubelet whose --config is endless:
 	// no pod may decide what the agent reads of the node's kubelet.
 	Decoy bool
+	// SelfUncertain is a CG within its booking that makes what it holds unknown by its
+	// own doing (an io_uring larger than a scan reads): warned and throttled, by the
+	// default policy's selfUncertain ladder, and never killed.
+	SelfUncertain bool
 }
 
 // Fault is a disruption of the node at a moment of the run.
@@ -152,6 +169,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -159,6 +177,8 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		moves(third, &c, duration)
 		hostile(fourth, &c)
 		degree(fourth, &c)
+		probes(&c)
+		selfUncertain(fifth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -373,6 +393,37 @@ func degree(r *rand.Rand, c *Case) {
 	}
 }
 
+// probes makes a holder going over on queues probe once over: the throttle the ladder
+// takes before its kill must refuse its opens.
+func probes(c *Case) {
+	if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
+		c.Holders[o.Holder].Probe = true
+	}
+}
+
+// Hard says whether the overrun takes the CG to the hard ratio (2) or past it, where the
+// ladder kills at once.
+func (c *Case) Hard() bool {
+	o := c.Over
+	return o != nil && c.HeldAfter(o.Resource) >= 2*int64(c.Booked[o.Resource])
+}
+
+// selfUncertain makes some CGs that never go over uncertain by their own doing: their
+// booking holder keeps an io_uring larger than a scan reads, and probes from its start.
+// A probe's open is one queue more for an instant: only a CG holding fewer queues than
+// it booked may probe without going over.
+func selfUncertain(r *rand.Rand, c *Case) {
+	if c.Over != nil || c.Kind == SharedClaim || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || r.IntN(4) != 0 {
+		return
+	}
+	for i := range c.Holders {
+		if h := &c.Holders[i]; h.Books && h.Role == Main {
+			c.SelfUncertain, h.RingSlots, h.Probe = true, OwnRingSlots, true
+			return
+		}
+	}
+}
+
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and
 // ring handles padded with copies of one file, a holder whose environment is too large
 // for the runtime's status of it to be read, a process named kubelet whose --config is
@@ -569,6 +620,12 @@ func (h Holder) Args(c *Case, index int) []string {
 	if h.Copies > 1 {
 		a = append(a, "--copies="+strconv.Itoa(h.Copies))
 	}
+	if h.RingSlots > 0 {
+		a = append(a, "--ring-slots="+strconv.Itoa(h.RingSlots))
+	}
+	if h.Probe {
+		a = append(a, "--probe="+probeEvery.String())
+	}
 	if o := c.Over; o != nil && o.Holder == index {
 		key := "compute"
 		switch o.Resource {
@@ -617,6 +674,9 @@ func (c *Case) Shape() string {
 	}
 	if c.Decoy {
 		hostile = append(hostile, "kubelet decoy")
+	}
+	if c.SelfUncertain {
+		hostile = append(hostile, "own uncertainty")
 	}
 	if len(hostile) > 0 {
 		s += ", " + strings.Join(hostile, ", ")

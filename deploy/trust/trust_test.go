@@ -121,6 +121,20 @@ func TestShapesAreCovered(t *testing.T) {
 				if c.Decoy {
 					seen["kubelet decoy"] = true
 				}
+				if c.SelfUncertain {
+					seen["own uncertainty"] = true
+					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || c.Holders[0].RingSlots <= 1<<16 || !c.Holders[0].Probe {
+						t.Errorf("seed %d: own uncertainty on %+v: want within, queues to spare for a probe, a ring past what a scan reads", seed, c)
+					}
+				}
+				if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
+					if !c.Holders[o.Holder].Probe {
+						t.Errorf("seed %d: %s goes over on queues without probing", seed, c.Name)
+					}
+					if !c.Hard() {
+						seen["throttle judged"] = true
+					}
+				}
 				if len(c.Holders) > 1 && c.Holders[0].ComputeOffsetMB != c.Holders[1].ComputeOffsetMB {
 					seen["distinct ranges"] = true
 				}
@@ -130,7 +144,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
