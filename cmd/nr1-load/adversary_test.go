@@ -27,7 +27,7 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	} else {
 		unix.Close(ring)
 	}
-	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: rings, ringSlots: min(rings, 1) * 70000}
+	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: rings, ringSlots: min(rings, 1) * 1000}
 	out := &strings.Builder{}
 	if err := a.hold(out, l.queues.path, l.compute.path); err != nil {
 		t.Fatal(err)
@@ -57,11 +57,11 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	// The registered ones are in the ring's table, and the empty ring's table is as
 	// large as asked.
 	if rings > 0 {
-		if n := registeredFiles(t, a.fds); !slices.Equal(n, []int{rings, 70000}) {
-			t.Errorf("files in the rings' tables %v, want [%d 70000]", n, rings)
+		if n := registeredFiles(t, a.fds); !slices.Equal(n, []int{rings, 1000}) {
+			t.Errorf("files in the rings' tables %v, want [%d 1000]", n, rings)
 		}
 	}
-	if !strings.Contains(out.String(), fmt.Sprintf("adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=%d copies=1 ring_slots=%d", rings, min(rings, 1)*70000)) {
+	if !strings.Contains(out.String(), fmt.Sprintf("adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=%d copies=1 ring_slots=%d", rings, min(rings, 1)*1000)) {
 		t.Errorf("report %q", out.String())
 	}
 	if err := a.release(); err != nil {

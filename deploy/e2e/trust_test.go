@@ -40,10 +40,12 @@ const caseLabel = "nr1.neureality.ai/trust-case"
 // TestTrust runs the generative trust suite (make trust): for each mode, a plan of CGs
 // and faults invented from NR1_TRUST_SEED (a fresh one when unset; printed to replay),
 // for half of NR1_TRUST_DURATION each, judged by the plan's oracle on what was done: no
-// NR1 Event and no kill on a CG that never went over; a container of every CG that went
-// over killed (its pod's status), within the ladder's bound after the agent can see it,
-// an overrun too late to judge reported as such; /metrics answering 200 on every
-// scrape; the agent's RSS under its limit.
+// NR1 Event and no kill on a CG that never went over (but for the warning and throttle
+// of one uncertain by its own doing, which must be throttled: its opens refused); a
+// container of every CG that went over killed (its pod's status), within the ladder's
+// bound after the agent can see it, and throttled before (its opens refused) where the
+// ladder throttles first; an overrun too late to judge reported as such; /metrics
+// answering 200 on every scrape; the agent's RSS under its limit.
 func TestTrust(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("NR1_TRUST_SEED"); s != "" {
