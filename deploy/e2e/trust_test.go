@@ -115,6 +115,14 @@ type trustRun struct {
 	logSince map[types.UID]time.Time // when each agent's log was last read
 	agentLog []string                // every agent's log lines of the run, to explain a failure
 	bigEnv   []corev1.EnvFromSource  // ConfigMaps (in every namespace) whose environment no runtime status carries readably
+	evicted  map[types.UID]podEvent  // case pods evicted (deleted by the Eviction API), when
+	written  map[types.UID]podEvent  // when the holder of a docker partition overrun wrote past the booking, by pod
+}
+
+// podEvent is something that happened to a case pod, kept once the pod is gone.
+type podEvent struct {
+	at                time.Time
+	ns, pod, caseName string
 }
 
 type window struct {
@@ -128,7 +136,8 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
-	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{}}
+	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{},
+		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -146,6 +155,10 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 	go func() { defer bg.Done(); r.scrape(ctx) }()
 	bg.Add(1)
 	go func() { defer bg.Done(); r.moveWorkers(ctx) }()
+	for _, ns := range trust.Namespaces {
+		bg.Add(1)
+		go func() { defer bg.Done(); r.watchEvictions(ctx, r.ns(ns)) }()
+	}
 
 	// Faults at their moments; a StatefulSet's pod deleted once, to be re-created under
 	// its name.
@@ -252,6 +265,9 @@ func (r *trustRun) create(tc *trust.Case, imageMB nr1.Units) {
 	ns := r.ns(tc.Namespace)
 	booked := tc.Booked
 	booked[nr1.DockerPartition] = imageMB + nr1.Units(2*len(tc.Holders)+2)
+	if o := tc.Over; o != nil && o.Resource == nr1.DockerPartition {
+		o.To = int64(booked[nr1.DockerPartition]) // the image's size on top: over by that
+	}
 	if tc.Kind == trust.SharedClaim {
 		r.createShared(tc, booked)
 		return
@@ -464,8 +480,82 @@ func (r *trustRun) notePods(ctx context.Context) {
 				r.started[p.UID] = p.Status.StartTime.Time
 			}
 			r.noteEnds(&p)
+			r.noteEviction(&p)
 		}
 		r.mu.Unlock()
+		for _, p := range pods.Items {
+			r.noteWritten(ctx, &p)
+		}
+	}
+}
+
+// watchEvictions watches the case pods of ns until ctx ends: an evicted pod with a
+// second of grace is gone before the next list, and its last state says it was evicted.
+func (r *trustRun) watchEvictions(ctx context.Context, ns string) {
+	for ctx.Err() == nil {
+		w, err := r.c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: caseLabel})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second): // the API server stopped, as a fault does
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok {
+				r.mu.Lock()
+				r.noteEviction(p)
+				r.mu.Unlock()
+			}
+		}
+		w.Stop()
+	}
+}
+
+// noteEviction records when p was evicted, as the API server's DisruptionTarget
+// condition says (r.mu held): the pod is then deleted, and gone from later lists.
+func (r *trustRun) noteEviction(p *corev1.Pod) {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
+			if _, seen := r.evicted[p.UID]; !seen {
+				r.evicted[p.UID] = podEvent{at: c.LastTransitionTime.Time, ns: p.Namespace, pod: p.Name, caseName: p.Labels[caseLabel]}
+			}
+		}
+	}
+}
+
+// noteWritten records when the holder of a docker partition overrun in p wrote past its
+// CG's booking, as it logged it, while its log can be read: an evicted pod's is gone
+// with it.
+func (r *trustRun) noteWritten(ctx context.Context, p *corev1.Pod) {
+	r.mu.Lock()
+	_, done := r.written[p.UID]
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	for _, tc := range r.plan.Cases {
+		o := tc.Over
+		if o == nil || o.Resource != nr1.DockerPartition || r.ns(tc.Namespace) != p.Namespace || p.Labels[caseLabel] != tc.Name {
+			continue
+		}
+		logs, err := r.c.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: tc.Holders[o.Holder].Name}).DoRaw(ctx)
+		if err != nil {
+			return
+		}
+		marker := fmt.Sprintf(" write_mb=%d", o.To)
+		for _, line := range strings.Split(string(logs), "\n") {
+			stamp, rest, _ := strings.Cut(line, " ")
+			if !strings.HasPrefix(rest, "holding") || !strings.Contains(rest, marker) {
+				continue
+			}
+			if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+				r.mu.Lock()
+				r.written[p.UID] = podEvent{at: at, ns: p.Namespace, pod: p.Name, caseName: tc.Name}
+				r.mu.Unlock()
+			}
+			return
+		}
 	}
 }
 
@@ -580,6 +670,11 @@ func (r *trustRun) judge() string {
 					}
 				}
 			}
+			for _, e := range r.caseEvents(r.evicted, ns, tc.Name) {
+				falseActions++
+				t.Errorf("FALSE ACTION on %s/%s (%s), never over: evicted at %s", ns, e.pod, tc.Shape(), e.at.Format(time.TimeOnly))
+				r.explain(ns, e.pod)
+			}
 			if tc.SelfUncertain {
 				switch r.judgeOwn(&tc, pods.Items, end) {
 				case judgedDone:
@@ -635,6 +730,24 @@ func (r *trustRun) judge() string {
 			default:
 				said = append(said, at.Format(time.TimeOnly)+" "+ev.Reason)
 			}
+		}
+		if o.Resource == nr1.DockerPartition {
+			// Judged by its pod's eviction: the pod is gone after it.
+			verdict, wrong := r.judgeEvicted(&tc, end, said)
+			falseActions += wrong
+			switch verdict {
+			case judgedDone:
+				over++
+				acted++
+				byResource[o.Resource]++
+			case judgedMissed:
+				over++
+				missed++
+				byResource[o.Resource]++
+			case judgedLate:
+				notJudged++
+			}
+			continue
 		}
 		overPod, overAt, wentOver := r.overAt(&tc, pods.Items)
 		if !wentOver {
@@ -721,14 +834,72 @@ func (r *trustRun) blindDuring(from, to time.Time) bool {
 	return false
 }
 
-// A verdict of judgeOwn.
+// A verdict of judgeOwn or judgeEvicted.
 type ownVerdict int
 
 const (
 	judgedDone ownVerdict = iota
 	judgedMissed
 	judgedLate
+	judgedNothing // it never went over
 )
+
+// caseEvents are the events of the case's pods among events.
+func (r *trustRun) caseEvents(events map[types.UID]podEvent, ns, name string) []podEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []podEvent
+	for _, e := range events {
+		if e.ns == ns && e.caseName == name {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b podEvent) int { return a.at.Compare(b.at) })
+	return out
+}
+
+// partitionBound is how long after writing past its booking a CG is evicted at the
+// latest: the partition's measurement (every 10 s), the ladder's eviction (20 s), a
+// sample later, with room for a loaded node.
+const partitionBound = 75 * time.Second
+
+// judgeEvicted judges a docker partition overrun by its effect: the first pod that
+// wrote past its CG's booking evicted within the bound, as the API server's condition
+// on it said; an eviction of a pod that never wrote is a false action.
+func (r *trustRun) judgeEvicted(tc *trust.Case, end time.Time, said []string) (verdict ownVerdict, falseActions int) {
+	t, ns := r.t, r.ns(tc.Namespace)
+	written := r.caseEvents(r.written, ns, tc.Name)
+	evicted := r.caseEvents(r.evicted, ns, tc.Name)
+	wrote := map[string]bool{}
+	for _, w := range written {
+		wrote[w.pod] = true
+	}
+	for _, e := range evicted {
+		if !wrote[e.pod] {
+			falseActions++
+			t.Errorf("FALSE ACTION on %s/%s (%s): evicted at %s before writing past its booking", ns, e.pod, tc.Shape(), e.at.Format(time.TimeOnly))
+		}
+	}
+	if len(written) == 0 {
+		return judgedNothing, falseActions
+	}
+	w := written[0]
+	deadline := r.deadlineAfter(w.at, partitionBound)
+	for _, e := range evicted {
+		if e.pod == w.pod && !e.at.Before(w.at.Add(-time.Second)) && !e.at.After(deadline) {
+			return judgedDone, falseActions
+		}
+	}
+	if deadline.After(end) {
+		t.Logf("NOT JUDGED: %s/%s (%s) wrote past its docker partition at %s, its eviction due by %s, after the run's end %s", ns, w.pod, tc.Shape(),
+			w.at.Format(time.TimeOnly), deadline.Format(time.TimeOnly), end.Format(time.TimeOnly))
+		return judgedLate, falseActions
+	}
+	t.Errorf("MISS: %s/%s (%s) wrote %d MB past its docker partition at %s, not evicted by %s; said: %v", ns, w.pod, tc.Shape(), tc.Over.To,
+		w.at.Format(time.TimeOnly), deadline.Format(time.TimeOnly), said)
+	r.explain(ns, w.pod)
+	return judgedMissed, falseActions
+}
 
 // judgeOwn judges a CG uncertain by its own doing by effect: its booking holder's probes
 // refused (a throttle) within the bound after its pod started, by the selfUncertain
@@ -802,7 +973,13 @@ func (r *trustRun) podEnds(uid types.UID) []end {
 // container's warm-up later, with room for a loaded node, and the time the agent could
 // not see (a fault overlapping, and its recovery).
 func (r *trustRun) deadline(overAt time.Time) time.Time {
-	d := overAt.Add(45 * time.Second)
+	return r.deadlineAfter(overAt, 45*time.Second)
+}
+
+// deadlineAfter is overAt and bound later, and the time the agent could not see in
+// between (a fault overlapping, and its recovery).
+func (r *trustRun) deadlineAfter(overAt time.Time, bound time.Duration) time.Time {
+	d := overAt.Add(bound)
 	for _, f := range r.faults {
 		if f.start.Before(d) && f.end.After(overAt) {
 			d = d.Add(f.end.Sub(f.start) + 30*time.Second)

@@ -99,7 +99,8 @@ const probeEvery = 500 * time.Millisecond
 const OwnRingSlots = 1<<16 + 1
 
 // Overrun is a CG going over: one of its holders raises what it holds of Resource to To
-// at At after it started.
+// at At after it started (of the docker partition: writes To MB into its writable layer,
+// To set by the runner to the CG's booking of it).
 type Overrun struct {
 	Holder   int
 	Resource nr1.Resource
@@ -177,6 +178,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		moves(third, &c, duration)
 		hostile(fourth, &c)
 		degree(fourth, &c)
+		partition(fifth, &c)
 		probes(&c)
 		selfUncertain(fifth, &c)
 		p.Cases = append(p.Cases, c)
@@ -393,6 +395,15 @@ func degree(r *rand.Rand, c *Case) {
 	}
 }
 
+// partition makes some overruns the docker partition's: the holder writes into its
+// writable layer as much again as the CG booked of the partition (the runner sets To
+// once it knows the image's size), and the ladder evicts the pod.
+func partition(r *rand.Rand, c *Case) {
+	if o := c.Over; o != nil && c.Kind != SharedClaim && r.IntN(5) == 0 {
+		o.Resource, o.To, o.Degree = nr1.DockerPartition, 0, "its booking written again"
+	}
+}
+
 // probes makes a holder going over on queues probe once over: the throttle the ladder
 // takes before its kill must refuse its opens.
 func probes(c *Case) {
@@ -402,10 +413,10 @@ func probes(c *Case) {
 }
 
 // Hard says whether the overrun takes the CG to the hard ratio (2) or past it, where the
-// ladder kills at once.
+// ladder kills at once. The docker partition's ratio is known only at run time.
 func (c *Case) Hard() bool {
 	o := c.Over
-	return o != nil && c.HeldAfter(o.Resource) >= 2*int64(c.Booked[o.Resource])
+	return o != nil && o.Resource != nr1.DockerPartition && c.HeldAfter(o.Resource) >= 2*int64(c.Booked[o.Resource])
 }
 
 // selfUncertain makes some CGs that never go over uncertain by their own doing: their
@@ -633,6 +644,8 @@ func (h Holder) Args(c *Case, index int) []string {
 			key = "queues"
 		case nr1.CPUDMAMemory:
 			key = "cpu"
+		case nr1.DockerPartition:
+			key = "write"
 		}
 		a = append(a, fmt.Sprintf("--step=%s:%s=%d", o.At, key, o.To))
 	}

@@ -29,7 +29,9 @@ func TestCasesKeepTheirPromise(t *testing.T) {
 				if o == nil {
 					continue
 				}
-				if after, booked := c.HeldAfter(o.Resource), int64(c.Booked[o.Resource]); after < booked+1 || (o.Degree == "" && float64(after) < float64(booked)*overMargin) {
+				// The docker partition's overrun writes the booking again, the image's
+				// size on top: the runner's arithmetic, at run time.
+				if after, booked := c.HeldAfter(o.Resource), int64(c.Booked[o.Resource]); o.Resource != nr1.DockerPartition && (after < booked+1 || (o.Degree == "" && float64(after) < float64(booked)*overMargin)) {
 					t.Fatalf("seed %d %s/%s: over to %d of %s, booked %v (%s): not over by a unit, or by %.2f", seed, c.Namespace, c.Name, after, o.Resource, booked, o.Degree, overMargin)
 				}
 				if h := c.Holders[o.Holder]; h.Role == Init || (o.Resource == nr1.HypervisorQueue && !h.Books) {
@@ -73,7 +75,7 @@ func TestShapesAreCovered(t *testing.T) {
 				names[c.Name] = append(names[c.Name], c.Namespace)
 				if c.Over != nil {
 					seen["over "+c.Over.Resource.Short()] = true
-					if c.Over.Degree != "" {
+					if c.Over.Degree != "" && c.Over.Resource != nr1.DockerPartition {
 						after, booked := c.HeldAfter(c.Over.Resource), int64(c.Booked[c.Over.Resource])
 						switch {
 						case after == booked+1:
@@ -144,7 +146,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
