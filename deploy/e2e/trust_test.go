@@ -8,6 +8,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -89,7 +91,8 @@ func TestTrust(t *testing.T) {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
-	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %4s %6s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "KILLED", "OWN", "THRTLD", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
+	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %7s %4s %6s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "METRICS", "OWN", "THRTLD", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
+	t.Log("ACTED: over CGs whose excess was taken away in time, by effect (killed, evicted); METRICS: of the killed, those the agent's metrics also said it ended; OWN: CGs uncertain by their own doing, judged; THRTLD: throttles seen by effect (opens refused)")
 	for _, r := range rows {
 		t.Log(r)
 	}
@@ -117,6 +120,7 @@ type trustRun struct {
 	bigEnv   []corev1.EnvFromSource  // ConfigMaps (in every namespace) whose environment no runtime status carries readably
 	evicted  map[types.UID]podEvent  // case pods evicted (deleted by the Eviction API), when
 	written  map[types.UID]podEvent  // when the holder of a docker partition overrun wrote past the booking, by pod
+	counted  map[types.UID]map[string]bool // what the agent's metrics said it did to each pod: throttled, ended
 }
 
 // podEvent is something that happened to a case pod, kept once the pod is gone.
@@ -137,7 +141,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
 	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{},
-		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}}
+		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}, counted: map[types.UID]map[string]bool{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -392,6 +396,7 @@ func (r *trustRun) scrape(ctx context.Context) {
 		status := 0
 		if err == nil {
 			status = resp.StatusCode
+			r.noteCounters(resp.Body)
 			_ = resp.Body.Close()
 		}
 		r.follow(ctx, agent)
@@ -405,6 +410,44 @@ func (r *trustRun) scrape(ctx context.Context) {
 			}
 		}
 		r.maxRSS = max(r.maxRSS, rss)
+		r.mu.Unlock()
+	}
+}
+
+// said is what the agent's metrics said it did to the pod.
+func (r *trustRun) said(uid types.UID) map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.counted[uid])
+}
+
+// noteCounters records the pods the agent's metrics say it throttled or ended (killed or
+// evicted), by UID: what it says it did, beside what its Events say and what the pods'
+// statuses show.
+func (r *trustRun) noteCounters(body io.Reader) {
+	lines := bufio.NewScanner(body)
+	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for lines.Scan() {
+		line := lines.Text()
+		var what string
+		switch {
+		case strings.HasPrefix(line, "nr1_throttled{") && strings.HasSuffix(line, " 1"):
+			what = "throttled"
+		case strings.HasPrefix(line, "nr1_enforcement_ended_timestamp_seconds{"):
+			what = "ended"
+		default:
+			continue
+		}
+		_, rest, ok := strings.Cut(line, `uid="`)
+		uid, _, ok2 := strings.Cut(rest, `"`)
+		if !ok || !ok2 {
+			continue
+		}
+		r.mu.Lock()
+		if r.counted[types.UID(uid)] == nil {
+			r.counted[types.UID(uid)] = map[string]bool{}
+		}
+		r.counted[types.UID(uid)][what] = true
 		r.mu.Unlock()
 	}
 }
@@ -637,7 +680,7 @@ func (r *trustRun) judge() string {
 	t := r.t
 	r.notePods(context.Background())
 	end := time.Now()
-	var over, acted, falseActions, missed, notJudged, own, throttled int
+	var over, acted, falseActions, missed, notJudged, own, throttled, counted int
 	byResource := map[nr1.Resource]int{}
 	shapes := map[string]bool{}
 	for _, tc := range r.plan.Cases {
@@ -668,6 +711,15 @@ func (r *trustRun) judge() string {
 						t.Errorf("FALSE ACTION on %s/%s (%s), never over: container %s killed at %s (%s)", ns, p.Name, tc.Shape(), e.container, e.at.Format(time.TimeOnly), e.reason)
 						r.explain(ns, p.Name)
 					}
+				}
+			}
+			for _, p := range pods.Items {
+				for what := range r.said(p.UID) {
+					if what == "throttled" && tc.SelfUncertain {
+						continue
+					}
+					falseActions++
+					t.Errorf("FALSE ACTION on %s/%s (%s), never over: the agent's metrics say it %s it", ns, p.Name, tc.Shape(), what)
 				}
 			}
 			for _, e := range r.caseEvents(r.evicted, ns, tc.Name) {
@@ -787,6 +839,9 @@ func (r *trustRun) judge() string {
 			if !refusedAt.IsZero() {
 				throttled++
 			}
+			if r.said(overPod)["ended"] {
+				counted++
+			}
 		case deadline.After(end):
 			notJudged++
 			t.Logf("NOT JUDGED: %s/%s (%s) went over %s at %s, due by %s, after the run's end %s", ns, tc.Name, tc.Shape(), o.Resource.Short(),
@@ -820,7 +875,7 @@ func (r *trustRun) judge() string {
 			per = append(per, fmt.Sprintf("%s=%d", res.Short(), n))
 		}
 	}
-	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %4d %6d %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, own, throttled,
+	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %7d %4d %6d %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, counted, own, throttled,
 		falseActions, missed, notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
 }
 
