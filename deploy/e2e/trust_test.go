@@ -112,14 +112,14 @@ type trustRun struct {
 	failed   []string
 	maxRSS   int64
 	rssLimit int64
-	started  map[types.UID]time.Time // each case pod's start, kept once it is gone
-	ends     map[types.UID][]end     // each case pod's container ends, as its status showed them
-	followed map[types.UID]bool      // the agent pods whose logs are being followed
-	logSince map[types.UID]time.Time // when each agent's log was last read
-	agentLog []string                // every agent's log lines of the run, to explain a failure
-	bigEnv   []corev1.EnvFromSource  // ConfigMaps (in every namespace) whose environment no runtime status carries readably
-	evicted  map[types.UID]podEvent  // case pods evicted (deleted by the Eviction API), when
-	written  map[types.UID]podEvent  // when the holder of a docker partition overrun wrote past the booking, by pod
+	started  map[types.UID]time.Time       // each case pod's start, kept once it is gone
+	ends     map[types.UID][]end           // each case pod's container ends, as its status showed them
+	followed map[types.UID]bool            // the agent pods whose logs are being followed
+	logSince map[types.UID]time.Time       // when each agent's log was last read
+	agentLog []string                      // every agent's log lines of the run, to explain a failure
+	bigEnv   []corev1.EnvFromSource        // ConfigMaps (in every namespace) whose environment no runtime status carries readably
+	evicted  map[types.UID]podEvent        // case pods evicted (deleted by the Eviction API), when
+	written  map[types.UID]podEvent        // when the holder of a docker partition overrun wrote past the booking, by pod
 	counted  map[types.UID]map[string]bool // what the agent's metrics said it did to each pod: throttled, ended
 }
 
