@@ -217,26 +217,36 @@ func (b *Builder) podCgroup(cg *view.CG) {
 	if dir == "" && undescribed {
 		dir = b.searchPodDir(cg)
 	}
-	if dir == "" {
-		return
+	// One walk of the pod's cgroup reads its containers' and every cgroup below them.
+	var tree map[string]uint64
+	if dir != "" {
+		var err error
+		if tree, err = cgroup.Tree(dir); err != nil {
+			dir, tree = "", nil // the pod gone meanwhile
+		}
 	}
-	id, err := cgroup.ID(dir)
-	if err != nil {
-		return // the pod gone meanwhile
-	}
-	cg.PodCgroup = dir
 	known := map[uint64]bool{}
 	for _, c := range cg.Containers {
-		if c.State == view.Running && c.Cgroup.V2 == "" {
+		if c.State != view.Running {
+			continue
+		}
+		if c.Cgroup.V2 == "" && dir != "" {
 			if d, err := cgroup.ContainerDir(dir, c.ID); err == nil && d != "" {
 				c.Cgroup.V2 = d
-				if cid, err := cgroup.ID(d); err == nil {
-					c.CgroupID = cid
-				}
-				if ids, err := cgroup.Descendants(d); err == nil {
-					c.ChildCgroupIDs = ids
+				if c.CgroupID = tree[d]; c.CgroupID == 0 {
+					c.CgroupID, _ = cgroup.ID(d) // made since the walk
 				}
 			}
+		}
+		if c.Cgroup.V2 == "" {
+			continue
+		}
+		if below, ok := within(tree, c.Cgroup.V2); ok {
+			c.ChildCgroupIDs = below
+		} else if ids, err := cgroup.Descendants(c.Cgroup.V2); err == nil {
+			// Not below the pod's cgroup (a layout the agent does not know): its own walk.
+			// The container may have exited since the runtime said it runs: none then.
+			c.ChildCgroupIDs = ids
 		}
 		if c.CgroupID != 0 {
 			known[c.CgroupID] = true
@@ -245,13 +255,39 @@ func (b *Builder) podCgroup(cg *view.CG) {
 			known[cid] = true
 		}
 	}
-	cg.PodCgroupIDs = append(cg.PodCgroupIDs, id)
-	below, _ := cgroup.Descendants(dir)
-	for _, cid := range below {
-		if !known[cid] {
-			cg.PodCgroupIDs = append(cg.PodCgroupIDs, cid)
+	if dir == "" {
+		return
+	}
+	cg.PodCgroup = dir
+	cg.PodCgroupIDs = append(cg.PodCgroupIDs, tree[dir])
+	for _, p := range slices.Sorted(maps.Keys(tree)) {
+		if id := tree[p]; p != dir && !known[id] {
+			cg.PodCgroupIDs = append(cg.PodCgroupIDs, id)
 		}
 	}
+}
+
+// within returns the ids of the cgroups below dir in tree, in path order; false when dir
+// is not in tree.
+func within(tree map[string]uint64, dir string) ([]uint64, bool) {
+	if _, ok := tree[dir]; !ok {
+		return nil, false
+	}
+	var paths []string
+	for p := range tree {
+		if strings.HasPrefix(p, dir+"/") {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return nil, true
+	}
+	slices.Sort(paths)
+	ids := make([]uint64, 0, len(paths))
+	for _, p := range paths {
+		ids = append(ids, tree[p])
+	}
+	return ids, true
 }
 
 // searchPodDir finds the pod's cgroup in the tree: no container the runtime described
@@ -344,13 +380,8 @@ func (b *Builder) container(c *runtime.Container) (*view.Container, error) {
 			ctr.CgroupID = id
 		}
 	}
-	// The container may have exited since the runtime said it runs: no cgroup then.
-	// Its processes are read when asked (Processes), not at every sample.
-	if paths.V2 != "" {
-		if ids, err := cgroup.Descendants(paths.V2); err == nil {
-			ctr.ChildCgroupIDs = ids
-		}
-	}
+	// The cgroups it made below its own are read with its pod's (podCgroup). Its
+	// processes are read when asked (Processes), not at every sample.
 	return ctr, nil
 }
 
