@@ -64,6 +64,9 @@ func (a *Agent) observe(cfg *config.Config, version string, o observed, log *slo
 	if err := registerAll(reg, cadence.NewCollectors(o.cadence, o.changes.counts())...); err != nil {
 		return err
 	}
+	if err := registerAll(reg, metrics.NewProcessCollectors()...); err != nil {
+		return err
+	}
 	if cfg.Mode == config.ModeDevicePlugin {
 		fit := statusfit.New(func(ctx context.Context) (bool, string, error) {
 			return kubeletconf.ResourceHealth(ctx, cfg.Paths.Procfs, cfg.PodResourcesSocket())
