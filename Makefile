@@ -45,7 +45,7 @@ export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 # generate (clang, llvm, libbpf-dev) and of make test-arm64 (qemu-user). The local node
 # stack's own are installed by deploy/local/build.sh.
 TEST_DEB_DEPS := prometheus prometheus-alertmanager
-DEB_DEPS := clang llvm libbpf-dev qemu-user $(TEST_DEB_DEPS)
+DEB_DEPS := clang llvm libbpf-dev qemu-user reuse $(TEST_DEB_DEPS)
 APT_INSTALL := deploy/local/apt-install.sh
 # make run: the agent's mode (devicePlugin or dra), and whether to follow its log after
 # the example output (FOLLOW=0: print its last lines and return).
@@ -165,10 +165,12 @@ bench-agent: image ## the node's NR1 bill on the local stack: the agent's CPU an
 		$(GO) test -tags e2e -run '^$$' -bench 'BenchmarkAgentCost|BenchmarkDetectionLatency|BenchmarkSchedulingLatency' -benchtime 5x -timeout 90m -v ./deploy/e2e/ | tee _output/bench/agent.out
 	for p in _output/bench/agent-cpu-*.pprof; do echo "== $$p"; $(GO) tool pprof -top -nodecount 30 $$p 2>/dev/null | head -40; done
 
-lint: $(TOOLS)/golangci-lint ## gofmt, go vet (for each of ARCHES) and golangci-lint
+lint: $(TOOLS)/golangci-lint ## gofmt, go vet (for each of ARCHES), golangci-lint and reuse lint (every file's licence and copyright: its SPDX line or .reuse/dep5)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(foreach a,$(ARCHES),GOARCH=$(a) $(GO) vet ./... &&) true
 	$(TOOLS)/golangci-lint run ./...
+	@command -v reuse >/dev/null || { echo "no reuse: make deps installs it" >&2; exit 1; }
+	reuse lint --quiet || reuse lint
 
 generate: ## regenerate generated code (bpf2go with clang) and the Grafana dashboard
 	$(GO) generate ./...

@@ -13,12 +13,15 @@ import (
 
 // The project's licenses: Apache-2.0 for everything but the BPF programs, which the
 // kernel loads only under a GPL-compatible license, and so are dual-licensed.
+// REUSE-IgnoreStart: the lines below are what files must hold, not this file's licence.
 const (
 	spdxApache = "SPDX-License-Identifier: Apache-2.0"
 	spdxBPF    = "SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)"
 	// kernelBPF is what the BPF programs declare to the kernel for spdxBPF.
 	kernelBPF = `char LICENSE[] SEC("license") = "Dual BSD/GPL";`
 )
+
+// REUSE-IgnoreEnd
 
 // generated marks a file written by a tool from sources that carry their own license.
 var generated = regexp.MustCompile(`(?m)^// Code generated .* DO NOT EDIT\.$`)
