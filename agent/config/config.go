@@ -27,14 +27,14 @@ const (
 
 // Config is the agent's whole configuration.
 type Config struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion" enum:"nr1.neureality.ai/v1alpha1"`
+	Kind       string `json:"kind" enum:"AgentConfig"`
 	// NodeName is the Kubernetes node the agent runs on; empty means the host name.
 	NodeName string `json:"nodeName"`
 	// Mode is how the NR1 is offered to the kubelet: devicePlugin (four extended
 	// resources, one device per unit) or dra (one DRA device with four consumable
 	// capacities, claimed through ResourceClaims). A node runs one or the other.
-	Mode string `json:"mode"`
+	Mode string `json:"mode" enum:"devicePlugin|dra"`
 	// MetricsAddr is where /metrics, /healthz and /readyz are served.
 	MetricsAddr string `json:"metricsAddr"`
 	// DebugAddr is where /debug/cgs and /debug/pprof are served: the node's processes,
@@ -89,7 +89,7 @@ type Sampling struct {
 	// is measured through CRI.
 	PartitionInterval Duration `json:"partitionInterval"`
 	// Source is the footprint source: auto (BPF when it loads, else procfs), bpf or procfs.
-	Source string `json:"source"`
+	Source string `json:"source" enum:"auto|bpf|procfs"`
 	// OnChange samples at once when a process opens or maps an NR1 file, as the kernel
 	// reports it (the BPF source's syscall tracepoints), not only every interval.
 	OnChange bool `json:"onChange"`
@@ -127,8 +127,8 @@ type Paths struct {
 
 // Log configures the structured logger.
 type Log struct {
-	Level  string `json:"level"`
-	Format string `json:"format"`
+	Level  string `json:"level" enum:"debug|info|warn|error"`
+	Format string `json:"format" enum:"json|text"`
 }
 
 // DevicePlugin configures the kubelet device plugins.

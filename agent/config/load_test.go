@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,24 @@ func TestHelp(t *testing.T) {
 	for _, w := range []string{"-path.sysfs", "NR1_AGENT_PATH_SYSFS", "NR1_AGENT_CONFIG"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("usage lacks %q", w)
+		}
+	}
+}
+
+// A ladder configured for one resource leaves the others' as they were: the defaults
+// share no slice between resources.
+func TestOneResourcesLadderLeavesTheOthers(t *testing.T) {
+	cfg := Default()
+	if err := cfg.decodeStrict([]byte(`{"enforcement":{"resources":{"compute_dma_memory":{"ladder":[{"action":"kill","after":"1m"}]}}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a kill after a minute for compute DMA memory alone: %v", err)
+	}
+	want := Default().Enforcement.Resources
+	for _, r := range []nr1.Resource{nr1.CPUDMAMemory, nr1.HypervisorQueue} {
+		if got := cfg.Enforcement.Resources[r].Ladder; !reflect.DeepEqual(got, want[r].Ladder) {
+			t.Errorf("%s's ladder %v, want the default %v", r.Short(), got, want[r].Ladder)
 		}
 	}
 }

@@ -23,9 +23,13 @@ var (
 	duration    = reflect.TypeFor[Duration]()
 )
 
+// DurationPattern is what time.ParseDuration reads: a sign, then numbers each with a
+// unit, or 0.
+const DurationPattern = `^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$`
+
 func schemaOf(t reflect.Type) map[string]any {
 	if t == duration {
-		return map[string]any{"type": "string", "description": `a duration, such as "5s" or "1m30s"`}
+		return map[string]any{"type": "string", "pattern": DurationPattern, "description": `a duration, such as "5s" or "1m30s"`}
 	}
 	switch t.Kind() {
 	case reflect.Pointer:
@@ -61,7 +65,12 @@ func schemaOf(t reflect.Type) map[string]any {
 			if name == "" || name == "-" || !f.IsExported() {
 				continue
 			}
-			props[name] = schemaOf(f.Type)
+			s := schemaOf(f.Type)
+			if enum := f.Tag.Get("enum"); enum != "" {
+				// What the agent's validation accepts, and nothing else.
+				s["enum"] = strings.Split(enum, "|")
+			}
+			props[name] = s
 		}
 		return map[string]any{"type": "object", "properties": props, "additionalProperties": false}
 	default:

@@ -46,7 +46,7 @@ type Duration = metav1.Duration
 
 // Step is one rung of a ladder: an action taken once the CG has been over for After.
 type Step struct {
-	Action Kind     `json:"action"`
+	Action Kind     `json:"action" enum:"warn|throttle|kill|evict"`
 	After  Duration `json:"after"`
 }
 
@@ -68,7 +68,7 @@ type Resources = nr1.PerResource[ResourcePolicy]
 
 // Policy is the enforcement configuration.
 type Policy struct {
-	Mode Mode `json:"mode"`
+	Mode Mode `json:"mode" enum:"enforce|dry-run"`
 	// Warmup is how long after the agent starts nothing is done: its first samples may
 	// not yet know every container.
 	Warmup Duration `json:"warmup"`
@@ -98,9 +98,9 @@ type Policy struct {
 	MaxNamespaceAge Duration `json:"maxNamespaceAge"`
 	// NoAllocation is what usage by a CG with no allocation of the resource means:
 	// "enforce" (over a zero allocation) or "ignore".
-	NoAllocation string `json:"noAllocation"`
+	NoAllocation string `json:"noAllocation" enum:"enforce|ignore"`
 	// KillScope is "container" (the container most over its own allocation) or "cg".
-	KillScope string `json:"killScope"`
+	KillScope string `json:"killScope" enum:"container|cg"`
 	// KillTimeout is the grace StopContainer gives before SIGKILL. 0, the default, kills
 	// at once: the container ends as a failure (exit 137, as an OOM kill), and its pod, if
 	// not restarted, Failed. With a grace, a workload that exits 0 on SIGTERM ends
@@ -125,7 +125,11 @@ type Policy struct {
 // allocation of DMA memory or queues (at once at twice the allocation), and evicts a CG
 // 20 s over its docker partition.
 func DefaultPolicy() Policy {
-	memory := ResourcePolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Throttle, Duration{Duration: 5 * time.Second}}, {Kill, Duration{Duration: 15 * time.Second}}}, HardRatio: 2}
+	// Each resource its own ladder: a configuration decoded over the defaults reuses a
+	// slice's array, and one shared would change every resource's ladder at once.
+	memory := func() ResourcePolicy {
+		return ResourcePolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Throttle, Duration{Duration: 5 * time.Second}}, {Kill, Duration{Duration: 15 * time.Second}}}, HardRatio: 2}
+	}
 	return Policy{
 		Mode: Enforce, Warmup: Duration{Duration: 10 * time.Second}, ContainerWarmup: Duration{Duration: 2 * time.Second},
 		Margin: 0.05, Hold: Duration{Duration: 10 * time.Second}, MaxActionsPerMinute: 30, MaxSampleAge: Duration{Duration: 5 * time.Second},
@@ -133,7 +137,7 @@ func DefaultPolicy() Policy {
 		ExemptNamespaces: []string{"kube-system", "nr1-system"}, NoAllocation: "enforce", KillScope: "container",
 		KillTimeout: Duration{Duration: 0}, EvictFallback: Duration{Duration: 30 * time.Second},
 		Resources: Resources{
-			nr1.ComputeDMAMemory: memory, nr1.CPUDMAMemory: memory, nr1.HypervisorQueue: memory,
+			nr1.ComputeDMAMemory: memory(), nr1.CPUDMAMemory: memory(), nr1.HypervisorQueue: memory(),
 			nr1.DockerPartition: {Ladder: []Step{{Warn, Duration{Duration: 0}}, {Evict, Duration{Duration: 20 * time.Second}}}, HardRatio: 2},
 		},
 		SelfUncertain: UncertainPolicy{Ladder: []Step{{Warn, Duration{Duration: 0}}, {Throttle, Duration{Duration: 30 * time.Second}}}},

@@ -59,7 +59,7 @@ type File struct {
 	// fdinfo (the value of FdinfoKey in /proc/PID/fdinfo, drm-usage-stats format, for
 	// drivers that report per-client usage). Empty: the resource's default (mapped
 	// bytes for DMA memory, open handles for queues).
-	Measure   string `json:"measure,omitempty"`
+	Measure   string `json:"measure,omitempty" enum:"mappedBytes|openHandles|fdinfo"`
 	FdinfoKey string `json:"fdinfoKey,omitempty"`
 }
 
