@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -183,8 +185,10 @@ func TestRenderingsAcceptedByAPIServer(t *testing.T) {
 	run(t, "kubectl", "apply", "--dry-run=server", "-k", filepath.Join(repo, "deploy", "kustomize", "base"))
 }
 
-// A misspelt key of the agent's configuration fails helm install, against the chart's
-// schema (the configuration type's), instead of crash-looping the agent on every node.
+// A misspelt key anywhere in the chart's values fails helm install, against the chart's
+// schema, instead of rendering silently or crash-looping the agent on every node: every
+// key the schema names (the agent's configuration's included) misspelt, at once, each
+// refused by name; and values the agent would refuse, each refused with its key.
 func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 	for set, want := range map[string]string{
 		"config.sampling.intervall=5s": "at '/config/sampling': additional properties 'intervall' not allowed",
@@ -195,9 +199,97 @@ func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 			t.Errorf("--set %s: %v, want refused: %s", set, err, want)
 		}
 	}
+	b, err := os.ReadFile(filepath.Join(chart, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var misspelt []misspelling
+	misspell(schema, "", "", &misspelt)
+	if len(misspelt) < 100 {
+		t.Fatalf("%d keys misspelt: the schema names fewer keys than the chart reads", len(misspelt))
+	}
+	args := []string{"template", "nr1-typo", chart, "--kube-version", "1.37.0"}
+	for _, m := range misspelt {
+		args = append(args, "--set", m.set)
+	}
+	out, err := runErr("helm", args...)
+	if err == nil {
+		t.Fatalf("%d misspelt keys rendered:\n%s", len(misspelt), out)
+	}
+	// helm names the keys refused in one object on one line.
+	refused := map[string]string{}
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if at, rest, ok := strings.Cut(line, "- at '"); ok && strings.TrimSpace(at) == "" {
+			pointer, msg, _ := strings.Cut(rest, "': ")
+			if strings.HasPrefix(msg, "additional properties") {
+				refused[pointer] = msg
+			}
+		}
+	}
+	for _, m := range misspelt {
+		if !strings.Contains(refused[m.pointer], "'"+m.wrong+"'") {
+			t.Errorf("--set %s: not refused at '%s' (%q)", m.set, m.pointer, refused[m.pointer])
+		}
+	}
+	t.Logf("%d misspelt keys refused by name", len(misspelt))
+	for set, want := range map[string]string{
+		"config.mode=DRA":          "at '/config/mode': value must be one of 'devicePlugin', 'dra'",
+		"config.log.level=verbose": "at '/config/log/level': value must be one of",
+		"config.enforcement.resources.compute_dma_memory.ladder[0].action=kil": "at '/config/enforcement/resources/compute_dma_memory/ladder/0/action': value must be one of",
+		"config.sampling.source=ebpf":                                          "at '/config/sampling/source': value must be one of",
+		"config.sampling.interval=5parsecs":                                    "at '/config/sampling/interval': '5parsecs' does not match pattern",
+		"config.mode=dra":                                                      "at '/dra/enabled': value must be true",
+		"resources.limits.memory=lots":                                         "at '/resources/limits/memory'",
+		"resources.limits.memroy=1Gi":                                          "invalid propertyName 'memroy'",
+		"image.pullPolicy=Sometimes":                                           "at '/image/pullPolicy': value must be one of",
+		"dnsPolicy=Cluster":                                                    "at '/dnsPolicy': value must be one of",
+		"tolerations[0].operator=Exist":                                        "at '/tolerations/0/operator': value must be one of",
+		"config.enforcement.killScope=pod":                                     "at '/config/enforcement/killScope': value must be one of",
+		"extraHostPaths[0].path=relative/dir":                                  "at '/extraHostPaths/0",
+	} {
+		_, err := runErr("helm", "template", "nr1-typo", chart, "--kube-version", "1.37.0", "--set", set)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--set %s: %v, want refused: %s", set, err, want)
+		}
+	}
 	// The same key spelt right passes the schema (rendered: the agent this suite runs owns
 	// the chart's objects on the stack, which an install would find taken).
 	helmTemplate(t, "nr1-typo", "default", "--set", "config.sampling.interval=5s")
+}
+
+// misspelling is a key misspelt: its --set, and where helm must refuse what.
+type misspelling struct{ set, pointer, wrong string }
+
+// misspell adds, for every key of every closed object of schema (at set, as --set names
+// it, and pointer, as helm's errors do), the key misspelt; arrays of objects through
+// their first item.
+func misspell(schema map[string]any, set, pointer string, out *[]misspelling) {
+	props, _ := schema["properties"].(map[string]any)
+	if open, ok := schema["additionalProperties"].(bool); ok && !open {
+		for _, name := range slices.Sorted(maps.Keys(props)) {
+			wrong := name + name[len(name)-1:]
+			if _, taken := props[wrong]; taken {
+				continue
+			}
+			*out = append(*out, misspelling{set: strings.TrimPrefix(set+"."+wrong, ".") + "=x", pointer: pointer, wrong: wrong})
+		}
+	}
+	for name, p := range props {
+		sub, _ := p.(map[string]any)
+		key := strings.TrimPrefix(set+"."+name, ".")
+		switch sub["type"] {
+		case "object":
+			misspell(sub, key, pointer+"/"+name, out)
+		case "array":
+			if items, ok := sub["items"].(map[string]any); ok && items["type"] == "object" {
+				misspell(items, key+"[0]", pointer+"/"+name+"/0", out)
+			}
+		}
+	}
 }
 
 // The kubelet's root, the CDI directory and the runtime's socket follow the agent's
