@@ -38,10 +38,13 @@ func TestOneVersionEverywhere(t *testing.T) {
 	got := map[string]string{
 		"deploy/helm/nr1-agent/Chart.yaml version":                         chart.Version,
 		"deploy/helm/nr1-agent/Chart.yaml appVersion":                      chart.AppVersion,
-		"deploy/helm/nr1-agent/values.yaml image.tag":                      values.Image.Tag,
 		"deploy/kustomize/base images[0].newTag":                           first(base.Images, func(i struct{ NewTag string }) string { return i.NewTag }),
 		"deploy/kustomize/base labels app.kubernetes.io/version":           label(base.Labels),
 		"deploy/kustomize/components/dra labels app.kubernetes.io/version": label(dra.Labels),
+	}
+	// The chart's image is its appVersion's unless a user says otherwise.
+	if values.Image.Tag != "" {
+		t.Errorf("deploy/helm/nr1-agent/values.yaml image.tag is %q, want empty: the chart's appVersion", values.Image.Tag)
 	}
 	for where, v := range got {
 		want := tag

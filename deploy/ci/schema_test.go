@@ -49,6 +49,15 @@ func chartSchema() ([]byte, error) {
 				"monitoringNamespace": obj("type", "string", "pattern", `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`),
 				"apiServerCIDRs":      obj("type", "array", "items", obj("type", "string", "pattern", `^[0-9a-fA-F.:]+/[0-9]{1,3}$`)),
 			}),
+			"imagePullSecrets": obj("type", "array", "items", obj("type", "object", "required", []string{"name"},
+				"properties", map[string]any{"name": obj("type", "string", "minLength", 1)}, "additionalProperties", false)),
+			"affinity": obj("type", "object", "description", "a pod's affinity (nodeAffinity, podAffinity, podAntiAffinity)", "additionalProperties", false,
+				"properties", map[string]any{"nodeAffinity": obj("type", "object"), "podAffinity": obj("type", "object"), "podAntiAffinity": obj("type", "object")}),
+			"podAnnotations": stringMap,
+			"updateStrategy": obj("type", "object", "additionalProperties", false, "properties", map[string]any{
+				"type":          obj("enum", []string{"RollingUpdate", "OnDelete"}),
+				"rollingUpdate": closed(map[string]any{"maxUnavailable": obj("type", []string{"integer", "string"}), "maxSurge": obj("type", []string{"integer", "string"})}),
+			}),
 			"nodeFeatureRule": nodeFeatureRuleSchema(),
 			"nodeSelector":    stringMap,
 			"tolerations": obj("type", "array", "items", closed(map[string]any{
