@@ -68,18 +68,23 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 	})
 
 	// What the API server stored is what the chart meant: the endpoint on the metrics
-	// port, every rule of the canonical file.
+	// port, its labels honoured, every rule of the canonical file.
 	var sm struct {
 		Metadata struct{ Labels map[string]string }
 		Spec     struct {
-			Endpoints []struct{ Port string }
+			Endpoints []struct {
+				Port        string
+				HonorLabels bool `json:"honorLabels"`
+			}
 			Selector  struct{ MatchLabels map[string]string }
 		}
 	}
 	if err := json.Unmarshal(run(t, "kubectl", "get", "-n", "nr1-system", "servicemonitor", "-o", "json", "nr1-agent"), &sm); err != nil {
 		t.Fatal(err)
 	}
-	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != "nr1-agent" {
+	// The CGs' namespace, pod and container labels honoured over the Operator's target
+	// labels (the agent's pod).
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || !sm.Spec.Endpoints[0].HonorLabels || sm.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != "nr1-agent" {
 		t.Errorf("ServiceMonitor as stored: %+v", sm.Spec)
 	}
 	// kube-prometheus-stack selects what carries its release's label.
