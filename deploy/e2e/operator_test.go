@@ -76,7 +76,7 @@ func TestPrometheusOperatorObjects(t *testing.T) {
 				Port        string
 				HonorLabels bool `json:"honorLabels"`
 			}
-			Selector  struct{ MatchLabels map[string]string }
+			Selector struct{ MatchLabels map[string]string }
 		}
 	}
 	if err := json.Unmarshal(run(t, "kubectl", "get", "-n", "nr1-system", "servicemonitor", "-o", "json", "nr1-agent"), &sm); err != nil {
