@@ -36,20 +36,20 @@ var panels = []panel{
 		{`sum by (instance) (nr1_capacity_bytes{instance=~"$node", resource="$resource"})`, "{{instance}} capacity"},
 		{`sum by (instance) (nr1_allocatable_bytes{instance=~"$node", resource="$resource"})`, "{{instance}} allocatable"},
 		{`sum by (instance) (nr1_cg_allocated_bytes{instance=~"$node", resource="$resource"})`, "{{instance}} allocated"},
-		{`sum by (instance) (nr1_usage_bytes{instance=~"$node", resource="$resource"}) + sum by (instance) (nr1_unattributed_usage_bytes{instance=~"$node", resource="$resource"})`, "{{instance}} used"},
+		{`sum by (instance) (nr1_cg_usage_bytes{instance=~"$node", resource="$resource"}) + sum by (instance) (nr1_unattributed_usage_bytes{instance=~"$node", resource="$resource"})`, "{{instance}} used"},
 	}},
 	{id: 2, title: "Per CG: usage against allocation ($resource)", unit: units.BytesIEC, x: 12, y: 0, w: 12, h: 8, queries: []query{
-		{`sum by (namespace, pod) (nr1_usage_bytes{instance=~"$node", resource="$resource"})`, "{{namespace}}/{{pod}} used"},
+		{`sum by (namespace, pod) (nr1_cg_usage_bytes{instance=~"$node", resource="$resource"})`, "{{namespace}}/{{pod}} used"},
 		{`sum by (namespace, pod) (nr1_cg_allocated_bytes{instance=~"$node", resource="$resource"})`, "{{namespace}}/{{pod}} allocated"},
 	}},
 	{id: 8, title: "Node: capacity, allocated, used (queues)", unit: units.Short, x: 0, y: 8, w: 12, h: 8, queries: []query{
 		{`sum by (instance) (nr1_capacity_queues{instance=~"$node"})`, "{{instance}} capacity"},
 		{`sum by (instance) (nr1_allocatable_queues{instance=~"$node"})`, "{{instance}} allocatable"},
 		{`sum by (instance) (nr1_cg_allocated_queues{instance=~"$node"})`, "{{instance}} allocated"},
-		{`sum by (instance) (nr1_usage_queues{instance=~"$node"}) + sum by (instance) (nr1_unattributed_usage_queues{instance=~"$node"})`, "{{instance}} used"},
+		{`sum by (instance) (nr1_cg_usage_queues{instance=~"$node"}) + sum by (instance) (nr1_unattributed_usage_queues{instance=~"$node"})`, "{{instance}} used"},
 	}},
 	{id: 9, title: "Per CG: usage against allocation (queues)", unit: units.Short, x: 12, y: 8, w: 12, h: 8, queries: []query{
-		{`sum by (namespace, pod) (nr1_usage_queues{instance=~"$node"})`, "{{namespace}}/{{pod}} used"},
+		{`sum by (namespace, pod) (nr1_cg_usage_queues{instance=~"$node"})`, "{{namespace}}/{{pod}} used"},
 		{`sum by (namespace, pod) (nr1_cg_allocated_queues{instance=~"$node"})`, "{{namespace}}/{{pod}} allocated"},
 	}},
 	{id: 3, title: "CGs over their allocation", unit: units.PercentUnit, x: 0, y: 16, w: 12, h: 8, queries: []query{

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"testing"
 
 	"github.com/neureality-sdk/nr1-agent/internal/golden"
@@ -53,6 +54,19 @@ func TestUnescapeHTML(t *testing.T) {
 	} {
 		if got := string(unescapeHTML([]byte(in))); got != want {
 			t.Errorf("unescapeHTML(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// What is used is read from the CG-level families: a buffer or queue several containers
+// of a CG hold counts once there, and would count for each in the per-container ones.
+func TestUsedIsTheCGs(t *testing.T) {
+	perContainer := regexp.MustCompile(`\bnr1_usage_(bytes|queues)\b`)
+	for _, p := range panels {
+		for _, q := range p.queries {
+			if perContainer.MatchString(q.expr) {
+				t.Errorf("panel %d %q sums the per-container family: %s", p.id, p.title, q.expr)
+			}
 		}
 	}
 }
