@@ -27,7 +27,7 @@ func TestCDISpecsAreValidCDI(t *testing.T) {
 	queue := filepath.Join(dir, "nr1_0_hv_queue")
 	char := os.Geteuid() == 0
 	if char {
-		if err := unix.Mknod(queue, unix.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil { //nolint:gosec // 10:200 fits
+		if err := unix.Mknod(queue, unix.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil {
 			t.Fatal(err)
 		}
 	} else if err := os.WriteFile(queue, nil, 0o600); err != nil {
@@ -47,7 +47,7 @@ func TestCDISpecsAreValidCDI(t *testing.T) {
 	files = append(files, device.ResolvedFile{File: device.File{Path: queue, ContainerPath: "/dev/nr1_0_hv_queue"}, Resource: nr1.HypervisorQueue, Local: queue,
 		Identity: device.Identity{Char: char}})
 	c := CDI{Dir: filepath.Join(dir, "cdi"), Files: files}
-	r := rand.New(rand.NewPCG(1, 2)) //nolint:gosec // a fixed seed: the same claims every run
+	r := rand.New(rand.NewPCG(1, 2)) // a fixed seed: the same claims every run
 	var claims []Claim
 	for i := range 50 {
 		claim := Claim{UID: types.UID(fmt.Sprintf("0000%04d-1111-4222-8333-444455556666", i)), Namespace: "ns", Name: fmt.Sprintf("claim-%d", i)}
