@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	rspec "github.com/opencontainers/runtime-spec/specs-go"
@@ -88,7 +89,7 @@ func TestCDISpecsAreValidCDI(t *testing.T) {
 			}
 			for _, res := range nr1.All {
 				want := fmt.Sprintf("%s=%d", res.EnvVar(), s.Amounts[res])
-				if !contains(oci.Process.Env, want) {
+				if !slices.Contains(oci.Process.Env, want) {
 					t.Errorf("%s: %s not in the container's environment %v", s.CDIDevice, want, oci.Process.Env)
 				}
 			}
@@ -110,11 +111,3 @@ func TestCDISpecsAreValidCDI(t *testing.T) {
 	}
 }
 
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
