@@ -110,4 +110,3 @@ func TestCDISpecsAreValidCDI(t *testing.T) {
 		}
 	}
 }
-
