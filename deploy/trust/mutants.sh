@@ -40,11 +40,13 @@ trap restore EXIT
 survived=()
 while IFS=$'\t' read -r name what; do
   echo "== trust-mutants: $name ($what)"
+  t0=$SECONDS
   work=$(mktemp -d)
   # The tree as it is, uncommitted changes included, without its build outputs.
   tar -C "$repo" --exclude=./_output --exclude=./bin --exclude=./.git -cf - . | tar -C "$work" -xf -
   go run ./deploy/trust/mutate -name "$name" -dir "$work"
-  make -C "$work" image >"$out/$name.build.log" 2>&1 || { echo "building the $name agent failed: $out/$name.build.log"; exit 1; }
+  # The stack runs the host's architecture: the mutant is built for it alone.
+  make -C "$work" image ARCHES="$(go env GOARCH)" >"$out/$name.build.log" 2>&1 || { echo "building the $name agent failed: $out/$name.build.log"; exit 1; }
   NR1_IMAGES=$work/_output/images "$stack" up >/dev/null
   "$stack" deploy
   eval "$("$stack" env)"
@@ -59,6 +61,7 @@ while IFS=$'\t' read -r name what; do
     grep -E '^\s+trust_test.go:[0-9]+: (devicePlugin|MODE)' "$out/$name.log" | tail -2 | sed 's/^ */    /' || true
   fi
   rm -rf "$work"
+  echo "    ($((SECONDS - t0)) s)"
 done < <(cd "$repo" && go run ./deploy/trust/mutate -list | grep -E "^(${NR1_MUTANTS:-.*})"$'\t')
 if [ ${#survived[@]} -gt 0 ]; then
   echo "trust-mutants: ${#survived[@]} mutant(s) survived: ${survived[*]}"
