@@ -219,8 +219,9 @@ static __always_inline struct net *unix_net(struct file *file, umode_t mode)
 // more is reported as KIND_PAST_CAP, and the ring is marked seen for its cgroup only
 // once all were written.
 // A ring's table holds up to 1 << 20 files (IORING_MAX_FIXED_FILES): the first
-// MAX_RING_FILES slots are read, and a larger table leaves its cgroup unread.
-#define MAX_RING_FILES (1 << 16)
+// MAX_RING_FILES slots are read, and a larger table leaves its cgroup unread, by its
+// own doing (a table of 16384 slots costs a scan that many reads per ring).
+#define MAX_RING_FILES (1 << 14)
 #define MAX_RING_RECORDS 480
 #define FILE_PTR_FLAGS 7UL
 

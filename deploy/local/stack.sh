@@ -393,18 +393,14 @@ up() {
   log "up: node $NODE ($ip); export KUBECONFIG=$KUBECONFIG"
 }
 
-# The runtimes run with the open-file limit their packages' systemd units give them
-# (LimitNOFILE=infinity: the kernel's nr_open), which containers inherit.
 start_runtime() {
-  local nofile
-  nofile=$(cat /proc/sys/fs/nr_open)
   case $(runtime) in
     containerd)
-      start containerd prlimit --nofile="$nofile:$nofile" containerd --config "$STATE/containerd/config.toml"
+      start containerd containerd --config "$STATE/containerd/config.toml"
       wait_for containerd 30 ctr -a "$CONTAINERD_SOCK" version
       ;;
     crio)
-      start crio prlimit --nofile="$nofile:$nofile" crio --config "$CRIO/crio.conf" --config-dir "$CRIO/crio.conf.d"
+      start crio crio --config "$CRIO/crio.conf" --config-dir "$CRIO/crio.conf.d"
       wait_for CRI-O 60 crictl -r "unix://$CRIO_SOCK" version
       ;;
   esac

@@ -95,8 +95,8 @@ type Holder struct {
 // probeEvery is how often a probing holder tries a new open.
 const probeEvery = 500 * time.Millisecond
 
-// OwnRingSlots is a table larger than a scan reads of one ring (65536 slots).
-const OwnRingSlots = 1<<16 + 1
+// OwnRingSlots is a table larger than a scan reads of one ring (16384 slots).
+const OwnRingSlots = 1<<14 + 1
 
 // Overrun is a CG going over: one of its holders raises what it holds of Resource to To
 // at At after it started (of the docker partition: writes To MB into its writable layer,

@@ -125,7 +125,7 @@ func TestShapesAreCovered(t *testing.T) {
 				}
 				if c.SelfUncertain {
 					seen["own uncertainty"] = true
-					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || c.Holders[0].RingSlots <= 1<<16 || !c.Holders[0].Probe {
+					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || c.Holders[0].RingSlots <= 1<<14 || !c.Holders[0].Probe {
 						t.Errorf("seed %d: own uncertainty on %+v: want within, queues to spare for a probe, a ring past what a scan reads", seed, c)
 					}
 				}

@@ -61,6 +61,8 @@ type mapperSpec struct {
 	// ring's queues are mapped and its fd closed too: the mapping keeps the ring.
 	Ring       []string `json:"ring,omitempty"`
 	RingMapped bool     `json:"ringMapped,omitempty"`
+	// RingSlots pads the ring's table with so many empty slots after the Ring files.
+	RingSlots int `json:"ringSlots,omitempty"`
 	// NewNetNS runs the mapper in a network namespace of its own, as a pod's.
 	NewNetNS bool `json:"-"`
 }
@@ -177,7 +179,7 @@ func mapper(spec string) {
 		}
 	}
 	if len(s.Ring) > 0 {
-		if err := registerAndClose(s.Ring, s.RingMapped, max(s.Copies, 1)); err != nil {
+		if err := registerAndClose(s.Ring, s.RingMapped, max(s.Copies, 1), s.RingSlots); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -231,7 +233,7 @@ func socketpair(typ int, elsewhere bool) ([2]int, error) {
 // registerAndClose opens the files, registers them with an io_uring and closes them:
 // the ring alone holds them; mapped, the ring's submission queue is mapped and the
 // ring's fd closed: the mapping alone holds the ring.
-func registerAndClose(names []string, mapped bool, copies int) error {
+func registerAndClose(names []string, mapped bool, copies, empty int) error {
 	ring, err := uring.New()
 	if err != nil {
 		return err
@@ -250,7 +252,7 @@ func registerAndClose(names []string, mapped bool, copies int) error {
 		}
 		fds = append(fds, slices.Repeat([]int32{int32(fd)}, copies)...)
 	}
-	if err := uring.Register(ring, fds); err != nil {
+	if err := uring.Register(ring, append(slices.Clone(fds), slices.Repeat([]int32{-1}, empty)...)); err != nil {
 		return err
 	}
 	for _, fd := range slices.Compact(fds) {
@@ -653,6 +655,26 @@ func TestPastTheCapIsOver(t *testing.T) {
 	}
 	if len(s.InFlightUnread)+len(s.RingUnread) != 0 || s.InFlightCut {
 		t.Errorf("past the cap read as unread: in flight %v, rings %v, cut %v", s.InFlightUnread, s.RingUnread, s.InFlightCut)
+	}
+}
+
+// TestRingPastTheSlotsReadIsItsOwnUncertainty: a ring whose table has more slots than a
+// scan reads (16384) leaves what it holds unread, and says so for its cgroup as the
+// ring's doing; one whose table fits is read in full, its queues counted.
+func TestRingPastTheSlotsReadIsItsOwnUncertainty(t *testing.T) {
+	p, _ := newCgroups(t, 2)
+	queue := p.sim.File(sim.HypervisorQ)
+	p.startMapper(t, 0, mapperSpec{Ring: []string{queue, queue}, RingSlots: 1 << 14})
+	p.startMapper(t, 1, mapperSpec{Ring: []string{queue, queue}, RingSlots: 1<<14 - 2})
+	s, err := newBPFOrSkip(t, p).Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(s.RingUnread, p.ids[0]) || slices.Contains(s.RingLayout, p.ids[0]) {
+		t.Errorf("a ring of 16386 slots: unread %v (layout %v), want cgroup %d's own", s.RingUnread, s.RingLayout, p.ids[0])
+	}
+	if q := byCgroup(s, p.targets)[p.ids[1]][nr1.HypervisorQueue]; q != 2 || slices.Contains(s.RingUnread, p.ids[1]) {
+		t.Errorf("a ring of 16384 slots: %d queues, unread %v; want 2, read in full", q, s.RingUnread)
 	}
 }
 
