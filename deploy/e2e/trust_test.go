@@ -167,7 +167,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 	// Faults at their moments; a StatefulSet's pod deleted once, to be re-created under
 	// its name.
 	rnd := rand.New(rand.NewPCG(plan.Seed, 7))
-	recreateAt := time.Minute + time.Duration(rnd.Int64N(int64(time.Minute)))
+	recreateAt := time.Minute + time.Duration(rnd.Int64N(int64(trust.RecreateBy-time.Minute)))
 	recreated := false
 	for _, f := range plan.Faults {
 		if !recreated && recreateAt < f.At {

@@ -159,6 +159,10 @@ type Plan struct {
 // Namespaces are the suite's namespaces: pods of the same name live in several.
 var Namespaces = []string{"nr1-trust-a", "nr1-trust-b", "nr1-trust-c"}
 
+// RecreateBy is when, at the latest, the runner deletes each StatefulSet's pod to have it
+// re-created under its name.
+const RecreateBy = 2 * time.Minute
+
 // overMargin is how far over a CG goes at the least: clearly over, never a rounding.
 const overMargin = 1.25
 
@@ -489,8 +493,13 @@ func overrun(r *rand.Rand, c *Case, duration time.Duration) *Overrun {
 		resources = append(resources, nr1.HypervisorQueue)
 	}
 	o.Resource = resources[r.IntN(len(resources))]
-	// Over after the CG has been seen within, and with a minute left to be acted on.
+	// Over after the CG has been seen within, and with a minute left to be acted on; a
+	// StatefulSet's pod is re-created within the run's first two minutes, and its
+	// successor goes over as long after its own start.
 	latest := duration - 2*time.Minute
+	if c.Kind == StatefulSet {
+		latest -= RecreateBy
+	}
 	if latest < 40*time.Second {
 		latest = 40 * time.Second
 	}

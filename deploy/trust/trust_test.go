@@ -239,3 +239,33 @@ func TestLaterAdditionsKeepKeptSeeds(t *testing.T) {
 		}
 	}
 }
+
+// Overruns are placed to be judged: in a 10-minute run (5 minutes a mode), at least 90 %
+// of them fall, with the bound on their action (45 s) and a pod's start, before the
+// run's end, a StatefulSet's counted from its successor's latest start.
+func TestOverrunsAreJudgeable(t *testing.T) {
+	var all, judgeable int
+	for seed := range uint64(200) {
+		for _, mode := range []Mode{DevicePlugin, DRA} {
+			p := Generate(seed, mode, 5*time.Minute, 8, 0)
+			for _, c := range p.Cases {
+				o := c.Over
+				if o == nil {
+					continue
+				}
+				all++
+				due := o.At + 45*time.Second + 15*time.Second
+				if c.Kind == StatefulSet {
+					due += RecreateBy
+				}
+				if due <= p.Duration {
+					judgeable++
+				}
+			}
+		}
+	}
+	if judgeable*10 < all*9 {
+		t.Errorf("%d of %d overruns can be judged before the run's end, want 90 %%", judgeable, all)
+	}
+	t.Logf("%d of %d overruns judgeable", judgeable, all)
+}
