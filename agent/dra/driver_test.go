@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -181,6 +182,24 @@ func TestPrepareWritesTheShareAndIsIdempotent(t *testing.T) {
 	}
 	if _, ok := testDriver(t, dir).store.Get("c1"); ok {
 		t.Error("unprepared claim still in the checkpoint")
+	}
+	// Unprepared, the claim is recalled for a while by its share: its pod's containers
+	// stopped, and the agent may still see them running, with the share's mark.
+	if _, _, _, ok := restarted.store.CDIDeviceClaim("neureality.ai/nr1=c1-0b0dc1"); ok {
+		t.Error("an unprepared claim still prepared")
+	}
+	ns, name, a, ok := restarted.store.ReleasedCDIDeviceClaim("neureality.ai/nr1=c1-0b0dc1")
+	if !ok || ns != "ml" || name != "resnet50-nr1" || a != (nr1.Amounts{3, 0, 2392, 7}) {
+		t.Errorf("the unprepared claim recalled as %s/%s %v (%v)", ns, name, a, ok)
+	}
+	restarted.store.mu.Lock()
+	for dev, r := range restarted.store.released {
+		r.at = r.at.Add(-recallFor - time.Second)
+		restarted.store.released[dev] = r
+	}
+	restarted.store.mu.Unlock()
+	if _, _, _, ok := restarted.store.ReleasedCDIDeviceClaim("neureality.ai/nr1=c1-0b0dc1"); ok {
+		t.Error("a claim unprepared longer ago than the store recalls still recalled")
 	}
 }
 

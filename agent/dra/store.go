@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -64,7 +65,24 @@ type Store struct {
 	claims map[types.UID]Claim
 	byName map[claimName][]types.UID // read at every sample, for every CG's claims
 	byCDI  map[string]types.UID      // a share's CDI device, its claim
+	// released are the claims unprepared lately, by their shares' CDI devices: the
+	// kubelet unprepares a pod's claims once its containers stopped, and the agent's view
+	// of the runtime may still show them running, with the claims' marks.
+	released map[string]releasedClaim
 }
+
+// releasedClaim is a claim unprepared, and when.
+type releasedClaim struct {
+	claim Claim
+	at    time.Time
+}
+
+// Recall bounds what the store remembers of unprepared claims: for how long (a pod's
+// containers are seen stopped long before), and how many at most.
+const (
+	recallFor  = 2 * time.Minute
+	recallMost = 4096
+)
 
 type claimName struct{ namespace, name string }
 
@@ -226,8 +244,42 @@ func (s *Store) Remove(uids ...types.UID) error {
 	if err := s.write(next); err != nil {
 		return err
 	}
+	now := time.Now()
+	s.forget(now)
+	for _, uid := range uids {
+		if c, ok := s.claims[uid]; ok && len(s.released) < recallMost {
+			for _, sh := range c.Shares {
+				s.released[sh.CDIDevice] = releasedClaim{claim: c, at: now}
+			}
+		}
+	}
 	s.set(next)
 	return nil
+}
+
+// forget drops what was released longer ago than recallFor (s.mu held).
+func (s *Store) forget(now time.Time) {
+	if s.released == nil {
+		s.released = map[string]releasedClaim{}
+	}
+	for dev, r := range s.released {
+		if now.Sub(r.at) > recallFor {
+			delete(s.released, dev)
+		}
+	}
+}
+
+// ReleasedCDIDeviceClaim names the claim, unprepared in the last two minutes, whose
+// share is the CDI device name, and what it consumed of the NR1: the mark of a pod whose
+// containers the agent may still see running after the kubelet unprepared its claims.
+func (s *Store) ReleasedCDIDeviceClaim(name string) (namespace, claim string, amounts nr1.Amounts, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.released[name]
+	if !ok || time.Since(r.at) > recallFor {
+		return "", "", nr1.Amounts{}, false
+	}
+	return r.claim.Namespace, r.claim.Name, r.claim.Amounts(), true
 }
 
 // write replaces the checkpoint atomically: a crash leaves the old file or the new.

@@ -48,6 +48,9 @@ type AllocationSource interface {
 // driver's prepared claims.
 type ClaimSource interface {
 	ClaimAmounts(namespace, name string) (nr1.Amounts, bool)
+	// ReleasedCDIDeviceClaim names a claim of that share unprepared lately: a pod's
+	// containers may still be seen running after the kubelet unprepared its claims.
+	ReleasedCDIDeviceClaim(name string) (namespace, claim string, amounts nr1.Amounts, ok bool)
 	// CDIDeviceClaim names the prepared claim of a share the kubelet gave a container
 	// as a CDI device, and what the claim consumed.
 	CDIDeviceClaim(name string) (namespace, claim string, amounts nr1.Amounts, ok bool)
@@ -589,6 +592,11 @@ func (b *Builder) heldClaims(cg *view.CG, c *runtime.Container) (map[allocation.
 		var a nr1.Amounts
 		if b.claims != nil {
 			ns, name, a, ok = b.claims.CDIDeviceClaim(dev)
+			if !ok {
+				// Its pod's containers stopped, and the kubelet unprepared the claim: the
+				// agent's view of them lags. The mark is the agent's own.
+				ns, name, a, ok = b.claims.ReleasedCDIDeviceClaim(dev)
+			}
 		}
 		switch {
 		case !ok:

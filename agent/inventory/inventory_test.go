@@ -435,6 +435,21 @@ func (f fakeClaims) CDIDeviceClaim(dev string) (string, string, nr1.Amounts, boo
 	return "", "", nr1.Amounts{}, false
 }
 
+// ReleasedCDIDeviceClaim: a fake driver that unprepared nothing.
+func (f fakeClaims) ReleasedCDIDeviceClaim(string) (string, string, nr1.Amounts, bool) {
+	return "", "", nr1.Amounts{}, false
+}
+
+// releasedClaims are a fake driver's prepared claims and those it unprepared lately.
+type releasedClaims struct {
+	fakeClaims
+	released fakeClaims
+}
+
+func (r releasedClaims) ReleasedCDIDeviceClaim(dev string) (string, string, nr1.Amounts, bool) {
+	return r.released.CDIDeviceClaim(dev)
+}
+
 // In DRA mode a container's allocation is what its claims of the NR1's driver consumed;
 // a claim two containers of the pod share is the CG's once; a claim the driver did not
 // prepare, or with no driver at all, leaves the CG unknown.
@@ -559,6 +574,13 @@ func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{}) ||
 		len(cg.IgnoredMarks) != 1 || !strings.Contains(cg.IgnoredMarks[0], "of no claim the agent's driver prepared") {
 		t.Errorf("a marked share of no prepared claim: known %v allocation %v (%q), ignored %q; want known, the mark ignored and noted", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks)
+	}
+	// The kubelet unprepared the claim once the pod's containers stopped, and the agent
+	// still sees them running: the mark is the agent's own, counted as it was.
+	w.builder.claims = releasedClaims{fakeClaims{}, fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}}
+	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != model || len(cg.IgnoredMarks) != 0 {
+		t.Errorf("a mark of a claim unprepared lately: known %v allocation %v (%q), ignored %q; want the claim's %v, nothing ignored",
+			cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks, model)
 	}
 	w.builder.claims = fakeClaims{{Namespace: "team-b", Name: "model-nr1"}: model}
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{}) ||
