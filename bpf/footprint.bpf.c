@@ -277,6 +277,14 @@ static long ring_file(__u32 i, struct ring *c)
 			c->more = 1;
 		return 0;
 	}
+	// A target counted in mapped bytes: its mappings count, not its files. One held as
+	// an fd in this cgroup was reported by task_file already, and fills no cap.
+	if (*target & TARGET_BYTES)
+		return 0;
+	struct seen_key held = {.file = (__u64)file, .cgroup_id = c->cgroup_id};
+	__u32 *last = bpf_map_lookup_elem(&seen, &held);
+	if (last && *last == scan)
+		return 0;
 	if (!first_in_visit((__u64)file, c->cgroup_id, c->visit))
 		return 0;
 	if (c->written >= MAX_RING_RECORDS) {
@@ -452,8 +460,10 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 // A socket's queue is read up to MAX_MESSAGES messages; a socket with more (a stream
 // socket whose send buffer was raised) makes its cgroup's count a lower bound, as a ring
 // or a socket of another namespace in flight does (what those hold is not read here).
-// A cgroup is counted up to MAX_CGROUP_INFLIGHT distinct files; one more marks it past
-// the cap. Copies of one file are one, in any number of messages and sockets.
+// A cgroup is counted up to MAX_CGROUP_INFLIGHT distinct files of each target counted
+// in handles; one more marks it past the cap for that target. Copies of one file are
+// one, in any number of messages and sockets. A target counted in mapped bytes is not
+// read here: its files hold nothing, its mappings do.
 #define MAX_MESSAGES 4096
 #define SCM_MAX_FD 253
 #define MAX_CGROUP_INFLIGHT 1024
@@ -478,18 +488,28 @@ struct {
 	__type(value, struct inflight_file_val);
 } inflight_files SEC(".maps");
 
+// A cgroup's counts are per target, each target's files against the cap; the entry of
+// target ANY_TARGET says the cgroup holds more than was read.
+#define ANY_TARGET 0xffffffffU
+
+struct inflight_cgroup_key {
+	__u64 cgroup_id;
+	__u32 target;
+	__u32 pad;
+};
+
 struct inflight_cgroup {
 	__u32 pass;
-	__u32 count;    // distinct files counted in this pass
-	__u32 more;     // holds more than was read
-	__u32 past_cap; // 1 + the target index of the first distinct file past the cap
+	__u32 count;    // distinct files of the target counted in this pass
+	__u32 more;     // holds more than was read (ANY_TARGET)
+	__u32 past_cap; // holds more distinct files of the target than are counted
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 16384);
-	__type(key, __u64);
+	__type(key, struct inflight_cgroup_key);
 	__type(value, struct inflight_cgroup);
 } inflight_cgroups SEC(".maps");
 
@@ -499,28 +519,46 @@ __u32 inflight_full = 0;
 // Force the value types into BTF for bpf2go.
 const struct inflight_file_val *unused_inflight_file_val __attribute__((unused));
 const struct inflight_cgroup *unused_inflight_cgroup __attribute__((unused));
+const struct inflight_cgroup_key *unused_inflight_cgroup_key __attribute__((unused));
 
 struct inflight {
 	struct scm_fp_list *fpl;
 	struct sk_buff *skb;
 	struct sk_buff *head;
 	struct net *net;
-	struct inflight_cgroup *cg;
 	__u64 cgroup_id;
 	int count;
+	int stop;
 };
+
+// inflight_cgroup_of is the cgroup's counts for target in this pass, made when it has
+// none; 0 (and the pass marked full) when the map is.
+static __always_inline struct inflight_cgroup *inflight_cgroup_of(__u64 cgroup_id, __u32 target)
+{
+	struct inflight_cgroup_key key = {.cgroup_id = cgroup_id, .target = target};
+	struct inflight_cgroup *cg = bpf_map_lookup_elem(&inflight_cgroups, &key);
+
+	if (cg && cg->pass == inflight_pass)
+		return cg;
+	struct inflight_cgroup fresh = {.pass = inflight_pass};
+	if (bpf_map_update_elem(&inflight_cgroups, &key, &fresh, BPF_ANY)) {
+		inflight_full = inflight_pass;
+		return 0;
+	}
+	return bpf_map_lookup_elem(&inflight_cgroups, &key);
+}
 
 static long inflight_file(__u32 i, struct inflight *c)
 {
 	struct file *file = 0;
+	struct inflight_cgroup *cg;
 	__u32 *target;
 
 	// Kernel pointers are copied out of the context first: a CO-RE read of c->fpl
 	// would relocate the local struct inflight too.
 	struct scm_fp_list *fpl = c->fpl;
-	struct inflight_cgroup *cg = c->cg;
 
-	if ((int)i >= c->count || i >= SCM_MAX_FD || !cg)
+	if ((int)i >= c->count || i >= SCM_MAX_FD || c->stop)
 		return 1;
 	if (bpf_core_read(&file, sizeof(file), &fpl->fp[i]) || !file)
 		return 0;
@@ -533,10 +571,19 @@ static long inflight_file(__u32 i, struct inflight *c)
 		// they hold is not read here.
 		struct net *net = unix_net(file, mode);
 
-		if ((net && net != c->net) || is_ring(file, mode))
+		if ((net && net != c->net) || is_ring(file, mode)) {
+			cg = inflight_cgroup_of(c->cgroup_id, ANY_TARGET);
+			if (!cg) {
+				c->stop = 1;
+				return 1;
+			}
 			cg->more = 1;
+		}
 		return 0;
 	}
+	// A target counted in mapped bytes: what counts is its mappings, not its files.
+	if (*target & TARGET_BYTES)
+		return 0;
 	// Held as an fd too in this cgroup: reported by task_file already.
 	struct seen_key key = {.file = (__u64)file, .cgroup_id = c->cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
@@ -545,13 +592,19 @@ static long inflight_file(__u32 i, struct inflight *c)
 	struct inflight_file_val *v = bpf_map_lookup_elem(&inflight_files, &key);
 	if (v && v->pass == inflight_pass)
 		return 0;
-	if (cg->count >= MAX_CGROUP_INFLIGHT) {
-		cg->past_cap = 1 + index_of(*target);
+	cg = inflight_cgroup_of(c->cgroup_id, index_of(*target));
+	if (!cg) {
+		c->stop = 1;
 		return 1;
+	}
+	if (cg->count >= MAX_CGROUP_INFLIGHT) {
+		cg->past_cap = 1;
+		return 0;
 	}
 	struct inflight_file_val nv = {.pass = inflight_pass, .target = index_of(*target)};
 	if (bpf_map_update_elem(&inflight_files, &key, &nv, BPF_ANY)) {
 		inflight_full = inflight_pass;
+		c->stop = 1;
 		return 1;
 	}
 	cg->count++;
@@ -564,7 +617,7 @@ static long inflight_message(__u32 i, struct inflight *c)
 	struct unix_skb_parms *parms;
 	struct scm_fp_list *fpl;
 
-	if (!skb || skb == c->head || !c->cg || c->cg->past_cap)
+	if (!skb || skb == c->head || c->stop)
 		return 1;
 	parms = (struct unix_skb_parms *)&skb->cb;
 	fpl = BPF_CORE_READ(parms, fp);
@@ -575,21 +628,6 @@ static long inflight_message(__u32 i, struct inflight *c)
 	}
 	c->skb = BPF_CORE_READ(skb, next);
 	return 0;
-}
-
-// inflight_cgroup_of is the cgroup's counts of this pass, made when it has none.
-static __always_inline struct inflight_cgroup *inflight_cgroup_of(__u64 cgroup_id)
-{
-	struct inflight_cgroup *cg = bpf_map_lookup_elem(&inflight_cgroups, &cgroup_id);
-
-	if (cg && cg->pass == inflight_pass)
-		return cg;
-	struct inflight_cgroup fresh = {.pass = inflight_pass};
-	if (bpf_map_update_elem(&inflight_cgroups, &cgroup_id, &fresh, BPF_ANY)) {
-		inflight_full = inflight_pass;
-		return 0;
-	}
-	return bpf_map_lookup_elem(&inflight_cgroups, &cgroup_id);
 }
 
 SEC("iter/unix")
@@ -606,12 +644,13 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 		return 0; // nothing queued
 	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
 	c.net = BPF_CORE_READ(u, sk.__sk_common.skc_net.net);
-	c.cg = inflight_cgroup_of(c.cgroup_id);
-	if (!c.cg)
-		return 0;
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
-	if (c.skb && c.skb != c.head && !c.cg->past_cap)
-		c.cg->more = 1;
+	if (c.skb && c.skb != c.head && !c.stop) {
+		struct inflight_cgroup *cg = inflight_cgroup_of(c.cgroup_id, ANY_TARGET);
+
+		if (cg)
+			cg->more = 1;
+	}
 	return 0;
 }
 

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -153,8 +155,9 @@ var ErrInFlightFull = errors.New("the tables of files in flight are full")
 // each open file description of a target sent over a unix socket and not received yet,
 // once per description and the receiving socket's cgroup, and not when Files, run before
 // it in the same scan, reported it for that cgroup (KindInFlight; PID and fd 0); once
-// for each cgroup holding more than was read (KindInFlightMore), or more distinct files
-// than are counted for one (KindPastCap, with the first target past the cap). A
+// for each cgroup holding more than was read (KindInFlightMore), and for each cgroup and
+// target of which it holds more distinct files than are counted (KindPastCap). Files of
+// a target counted in mapped bytes (TargetBytes) are not reported: they hold nothing. A
 // namespace gone since it was named is skipped. When ctx ends between namespaces, what
 // the namespaces read hold is still reported, and the error is ctx's.
 func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Record) error) error {
@@ -198,64 +201,79 @@ func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Recor
 	return cut
 }
 
-// collectInFlight reports what the unix iterator counted in this pass, and deletes what
-// earlier passes left.
-func (f *Footprint) collectInFlight(fn func(*Record) error) error {
+// collectInFlight reports what the unix iterator counted in this pass, the cgroups'
+// records first (fn may stop the collection at any record: what it says of a cgroup as a
+// whole must not be lost behind its files), and deletes what earlier passes left, fn's
+// error or not.
+func (f *Footprint) collectInFlight(fn func(*Record) error) (err error) {
 	var (
-		key   footprintSeenKey
-		val   footprintInflightFileVal
-		stale []footprintSeenKey
-	)
-	files := f.objs.InflightFiles.Iterate()
-	for files.Next(&key, &val) {
-		if val.Pass != f.pass {
-			stale = append(stale, key)
-			continue
-		}
-		if err := fn(&Record{CgroupId: key.CgroupId, File: key.File, Target: val.Target, Kind: KindInFlight}); err != nil {
-			return err
-		}
-	}
-	if err := files.Err(); err != nil {
-		return fmt.Errorf("reading files in flight: %w", err)
-	}
-	for _, k := range stale {
-		if err := f.objs.InflightFiles.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("forgetting a file in flight: %w", err)
-		}
-	}
-	var (
-		id      uint64
+		key     footprintInflightCgroupKey
 		cg      footprintInflightCgroup
-		staleCG []uint64
+		staleCG []footprintInflightCgroupKey
+		more    = map[uint64]bool{}
+		past    []footprintInflightCgroupKey
 	)
 	cgroups := f.objs.InflightCgroups.Iterate()
-	for cgroups.Next(&id, &cg) {
-		if cg.Pass != f.pass {
-			staleCG = append(staleCG, id)
-			continue
-		}
-		var err error
+	for cgroups.Next(&key, &cg) {
 		switch {
-		case cg.PastCap != 0:
-			err = fn(&Record{CgroupId: id, Target: cg.PastCap - 1, Kind: KindPastCap})
-		case cg.More != 0:
-			err = fn(&Record{CgroupId: id, Kind: KindInFlightMore})
-		}
-		if err != nil {
-			return err
+		case cg.Pass != f.pass:
+			staleCG = append(staleCG, key)
+		case key.Target == anyTarget && cg.More != 0:
+			more[key.CgroupId] = true
+		case key.Target != anyTarget && cg.PastCap != 0:
+			past = append(past, key)
 		}
 	}
 	if err := cgroups.Err(); err != nil {
 		return fmt.Errorf("reading cgroups with files in flight: %w", err)
 	}
-	for _, k := range staleCG {
-		if err := f.objs.InflightCgroups.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("forgetting a cgroup with files in flight: %w", err)
+	var (
+		file  footprintSeenKey
+		val   footprintInflightFileVal
+		stale []footprintSeenKey
+	)
+	defer func() {
+		for _, k := range staleCG {
+			if derr := f.objs.InflightCgroups.Delete(k); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) && err == nil {
+				err = fmt.Errorf("forgetting a cgroup with files in flight: %w", derr)
+			}
+		}
+		for _, k := range stale {
+			if derr := f.objs.InflightFiles.Delete(k); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) && err == nil {
+				err = fmt.Errorf("forgetting a file in flight: %w", derr)
+			}
+		}
+	}()
+	for _, k := range past {
+		if err := fn(&Record{CgroupId: k.CgroupId, Target: k.Target, Kind: KindPastCap}); err != nil {
+			return err
 		}
 	}
-	return nil
+	for _, id := range slices.Sorted(maps.Keys(more)) {
+		if err := fn(&Record{CgroupId: id, Kind: KindInFlightMore}); err != nil {
+			return err
+		}
+	}
+	files := f.objs.InflightFiles.Iterate()
+	var failed error
+	for files.Next(&file, &val) {
+		if val.Pass != f.pass {
+			stale = append(stale, file)
+			continue
+		}
+		if failed == nil {
+			// Past fn's error, the stale entries are still found.
+			failed = fn(&Record{CgroupId: file.CgroupId, File: file.File, Target: val.Target, Kind: KindInFlight})
+		}
+	}
+	if err := files.Err(); err != nil {
+		return fmt.Errorf("reading files in flight: %w", err)
+	}
+	return failed
 }
+
+// anyTarget is the in-flight counts' target of a cgroup's own record (ANY_TARGET).
+const anyTarget = 0xffffffff
 
 // openIn opens the iterator from inside the network namespace ns: the iterator keeps the
 // namespace it was opened in. The thread that entered ns is dropped unless it gets back.

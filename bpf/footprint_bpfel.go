@@ -28,6 +28,13 @@ type footprintInflightCgroup struct {
 	PastCap uint32
 }
 
+type footprintInflightCgroupKey struct {
+	_        structs.HostLayout
+	CgroupId uint64
+	Target   uint32
+	Pad      uint32
+}
+
 type footprintInflightFileVal struct {
 	_      structs.HostLayout
 	Pass   uint32
@@ -72,33 +79,34 @@ type footprintTargetKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	footprintMapChanges               = "changes"
-	footprintMapInflightCgroups       = "inflight_cgroups"
-	footprintMapInflightFiles         = "inflight_files"
-	footprintMapMapping               = "mapping"
-	footprintMapSeen                  = "seen"
-	footprintMapSeenVma               = "seen_vma"
-	footprintMapTargets               = "targets"
-	footprintMapVisited               = "visited"
-	footprintProgNr1EnterMmap         = "nr1_enter_mmap"
-	footprintProgNr1ExitMmap          = "nr1_exit_mmap"
-	footprintProgNr1ExitOpen          = "nr1_exit_open"
-	footprintProgNr1ExitOpenat        = "nr1_exit_openat"
-	footprintProgNr1ExitOpenat2       = "nr1_exit_openat2"
-	footprintProgNr1ExitPidfdGetfd    = "nr1_exit_pidfd_getfd"
-	footprintProgNr1TaskFile          = "nr1_task_file"
-	footprintProgNr1TaskVma           = "nr1_task_vma"
-	footprintProgNr1Unix              = "nr1_unix"
-	footprintVarChangesLost           = "changes_lost"
-	footprintVarInflightFull          = "inflight_full"
-	footprintVarInflightPass          = "inflight_pass"
-	footprintVarRingFops              = "ring_fops"
-	footprintVarScan                  = "scan"
-	footprintVarUnusedChange          = "unused_change"
-	footprintVarUnusedInflightCgroup  = "unused_inflight_cgroup"
-	footprintVarUnusedInflightFileVal = "unused_inflight_file_val"
-	footprintVarUnusedRecord          = "unused_record"
-	footprintVarVisits                = "visits"
+	footprintMapChanges                 = "changes"
+	footprintMapInflightCgroups         = "inflight_cgroups"
+	footprintMapInflightFiles           = "inflight_files"
+	footprintMapMapping                 = "mapping"
+	footprintMapSeen                    = "seen"
+	footprintMapSeenVma                 = "seen_vma"
+	footprintMapTargets                 = "targets"
+	footprintMapVisited                 = "visited"
+	footprintProgNr1EnterMmap           = "nr1_enter_mmap"
+	footprintProgNr1ExitMmap            = "nr1_exit_mmap"
+	footprintProgNr1ExitOpen            = "nr1_exit_open"
+	footprintProgNr1ExitOpenat          = "nr1_exit_openat"
+	footprintProgNr1ExitOpenat2         = "nr1_exit_openat2"
+	footprintProgNr1ExitPidfdGetfd      = "nr1_exit_pidfd_getfd"
+	footprintProgNr1TaskFile            = "nr1_task_file"
+	footprintProgNr1TaskVma             = "nr1_task_vma"
+	footprintProgNr1Unix                = "nr1_unix"
+	footprintVarChangesLost             = "changes_lost"
+	footprintVarInflightFull            = "inflight_full"
+	footprintVarInflightPass            = "inflight_pass"
+	footprintVarRingFops                = "ring_fops"
+	footprintVarScan                    = "scan"
+	footprintVarUnusedChange            = "unused_change"
+	footprintVarUnusedInflightCgroup    = "unused_inflight_cgroup"
+	footprintVarUnusedInflightCgroupKey = "unused_inflight_cgroup_key"
+	footprintVarUnusedInflightFileVal   = "unused_inflight_file_val"
+	footprintVarUnusedRecord            = "unused_record"
+	footprintVarVisits                  = "visits"
 )
 
 // loadFootprint returns the embedded CollectionSpec for footprint.
@@ -172,16 +180,17 @@ type footprintMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintVariableSpecs struct {
-	ChangesLost           *ebpf.VariableSpec `ebpf:"changes_lost"`
-	InflightFull          *ebpf.VariableSpec `ebpf:"inflight_full"`
-	InflightPass          *ebpf.VariableSpec `ebpf:"inflight_pass"`
-	RingFops              *ebpf.VariableSpec `ebpf:"ring_fops"`
-	Scan                  *ebpf.VariableSpec `ebpf:"scan"`
-	UnusedChange          *ebpf.VariableSpec `ebpf:"unused_change"`
-	UnusedInflightCgroup  *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup"`
-	UnusedInflightFileVal *ebpf.VariableSpec `ebpf:"unused_inflight_file_val"`
-	UnusedRecord          *ebpf.VariableSpec `ebpf:"unused_record"`
-	Visits                *ebpf.VariableSpec `ebpf:"visits"`
+	ChangesLost             *ebpf.VariableSpec `ebpf:"changes_lost"`
+	InflightFull            *ebpf.VariableSpec `ebpf:"inflight_full"`
+	InflightPass            *ebpf.VariableSpec `ebpf:"inflight_pass"`
+	RingFops                *ebpf.VariableSpec `ebpf:"ring_fops"`
+	Scan                    *ebpf.VariableSpec `ebpf:"scan"`
+	UnusedChange            *ebpf.VariableSpec `ebpf:"unused_change"`
+	UnusedInflightCgroup    *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup"`
+	UnusedInflightCgroupKey *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup_key"`
+	UnusedInflightFileVal   *ebpf.VariableSpec `ebpf:"unused_inflight_file_val"`
+	UnusedRecord            *ebpf.VariableSpec `ebpf:"unused_record"`
+	Visits                  *ebpf.VariableSpec `ebpf:"visits"`
 }
 
 // footprintObjects contains all objects after they have been loaded into the kernel.
@@ -231,16 +240,17 @@ func (m *footprintMaps) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintVariables struct {
-	ChangesLost           *ebpf.Variable `ebpf:"changes_lost"`
-	InflightFull          *ebpf.Variable `ebpf:"inflight_full"`
-	InflightPass          *ebpf.Variable `ebpf:"inflight_pass"`
-	RingFops              *ebpf.Variable `ebpf:"ring_fops"`
-	Scan                  *ebpf.Variable `ebpf:"scan"`
-	UnusedChange          *ebpf.Variable `ebpf:"unused_change"`
-	UnusedInflightCgroup  *ebpf.Variable `ebpf:"unused_inflight_cgroup"`
-	UnusedInflightFileVal *ebpf.Variable `ebpf:"unused_inflight_file_val"`
-	UnusedRecord          *ebpf.Variable `ebpf:"unused_record"`
-	Visits                *ebpf.Variable `ebpf:"visits"`
+	ChangesLost             *ebpf.Variable `ebpf:"changes_lost"`
+	InflightFull            *ebpf.Variable `ebpf:"inflight_full"`
+	InflightPass            *ebpf.Variable `ebpf:"inflight_pass"`
+	RingFops                *ebpf.Variable `ebpf:"ring_fops"`
+	Scan                    *ebpf.Variable `ebpf:"scan"`
+	UnusedChange            *ebpf.Variable `ebpf:"unused_change"`
+	UnusedInflightCgroup    *ebpf.Variable `ebpf:"unused_inflight_cgroup"`
+	UnusedInflightCgroupKey *ebpf.Variable `ebpf:"unused_inflight_cgroup_key"`
+	UnusedInflightFileVal   *ebpf.Variable `ebpf:"unused_inflight_file_val"`
+	UnusedRecord            *ebpf.Variable `ebpf:"unused_record"`
+	Visits                  *ebpf.Variable `ebpf:"visits"`
 }
 
 // footprintPrograms contains all programs after they have been loaded into the kernel.

@@ -230,7 +230,7 @@ func judged(now time.Time, snap *view.Sample, cg *view.Measured, r nr1.Resource,
 		}
 	}
 	own.ratio = noAllocation(own.ratio, p)
-	if why := cg.PastCap[r]; why != "" {
+	if why := cg.PastCap[r]; why != "" && (cg.Allocation[r] > 0 || p.NoAllocation != "ignore") {
 		// More than the agent can count is more than any allocation: over, by at least
 		// what it was counted to hold.
 		own.ratio, own.pastCap = max(own.ratio, math.Nextafter(1, 2)), why
@@ -263,12 +263,12 @@ func judged(now time.Time, snap *view.Sample, cg *view.Measured, r nr1.Resource,
 }
 
 // othersPay says whether the pods of a group over together on r are acted on for it.
-// Not while one of them is over on its own: that one is acted on, and the group is
+// Not while one of them is over on its own (past a cap too): that one is acted on, and the group is
 // judged again once it is back within. Nor while one is exempt, or its exemption not
 // decided: what an exempt pod holds is not the others' to pay for.
 func othersPay(s *view.Shared, r nr1.Resource, p Policy) bool {
 	for _, m := range s.Members {
-		if exempt, decided, _ := exemptionOf(m, p); exempt || !decided || noAllocation(float64(m.Ratio[r]), p) > 1 {
+		if exempt, decided, _ := exemptionOf(m, p); exempt || !decided || noAllocation(float64(m.Ratio[r]), p) > 1 || m.PastCap[r] != "" {
 			return false
 		}
 	}

@@ -160,6 +160,18 @@ func TestPastTheCapIsOver(t *testing.T) {
 	if w := got[0][0]; !strings.Contains(w.Message, "more distinct ai_hypervisor_queue files") || !strings.Contains(w.Message, "whatever it holds") {
 		t.Errorf("the warning does not say why: %s", w.Message)
 	}
+	// With no allocation of the resource, a policy ignoring such CGs still does.
+	ignoring := p
+	ignoring.NoAllocation = "ignore"
+	none := run(ignoring, 20, func(s int) *view.Sample {
+		c := cg("a", nr1.Usage{3 * mb, 0, 0, 0})
+		c.Allocation[nr1.HypervisorQueue] = 0
+		c.PastCap = map[nr1.Resource]string{nr1.HypervisorQueue: "past the cap"}
+		return snap(t0.Add(time.Duration(s)*time.Second), c)
+	})
+	if k := kinds(none); k != "" {
+		t.Errorf("past the cap on a resource it was given none of, noAllocation ignore: actions %q", k)
+	}
 	within := run(p, 20, func(s int) *view.Sample {
 		return snap(t0.Add(time.Duration(s)*time.Second), cg("a", nr1.Usage{3 * mb, 0, 0, 5}))
 	})

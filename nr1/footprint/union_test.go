@@ -627,11 +627,15 @@ func TestInFlightCopiesAreOneFile(t *testing.T) {
 // counts for one (1024), or a ring holding more than a scan writes for one (480), is
 // reported past the cap for the target's resource, never as a lower bound to trust.
 func TestPastTheCapIsOver(t *testing.T) {
-	p, _ := newCgroups(t, 3)
+	p, _ := newCgroups(t, 4)
 	queue := p.sim.File(sim.HypervisorQ)
 	p.startMapper(t, 0, mapperSpec{InFlight: slices.Repeat([]string{queue}, 1030)})
 	p.startMapper(t, 1, mapperSpec{Ring: slices.Repeat([]string{queue}, 490)})
 	p.startMapper(t, 2, mapperSpec{InFlight: slices.Repeat([]string{queue}, 1024)})
+	// Files of a target counted in mapped bytes hold nothing: 1100 of them in flight
+	// beside 5 queues fill no cap, and make the cgroup over on nothing.
+	compute := p.sim.File(sim.ComputeDMA)
+	p.startMapper(t, 3, mapperSpec{InFlight: append(slices.Repeat([]string{compute}, 1100), slices.Repeat([]string{queue}, 5)...)})
 	s, err := newBPFOrSkip(t, p).Scan(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -652,6 +656,9 @@ func TestPastTheCapIsOver(t *testing.T) {
 	}
 	if q := got[p.ids[2]][nr1.HypervisorQueue]; q != 1024 || slices.ContainsFunc(s.PastCap, func(pc PastCap) bool { return pc.CgroupID == p.ids[2] }) {
 		t.Errorf("1024 queues in flight: %d counted, past the cap %+v; want 1024, within", q, s.PastCap)
+	}
+	if q := got[p.ids[3]][nr1.HypervisorQueue]; q != 5 || slices.ContainsFunc(s.PastCap, func(pc PastCap) bool { return pc.CgroupID == p.ids[3] }) {
+		t.Errorf("1100 compute DMA files and 5 queues in flight: %d queues, past the cap %+v; want 5, within", q, s.PastCap)
 	}
 	if len(s.InFlightUnread)+len(s.RingUnread) != 0 || s.InFlightCut {
 		t.Errorf("past the cap read as unread: in flight %v, rings %v, cut %v", s.InFlightUnread, s.RingUnread, s.InFlightCut)
