@@ -126,6 +126,7 @@ type trustRun struct {
 // podEvent is something that happened to a case pod, kept once the pod is gone.
 type podEvent struct {
 	at                time.Time
+	uid               types.UID
 	ns, pod, caseName string
 }
 
@@ -561,7 +562,7 @@ func (r *trustRun) noteEviction(p *corev1.Pod) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && c.Reason == "EvictionByEvictionAPI" {
 			if _, seen := r.evicted[p.UID]; !seen {
-				r.evicted[p.UID] = podEvent{at: c.LastTransitionTime.Time, ns: p.Namespace, pod: p.Name, caseName: p.Labels[caseLabel]}
+				r.evicted[p.UID] = podEvent{at: c.LastTransitionTime.Time, uid: p.UID, ns: p.Namespace, pod: p.Name, caseName: p.Labels[caseLabel]}
 			}
 		}
 	}
@@ -594,7 +595,7 @@ func (r *trustRun) noteWritten(ctx context.Context, p *corev1.Pod) {
 			}
 			if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
 				r.mu.Lock()
-				r.written[p.UID] = podEvent{at: at, ns: p.Namespace, pod: p.Name, caseName: tc.Name}
+				r.written[p.UID] = podEvent{at: at, uid: p.UID, ns: p.Namespace, pod: p.Name, caseName: tc.Name}
 				r.mu.Unlock()
 			}
 			return
@@ -815,9 +816,10 @@ func (r *trustRun) judge() string {
 		// A ladder that kills only after its throttle must have throttled: the holder's
 		// probes refused between going over and its kill.
 		h := tc.Holders[o.Holder]
-		// (Not when the agent could not see for a while in between: it then takes every
-		// step due at once.)
-		throttleDue := h.Probe && !tc.Hard() && !done.IsZero() && done.Sub(overAt) > 12*time.Second && !r.blindDuring(overAt, done)
+		// (A probing holder's overrun is below the hard ratio, its probe included; not
+		// when the agent could not see for a while in between: it then takes every step
+		// due at once.)
+		throttleDue := h.Probe && !done.IsZero() && !r.blindDuring(overAt, done)
 		var refusedAt time.Time
 		if throttleDue {
 			refusedAt = r.firstRefusal(overPod, pods.Items, h.Name, overAt, done)
@@ -925,12 +927,12 @@ func (r *trustRun) judgeEvicted(tc *trust.Case, end time.Time, said []string) (v
 	t, ns := r.t, r.ns(tc.Namespace)
 	written := r.caseEvents(r.written, ns, tc.Name)
 	evicted := r.caseEvents(r.evicted, ns, tc.Name)
-	wrote := map[string]bool{}
+	wrote := map[types.UID]bool{}
 	for _, w := range written {
-		wrote[w.pod] = true
+		wrote[w.uid] = true
 	}
 	for _, e := range evicted {
-		if !wrote[e.pod] {
+		if !wrote[e.uid] {
 			falseActions++
 			t.Errorf("FALSE ACTION on %s/%s (%s): evicted at %s before writing past its booking", ns, e.pod, tc.Shape(), e.at.Format(time.TimeOnly))
 		}
@@ -941,7 +943,7 @@ func (r *trustRun) judgeEvicted(tc *trust.Case, end time.Time, said []string) (v
 	w := written[0]
 	deadline := r.deadlineAfter(w.at, partitionBound)
 	for _, e := range evicted {
-		if e.pod == w.pod && !e.at.Before(w.at.Add(-time.Second)) && !e.at.After(deadline) {
+		if e.uid == w.uid && !e.at.Before(w.at.Add(-time.Second)) && !e.at.After(deadline) {
 			return judgedDone, falseActions
 		}
 	}
@@ -964,9 +966,8 @@ func (r *trustRun) judgeOwn(tc *trust.Case, pods []corev1.Pod, end time.Time) ow
 	holder := tc.Holders[0].Name
 	verdict := judgedLate
 	for _, p := range pods {
-		r.mu.Lock()
-		started, ok := r.started[p.UID]
-		r.mu.Unlock()
+		// From its holder's start: classic init containers run before it.
+		started, ok := containerStart(&p, holder)
 		if !ok {
 			continue
 		}
@@ -986,6 +987,26 @@ func (r *trustRun) judgeOwn(tc *trust.Case, pods []corev1.Pod, end time.Time) ow
 		}
 	}
 	return verdict
+}
+
+// containerStart is when the first instance the pod's status still shows of container
+// started: the running one, or the one it replaced.
+func containerStart(p *corev1.Pod, container string) (time.Time, bool) {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != container {
+			continue
+		}
+		if t := cs.LastTerminationState.Terminated; t != nil && !t.StartedAt.IsZero() {
+			return t.StartedAt.Time, true
+		}
+		if run := cs.State.Running; run != nil {
+			return run.StartedAt.Time, true
+		}
+		if t := cs.State.Terminated; t != nil && !t.StartedAt.IsZero() {
+			return t.StartedAt.Time, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // firstRefusal is the first open refused to container of the pod (its earlier instance

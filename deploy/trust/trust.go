@@ -196,7 +196,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		p.Faults = append(p.Faults, Fault{At: time.Minute/2 + time.Duration(r.Int64N(int64(window))), What: Faults[r.IntN(len(Faults))]})
 	}
 	// Faults, and in DRA mode pods sharing a claim, added later.
-	for range faults/2 + 1 {
+	for range min(faults, faults/2+1) {
 		if window <= 0 {
 			break
 		}
@@ -403,15 +403,18 @@ func degree(r *rand.Rand, c *Case) {
 // writable layer as much again as the CG booked of the partition (the runner sets To
 // once it knows the image's size), and the ladder evicts the pod.
 func partition(r *rand.Rand, c *Case) {
-	if o := c.Over; o != nil && c.Kind != SharedClaim && r.IntN(5) == 0 {
+	// Not a StatefulSet's: the runner deletes its pod while the eviction may be due.
+	if o := c.Over; o != nil && c.Kind != SharedClaim && r.IntN(5) == 0 && c.Kind != StatefulSet {
 		o.Resource, o.To, o.Degree = nr1.DockerPartition, 0, "its booking written again"
 	}
 }
 
-// probes makes a holder going over on queues probe once over: the throttle the ladder
-// takes before its kill must refuse its opens.
+// probes makes a holder going over on queues probe once over, where the ladder throttles
+// before it kills: its opens must be refused before the kill. Not where the probe's
+// open, one queue more for an instant, could take the CG to the hard ratio (killed at
+// once, as it should be).
 func probes(c *Case) {
-	if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
+	if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue && c.HeldAfter(o.Resource)+1 < 2*int64(c.Booked[o.Resource]) {
 		c.Holders[o.Holder].Probe = true
 	}
 }

@@ -130,12 +130,16 @@ func TestShapesAreCovered(t *testing.T) {
 					}
 				}
 				if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
-					if !c.Holders[o.Holder].Probe {
-						t.Errorf("seed %d: %s goes over on queues without probing", seed, c.Name)
+					probing := c.HeldAfter(o.Resource)+1 < 2*int64(c.Booked[o.Resource])
+					if c.Holders[o.Holder].Probe != probing {
+						t.Errorf("seed %d: %s goes over on queues to %d of %d, probing %v", seed, c.Name, c.HeldAfter(o.Resource), c.Booked[o.Resource], c.Holders[o.Holder].Probe)
 					}
-					if !c.Hard() {
+					if probing {
 						seen["throttle judged"] = true
 					}
+				}
+				if o := c.Over; o != nil && o.Resource == nr1.DockerPartition && c.Kind == StatefulSet {
+					t.Errorf("seed %d: a StatefulSet's docker partition overrun, its pod deleted by the runner", seed)
 				}
 				if len(c.Holders) > 1 && c.Holders[0].ComputeOffsetMB != c.Holders[1].ComputeOffsetMB {
 					seen["distinct ranges"] = true
