@@ -57,7 +57,9 @@ if ! trial control; then
 fi
 
 survived=()
+ran=0
 while IFS=$'\t' read -r name what; do
+  ran=$((ran + 1))
   echo "== trust-mutants: $name ($what)"
   t0=$SECONDS
   work=$(mktemp -d)
@@ -84,6 +86,10 @@ while IFS=$'\t' read -r name what; do
   rm -rf "$work"
   echo "    ($((SECONDS - t0)) s)"
 done < <(cd "$repo" && go run ./deploy/trust/mutate -list | grep -E "^(${NR1_MUTANTS:-.*})"$'\t')
+if [ "$ran" = 0 ]; then
+  echo "trust-mutants: NR1_MUTANTS=${NR1_MUTANTS:-} names no mutant (deploy/trust/mutate -list)"
+  exit 1
+fi
 if [ ${#survived[@]} -gt 0 ]; then
   echo "trust-mutants: ${#survived[@]} mutant(s) not caught: ${survived[*]}"
   exit 1
