@@ -91,8 +91,8 @@ func TestTrust(t *testing.T) {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
-	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %7s %4s %6s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "METRICS", "OWN", "THRTLD", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
-	t.Log("ACTED: over CGs whose excess was taken away in time, by effect (killed, evicted); METRICS: of the killed, those the agent's metrics also said it ended; OWN: CGs uncertain by their own doing, judged; THRTLD: throttles seen by effect (opens refused)")
+	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %7s %4s %6s %5s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "METRICS", "OWN", "THRTLD", "MARKS", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
+	t.Log("ACTED: over CGs whose excess was taken away in time, by effect (killed, evicted); METRICS: of the killed, those the agent's metrics also said it ended; OWN: CGs uncertain by their own doing, judged; THRTLD: throttles seen by effect (opens refused); MARKS: CGs forging a share's mark, reported of forged (reported on CRI-O, whose status does not tell CDI devices)")
 	for _, r := range rows {
 		t.Log(r)
 	}
@@ -121,6 +121,8 @@ type trustRun struct {
 	evicted  map[types.UID]podEvent        // case pods evicted (deleted by the Eviction API), when
 	written  map[types.UID]podEvent        // when the holder of a docker partition overrun wrote past the booking, by pod
 	counted  map[types.UID]map[string]bool // what the agent's metrics said it did to each pod: throttled, ended
+	marks    map[string]corev1.Volume      // by SharedClaim case, the hostPath of its claim's CDI spec…
+	markAt   map[string]string             // …and where a share's mark of it goes
 }
 
 // podEvent is something that happened to a case pod, kept once the pod is gone.
@@ -142,7 +144,8 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
 	}
 	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{},
-		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}, counted: map[types.UID]map[string]bool{}}
+		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}, counted: map[types.UID]map[string]bool{},
+		marks: map[string]corev1.Volume{}, markAt: map[string]string{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
 	for _, ns := range trust.Namespaces {
@@ -151,8 +154,18 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 	}
 	mustReadyAgent(t, c)
 	r.start = time.Now()
+	// A case forging a share's mark mounts the spec of a claim created here: its claim
+	// first.
 	for i := range plan.Cases {
-		r.create(&plan.Cases[i], imageMB)
+		if plan.Cases[i].Marks() == "" {
+			r.create(&plan.Cases[i], imageMB)
+		}
+	}
+	for i := range plan.Cases {
+		if target := plan.Cases[i].Marks(); target != "" {
+			r.forgeMark(target)
+			r.create(&plan.Cases[i], imageMB)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -351,6 +364,13 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 		if h.BigEnv {
 			ctr.EnvFrom = r.bigEnv
 		}
+		if h.Mark != "" {
+			vol := r.marks[h.Mark]
+			if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol.Name }) {
+				spec.Volumes = append(spec.Volumes, vol)
+			}
+			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: vol.Name, MountPath: r.markAt[h.Mark], ReadOnly: true})
+		}
 		switch h.Role {
 		case trust.Init:
 			spec.InitContainers = append(spec.InitContainers, ctr)
@@ -365,6 +385,41 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 		spec.Containers = append(spec.Containers, loadContainer("kubelet-decoy", "decoy", "kubelet", "--config=/dev/zero"))
 	}
 	return spec
+}
+
+// forgeMark readies, once, the mark cases forge of target's claim: the hostPath of the
+// claim's CDI spec, and where in a container the share's mark the agent writes would be.
+// It waits for the claim to be allocated and prepared (its spec on the host).
+func (r *trustRun) forgeMark(target string) {
+	if _, ok := r.marks[target]; ok {
+		return
+	}
+	i := slices.IndexFunc(r.plan.Cases, func(c trust.Case) bool { return c.Name == target && c.Kind == trust.SharedClaim })
+	if i < 0 {
+		r.t.Fatalf("a mark forged of %q, no shared claim of the plan", target)
+	}
+	ns := r.ns(r.plan.Cases[i].Namespace)
+	var source, destination string
+	eventually(r.t, 2*time.Minute, fmt.Sprintf("shared claim %s/%s prepared, to forge its mark", ns, target), func() error {
+		claim, err := r.c.ResourceV1().ResourceClaims(ns).Get(context.Background(), target, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) == 0 {
+			return fmt.Errorf("not allocated")
+		}
+		device := string(claim.UID) + "-0"
+		if id := claim.Status.Allocation.Devices.Results[0].ShareID; id != nil {
+			device = string(claim.UID) + "-" + string(*id)
+		}
+		source, destination = nr1.ShareMount("/var/run/cdi", string(claim.UID), device)
+		_, err = os.Stat(source)
+		return err
+	})
+	fileType := corev1.HostPathFile
+	r.marks[target] = corev1.Volume{Name: "forged-mark", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: source, Type: &fileType}}}
+	r.markAt[target] = destination
+	r.t.Logf("forged marks of %s/%s: %s at %s", ns, target, source, destination)
 }
 
 // recreateStatefulSets deletes each StatefulSet's pod: the controller re-creates it
@@ -681,7 +736,7 @@ func (r *trustRun) judge() string {
 	t := r.t
 	r.notePods(context.Background())
 	end := time.Now()
-	var over, acted, falseActions, missed, notJudged, own, throttled, counted int
+	var over, acted, falseActions, missed, notJudged, own, throttled, counted, forged, reported int
 	byResource := map[nr1.Resource]int{}
 	shapes := map[string]bool{}
 	for _, tc := range r.plan.Cases {
@@ -692,6 +747,22 @@ func (r *trustRun) judge() string {
 			t.Fatal(err)
 		}
 		evs := r.events(ns, tc.Name)
+		if tc.Marks() != "" {
+			// A forged mark is reported, where the agent reads marks (CRI-O), and is no
+			// action: the CG is judged as any other.
+			forged++
+			seen := false
+			evs = slices.DeleteFunc(evs, func(ev corev1.Event) bool {
+				seen = seen || ev.Reason == "NR1IgnoredShareMark"
+				return ev.Reason == "NR1IgnoredShareMark"
+			})
+			switch {
+			case seen:
+				reported++
+			case stackRuntime() == "crio":
+				t.Errorf("UNREPORTED: %s/%s (%s) forges a share's mark of %s, and no NR1IgnoredShareMark Event says so", ns, tc.Name, tc.Shape(), tc.Marks())
+			}
+		}
 		falseAction := func(ev corev1.Event, why string) {
 			falseActions++
 			t.Errorf("FALSE ACTION on %s/%s (%s), %s: %s %s: %s", ns, ev.InvolvedObject.Name, tc.Shape(), why, eventTime(ev).Format(time.TimeOnly), ev.Reason, ev.Message)
@@ -877,8 +948,8 @@ func (r *trustRun) judge() string {
 			per = append(per, fmt.Sprintf("%s=%d", res.Short(), n))
 		}
 	}
-	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %7d %4d %6d %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, counted, own, throttled,
-		falseActions, missed, notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
+	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %7d %4d %6d %5s %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, counted, own, throttled,
+		fmt.Sprintf("%d/%d", reported, forged), falseActions, missed, notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
 }
 
 // blindDuring says whether a fault overlapped [from, to].

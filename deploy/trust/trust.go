@@ -90,6 +90,11 @@ type Holder struct {
 	// RingSlots makes an io_uring with so many empty slots, more than a scan reads of
 	// one: the CG is uncertain by its own doing.
 	RingSlots int
+	// Mark names the SharedClaim case, of another namespace, whose claim's CDI spec the
+	// holder mounts through a hostPath where a share's mark goes: a mark the agent did not
+	// write. It is reported (where the runtime does not tell CDI devices, CRI-O), never
+	// counted, and the CG is judged as any other.
+	Mark string
 }
 
 // probeEvery is how often a probing holder tries a new open.
@@ -175,6 +180,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
+	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -207,8 +213,47 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		for i := range max(cases/8, 1) {
 			p.Cases = append(p.Cases, sharedCase(later, duration, i))
 		}
+		forgeMarks(sixth, &p)
 	}
 	return p
+}
+
+// forgeMarks gives, in DRA mode, some CGs of another namespace than the first shared
+// claim's a holder, not booking, that mounts that claim's CDI spec where a share's mark
+// goes. Not a StatefulSet's: the runner deletes its pod, and its successor could not start
+// once the claim is unprepared and its spec gone.
+func forgeMarks(r *rand.Rand, p *Plan) {
+	i := slices.IndexFunc(p.Cases, func(c Case) bool { return c.Kind == SharedClaim })
+	if i < 0 {
+		return
+	}
+	target := p.Cases[i]
+	for k := range p.Cases {
+		c := &p.Cases[k]
+		if c.Kind == SharedClaim || c.Kind == StatefulSet || c.Namespace == target.Namespace || r.IntN(2) != 0 {
+			continue
+		}
+		var candidates []int
+		for j, h := range c.Holders {
+			if !h.Books && h.Role != Init {
+				candidates = append(candidates, j)
+			}
+		}
+		if len(candidates) > 0 {
+			c.Holders[candidates[r.IntN(len(candidates))]].Mark = target.Name
+		}
+	}
+}
+
+// Marks names the SharedClaim case whose claim a holder of the case forges a mark of, or
+// "" for none.
+func (c *Case) Marks() string {
+	for _, h := range c.Holders {
+		if h.Mark != "" {
+			return h.Mark
+		}
+	}
+	return ""
 }
 
 // sharedCase is two or three pods sharing one claim, each holding part of it through its
@@ -699,6 +744,9 @@ func (c *Case) Shape() string {
 	}
 	if c.Decoy {
 		hostile = append(hostile, "kubelet decoy")
+	}
+	if c.Marks() != "" {
+		hostile = append(hostile, "forged mark")
 	}
 	if c.SelfUncertain {
 		hostile = append(hostile, "own uncertainty")

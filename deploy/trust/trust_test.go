@@ -123,6 +123,18 @@ func TestShapesAreCovered(t *testing.T) {
 				if c.Decoy {
 					seen["kubelet decoy"] = true
 				}
+				if target := c.Marks(); target != "" {
+					seen["forged mark"] = true
+					forged := slices.IndexFunc(p.Cases, func(s Case) bool { return s.Name == target && s.Kind == SharedClaim })
+					if p.Mode != DRA || forged < 0 || p.Cases[forged].Namespace == c.Namespace || c.Kind == StatefulSet {
+						t.Errorf("seed %d: %s forges a mark of %q: want, in DRA mode and not a StatefulSet, a shared claim of another namespace", seed, c.Name, target)
+					}
+					for _, h := range c.Holders {
+						if h.Mark != "" && (h.Books || h.Role == Init) {
+							t.Errorf("seed %d: %s's forged mark on %s, a booking or classic init container", seed, c.Name, h.Name)
+						}
+					}
+				}
 				if c.SelfUncertain {
 					seen["own uncertainty"] = true
 					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || c.Holders[0].RingSlots <= 1<<14 || !c.Holders[0].Probe {
@@ -150,7 +162,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition", "forged mark"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
