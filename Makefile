@@ -57,7 +57,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help version build $(ARCHES:%=build-%) dist dist-check test test-deps test-arm64 trust trust-regressions trust-mutants trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 trust trust-regressions trust-mutants trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -104,6 +104,11 @@ dist: $(CYCLONEDX) ## the release files: the kubectl plugin's archive per platfo
 	mkdir -p $(DIST)/sbom
 	$(foreach p,$(DIST_PLATFORMS),$(call sbom,cmd/kubectl-nr1,$(p),$(DIST)/sbom/kubectl-nr1_$(VERSION)_$(p).cdx.json) &&) true
 	$(foreach i,nr1-agent nr1-load,$(foreach p,$(IMAGE_PLATFORMS),$(call sbom,cmd/$(i),$(p),$(DIST)/sbom/$(i)_$(VERSION)_$(p).cdx.json) &&)) true
+
+release: image ## push the agent's image (amd64, arm64) as REGISTRY/nr1-agent:VERSION and the chart as oci://REGISTRY/charts/nr1-agent (its image that one); REGISTRY_CA names the registry's CA where the machine does not trust it
+	@test -n "$(REGISTRY)" || { echo "make release REGISTRY=<host[:port][/path]> [REGISTRY_CA=<ca.crt>]" >&2; exit 2; }
+	deploy/local/build.sh tools
+	PATH=$(CACHE)/path:$$PATH REGISTRY_CA=$(REGISTRY_CA) deploy/dist/release.sh $(REGISTRY) $(VERSION)
 
 dist-check: dist $(KREW)/krew ## make dist, checked as krew and kubectl use it: the manifest by krew's validator, every archive's files, each installed by krew (offline), this machine's run; a second make dist the same bytes
 	KREW=$(KREW) DIST=$(DIST) VERSION=$(VERSION) deploy/dist/check.sh

@@ -69,6 +69,8 @@ func chartSchema() ([]byte, error) {
 			})),
 			"resources":         closed(map[string]any{"requests": resources, "limits": resources}),
 			"priorityClassName": str,
+			"nameOverride":      obj("type", "string", "pattern", `^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`, "maxLength", 40),
+			"fullnameOverride":  obj("type", "string", "pattern", `^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`, "maxLength", 40),
 			"extraEnv": obj("type", "array", "items", obj("type", "object", "required", []string{"name"},
 				"properties", map[string]any{"name": obj("type", "string", "minLength", 1), "value": str, "valueFrom": obj("type", "object")},
 				"additionalProperties", false)),

@@ -250,6 +250,7 @@ func TestChartRefusesAMisspeltConfigKey(t *testing.T) {
 		"tolerations[0].operator=Exist":                                        "at '/tolerations/0/operator': value must be one of",
 		"config.enforcement.killScope=pod":                                     "at '/config/enforcement/killScope': value must be one of",
 		"extraHostPaths[0].path=relative/dir":                                  "at '/extraHostPaths/0",
+		"fullnameOverride=NR1_Agent":                                           "at '/fullnameOverride': 'NR1_Agent' does not match pattern",
 	} {
 		_, err := runErr("helm", "template", "nr1-typo", chart, "--kube-version", "1.37.0", "--set", set)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -381,9 +382,16 @@ func TestChartFollowsHelmsConventions(t *testing.T) {
 			t.Errorf("%s: in namespace %s, not the release's", key, ns)
 		}
 	}
-	ds, ok := objs["DaemonSet/nr1-ops/nr1-agent"].(map[string]any)
+	// Named by the release (<release>-nr1-agent), every object but the DeviceClass, whose
+	// name claims ask for.
+	for key := range objs {
+		if name := key[strings.LastIndex(key, "/")+1:]; !strings.HasPrefix(name, "ops-nr1-agent") && key != "DeviceClass/<nil>/nr1.neureality.ai" {
+			t.Errorf("%s: not named by the release", key)
+		}
+	}
+	ds, ok := objs["DaemonSet/nr1-ops/ops-nr1-agent"].(map[string]any)
 	if !ok {
-		t.Fatalf("no DaemonSet nr1-agent in the release's namespace: %v", keys(objs))
+		t.Fatalf("no DaemonSet ops-nr1-agent in the release's namespace: %v", keys(objs))
 	}
 	if sel := dig(ds, "spec", "selector", "matchLabels"); !reflect.DeepEqual(sel, map[string]any{"app.kubernetes.io/name": "nr1-agent"}) {
 		t.Errorf("the DaemonSet selects %v: a selector naming the release or version could not be upgraded", sel)
@@ -394,14 +402,37 @@ func TestChartFollowsHelmsConventions(t *testing.T) {
 			t.Errorf("the agents' pods: label %s=%v, want %q", k, podLabels[k], v)
 		}
 	}
-	for _, subject := range []string{"ClusterRoleBinding/<nil>/nr1-agent", "ClusterRoleBinding/<nil>/nr1-agent-dra"} {
+	for _, subject := range []string{"ClusterRoleBinding/<nil>/ops-nr1-agent", "ClusterRoleBinding/<nil>/ops-nr1-agent-dra"} {
 		subjects, _ := dig(objs[subject], "subjects").([]any)
-		if len(subjects) != 1 || dig(subjects[0], "namespace") != "nr1-ops" {
+		if len(subjects) != 1 || dig(subjects[0], "namespace") != "nr1-ops" || dig(subjects[0], "name") != "ops-nr1-agent" {
 			t.Errorf("%s binds %v, not the release's ServiceAccount", subject, subjects)
 		}
 	}
-	if expr := fmt.Sprint(dig(objs["ValidatingAdmissionPolicy/<nil>/nr1-agent-resourceslices"], "spec")); !strings.Contains(expr, "system:serviceaccount:nr1-ops:nr1-agent") {
+	if expr := fmt.Sprint(dig(objs["ValidatingAdmissionPolicy/<nil>/ops-nr1-agent-resourceslices"], "spec")); !strings.Contains(expr, "system:serviceaccount:nr1-ops:ops-nr1-agent\"") {
 		t.Errorf("the ResourceSlice policy does not name the release's ServiceAccount: %s", expr)
+	}
+	if cm := dig(ds, "spec", "template", "spec", "volumes"); !strings.Contains(fmt.Sprint(cm), "name:ops-nr1-agent") {
+		t.Errorf("the agents' configuration volume is not the release's ConfigMap: %v", cm)
+	}
+	// nameOverride stands for the chart's name, fullnameOverride for the whole; the
+	// release named as the chart names its objects so.
+	for _, c := range []struct {
+		release string
+		args    []string
+		want    string
+	}{
+		{"ops", []string{"--set", "nameOverride=nr1"}, "ops-nr1"},
+		{"ops", []string{"--set", "fullnameOverride=acme-nr1"}, "acme-nr1"},
+		{"nr1-agent", nil, "nr1-agent"},
+		{"nr1-agent-prod", nil, "nr1-agent-prod"},
+	} {
+		objs := objects(t, helmTemplate(t, c.release, "nr1-ops", c.args...))
+		if _, ok := objs["DaemonSet/nr1-ops/"+c.want]; !ok {
+			t.Errorf("release %s %v: no DaemonSet %s: %v", c.release, c.args, c.want, keys(objs))
+		}
+		if _, ok := objs["ServiceAccount/nr1-ops/"+c.want]; !ok {
+			t.Errorf("release %s %v: no ServiceAccount %s", c.release, c.args, c.want)
+		}
 	}
 
 	// The namespace object, when asked for, is the release's, labelled for the agents'
@@ -413,7 +444,7 @@ func TestChartFollowsHelmsConventions(t *testing.T) {
 
 	// checksum/config follows the configuration, and only it.
 	checksum := func(args ...string) any {
-		o := objects(t, helmTemplate(t, "ops", "nr1-ops", args...))["DaemonSet/nr1-ops/nr1-agent"]
+		o := objects(t, helmTemplate(t, "ops", "nr1-ops", args...))["DaemonSet/nr1-ops/ops-nr1-agent"]
 		return dig(o, "spec", "template", "metadata", "annotations", "checksum/config")
 	}
 	base, again := checksum(), checksum("--set", "resources.limits.memory=300Mi")

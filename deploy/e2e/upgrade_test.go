@@ -67,27 +67,7 @@ func TestChartUpgrade(t *testing.T) {
 			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "-f", values}, append(runtimeValues(), set...)...)...)
 	}
 
-	// The stack's agent (kustomize) makes way for the release, and comes back after it.
-	uninstallKustomize := func() {
-		run(t, "kubectl", "-n", "nr1-system", "delete", "daemonset", "nr1-agent", "--cascade=foreground", "--ignore-not-found")
-		run(t, "kubectl", "delete", "-k", strings.TrimSpace(string(run(t, filepath.Join(repo, "deploy", "local", "stack.sh"), "kustomization", "local"))), "--ignore-not-found", "--wait")
-		eventually(t, 2*time.Minute, "namespace nr1-system gone", func() error {
-			_, err := c.CoreV1().Namespaces().Get(context.Background(), "nr1-system", metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-				return nil
-			case err != nil:
-				return fmt.Errorf("namespace nr1-system: %w", err)
-			}
-			return errors.New("namespace nr1-system still there")
-		})
-	}
-	uninstallKustomize()
-	t.Cleanup(func() {
-		_, _ = runErr("helm", "uninstall", "nr1-agent", "--namespace", "nr1-system", "--wait")
-		_, _ = runErr("kubectl", "delete", "namespace", "nr1-system", "--wait")
-		run(t, filepath.Join(repo, "deploy", "local", "stack.sh"), "deploy")
-	})
+	makeWayForARelease(t, c)
 	run(t, "kubectl", "create", "namespace", "nr1-system")
 	run(t, "kubectl", "label", "namespace", "nr1-system", "pod-security.kubernetes.io/enforce=privileged")
 	helm("install", oldChart)
@@ -150,6 +130,29 @@ func TestChartUpgrade(t *testing.T) {
 			}
 		}
 	}
+}
+
+// makeWayForARelease removes the stack's agent (kustomize) for a Helm release of the test's
+// to take its place, and brings it back after the test, the release uninstalled.
+func makeWayForARelease(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
+	run(t, "kubectl", "-n", "nr1-system", "delete", "daemonset", "nr1-agent", "--cascade=foreground", "--ignore-not-found")
+	run(t, "kubectl", "delete", "-k", strings.TrimSpace(string(run(t, filepath.Join(repo, "deploy", "local", "stack.sh"), "kustomization", "local"))), "--ignore-not-found", "--wait")
+	eventually(t, 2*time.Minute, "namespace nr1-system gone", func() error {
+		_, err := c.CoreV1().Namespaces().Get(context.Background(), "nr1-system", metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("namespace nr1-system: %w", err)
+		}
+		return errors.New("namespace nr1-system still there")
+	})
+	t.Cleanup(func() {
+		_, _ = runErr("helm", "uninstall", "nr1-agent", "--namespace", "nr1-system", "--wait")
+		_, _ = runErr("kubectl", "delete", "namespace", "nr1-system", "--wait")
+		run(t, filepath.Join(repo, "deploy", "local", "stack.sh"), "deploy")
+	})
 }
 
 func podStatuses(t *testing.T, c kubernetes.Interface, p *corev1.Pod) []corev1.ContainerStatus {

@@ -4,10 +4,11 @@
 # packages it needs. Binaries are cached outside the clone, keyed by version, so a warm
 # run only checks that they exist.
 #   build.sh [stack]  what the cluster runs: containerd, runc, crictl, the Kubernetes
-#                     components (stack.sh up); with NR1_RUNTIME=crio, CRI-O and conmon
-#                     too
-#   build.sh tools    what the tests and the README's install commands use beside it:
-#                     helm, Prometheus (make e2e, deploy/ci/readme-commands.sh)
+#                     components, an OCI registry (stack.sh up); with NR1_RUNTIME=crio,
+#                     CRI-O and conmon too
+#   build.sh tools    what the tests, make release and the README's install commands use
+#                     beside it: helm, crane, Prometheus (make e2e,
+#                     deploy/ci/readme-commands.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -131,7 +132,8 @@ stack() {
   build_runc
   go_install crictl "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
   build_kube
-  link "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION"
+  go_install registry "$REGISTRY_VERSION" github.com/distribution/distribution/v3/cmd/registry
+  link "containerd-$CONTAINERD_VERSION" "runc-$RUNC_VERSION" "crictl-$CRICTL_VERSION" "kube-$KUBE_VERSION" "registry-$REGISTRY_VERSION"
   if [ "${NR1_RUNTIME:-containerd}" = crio ]; then
     build_crio
     link "crio-$CRIO_VERSION"
@@ -141,10 +143,11 @@ stack() {
 
 tools() {
   go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+  go_install crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
   GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" \
     go_install prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
-  link "helm-$HELM_VERSION" "prometheus-$PROMETHEUS_VERSION"
-  log "helm and Prometheus ready in $cache/path"
+  link "helm-$HELM_VERSION" "crane-$CRANE_VERSION" "prometheus-$PROMETHEUS_VERSION"
+  log "helm, crane and Prometheus ready in $cache/path"
 }
 
 case ${1:-stack} in

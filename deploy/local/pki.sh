@@ -36,6 +36,9 @@ cert kubelet "/O=system:nodes/CN=system:node:$node" "DNS:$node,DNS:localhost,IP:
 cert controller-manager "/CN=system:kube-controller-manager"
 cert scheduler "/CN=system:kube-scheduler"
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+# The stack's OCI registry, at the node's address: make release pushes there, and the
+# runtime pulls from it, trusting this CA as a cluster trusts its registry's.
+cert registry "/CN=nr1-local-registry" "DNS:localhost,IP:127.0.0.1,IP:$node_ip"
 
 # kubeconfig NAME: a kubeconfig using NAME's client certificate.
 kubeconfig() {

@@ -43,6 +43,8 @@ BRIDGE=nr1br0
 POD_CIDR=10.88.0.0/16
 SERVICE_CIDR=10.0.0.0/24
 SYSCTLS="vm.overcommit_memory kernel.panic kernel.panic_on_oops"
+# The stack's OCI registry listens on the node's address at this port.
+REGISTRY_PORT=5000
 export PATH=$CACHE/path:$PATH:/usr/sbin:/sbin
 export KUBECONFIG=$PKI/admin.kubeconfig
 NODE=$(hostname | tr '[:upper:]' '[:lower:]')
@@ -126,6 +128,24 @@ write_configs() {
   local ip=$1
   mkdir -p "$STATE/containerd" "$STATE/cni/net.d" "$STATE/kubelet"
   [ "$(runtime)" = crio ] && write_crio_config
+  # The stack's registry is trusted by the stack's CA, as a cluster trusts its own
+  # registry's: containerd by its hosts directory, CRI-O (containers/image) by the
+  # system's per-registry certificate directory, removed by down.
+  mkdir -p "$STATE/containerd/certs.d/$ip:$REGISTRY_PORT"
+  cat >"$STATE/containerd/certs.d/$ip:$REGISTRY_PORT/hosts.toml" <<EOT
+server = "https://$ip:$REGISTRY_PORT"
+[host."https://$ip:$REGISTRY_PORT"]
+  capabilities = ["pull", "resolve"]
+  ca = "$PKI/ca.crt"
+EOT
+  if [ "$(runtime)" = crio ]; then
+    # What down removes: the directories made here, or only the registry's.
+    if [ ! -f "$RUN/certs.ours" ]; then
+      if [ ! -d /etc/containers ]; then echo /etc/containers; elif [ ! -d /etc/containers/certs.d ]; then echo /etc/containers/certs.d; else echo "/etc/containers/certs.d/$ip:$REGISTRY_PORT"; fi >"$RUN/certs.ours"
+    fi
+    mkdir -p "/etc/containers/certs.d/$ip:$REGISTRY_PORT"
+    cp "$PKI/ca.crt" "/etc/containers/certs.d/$ip:$REGISTRY_PORT/ca.crt"
+  fi
   cat >"$STATE/containerd/config.toml" <<EOT
 version = 3
 root = "$STATE/containerd/root"
@@ -134,6 +154,8 @@ state = "/run/containerd"
   address = "$CONTAINERD_SOCK"
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "nr1.local/pause:1"
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "$STATE/containerd/certs.d"
 [plugins.'io.containerd.cri.v1.runtime']
   # The machine lacks CAP_SYS_RESOURCE in the bounding set: without this every sandbox
   # fails writing oom_score_adj.
@@ -369,6 +391,7 @@ up() {
 
   start_runtime
   import_images
+  start_registry "$ip"
 
   start etcd etcd --name nr1-local --data-dir "$STATE/etcd" \
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
@@ -391,6 +414,25 @@ up() {
   wait_for "node $NODE Ready" 90 node_ready
   wait_for "default ServiceAccount" 60 kubectl -n default get serviceaccount default
   log "up: node $NODE ($ip); export KUBECONFIG=$KUBECONFIG"
+}
+
+# start_registry runs the stack's OCI registry (CNCF distribution) on the node's address,
+# serving TLS by the stack's CA: make release pushes there, and the runtime pulls from it.
+start_registry() {
+  local ip=$1
+  mkdir -p "$STATE/registry"
+  cat >"$STATE/registry/config.yml" <<EOT
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage:
+  filesystem: {rootdirectory: $STATE/registry/data}
+  delete: {enabled: true}
+http:
+  addr: $ip:$REGISTRY_PORT
+  tls: {certificate: $PKI/registry.crt, key: $PKI/registry.key}
+EOT
+  start registry registry serve "$STATE/registry/config.yml"
+  wait_for registry 30 curl -fsS --cacert "$PKI/ca.crt" -o /dev/null "https://$ip:$REGISTRY_PORT/v2/"
 }
 
 start_runtime() {
@@ -547,7 +589,7 @@ down() {
   if [ -S "$CRIO_SOCK" ] && pid_alive crio; then
     crictl -r "unix://$CRIO_SOCK" rmp -af >/dev/null 2>&1 || true
   fi
-  for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd crio; do stop_pid "$c"; done
+  for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd crio registry; do stop_pid "$c"; done
   # Shims whose containers were not removed (the runtime died first) go by their
   # arguments: containerd's namespace, or the bundle under CRI-O's storage.
   pkill -KILL -f "containerd-shim-runc-v2 -namespace k8s.io" 2>/dev/null || true
@@ -563,6 +605,7 @@ down() {
   if [ -f "$STATE/sysctl.saved" ]; then
     while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$STATE/sysctl.saved"
   fi
+  if [ -f "$RUN/certs.ours" ]; then rm -rf "$(cat "$RUN/certs.ours")"; fi
   rm -rf "$STATE" "$KUBELET_ROOT" /var/lib/nr1-agent /var/log/pods /var/log/containers "$RUN" /run/containerd /run/crio "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
   # The CDI specs of DRA claims whose pods were removed without the kubelet unpreparing them.
   rm -f /var/run/cdi/nr1.neureality.ai_*.json 2>/dev/null || true
@@ -629,7 +672,7 @@ machine_state() {
 
 status() {
   echo "runtime: $(runtime)"
-  for c in containerd crio etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
+  for c in containerd crio etcd kube-apiserver kube-controller-manager kube-scheduler kubelet registry; do
     if pid_alive "$c"; then echo "$c: running (pid $(cat "$RUN/$c.pid"))"; else echo "$c: stopped"; fi
   done
 }
@@ -648,6 +691,6 @@ case ${1:-} in
   resume-kubelet) resume_kubelet ;;
   resource-health) resource_health "${2:-}" ;;
   kustomization) kustomization "$(cd "$here/../kustomize" && pwd)" "${2:-local}" ;;
-  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$(runtime_sock) NR1_RUNTIME=$(runtime) NR1_AUDIT_LOG=$AUDIT_LOG" ;;
+  env) echo "export KUBECONFIG=$KUBECONFIG PATH=$CACHE/path:\$PATH CONTAINER_RUNTIME_ENDPOINT=unix://$(runtime_sock) NR1_RUNTIME=$(runtime) NR1_AUDIT_LOG=$AUDIT_LOG NR1_REGISTRY=$(node_ip):$REGISTRY_PORT NR1_REGISTRY_CA=$PKI/ca.crt" ;;
   *) echo "usage: $0 up|down|deploy [devicePlugin|dra]|restart-kubelet|restart-runtime|stop-apiserver|start-apiserver|pause-kubelet|resume-kubelet|resource-health on|off|status|env|machine-state" >&2; exit 2 ;;
 esac
