@@ -36,6 +36,15 @@ IMAGES := _output/images
 # The agent image's budget per platform, compressed as containerd counts it.
 AGENT_IMAGE_MAX := 20MiB
 IMAGE_TAG ?= dev
+# make release: the OCI registry (host[:port][/path]) to push to, and the CA to trust it
+# by where the machine's roots do not.
+REGISTRY ?=
+REGISTRY_CA ?=
+ifneq ($(filter release,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error make release REGISTRY=<host[:port][/path]> [REGISTRY_CA=<ca.crt>]: the registry to push to)
+endif
+endif
 STACK := deploy/local/stack.sh
 export NR1_CACHE := $(CACHE)
 export NR1_BIN := $(CURDIR)/bin
@@ -106,7 +115,6 @@ dist: $(CYCLONEDX) ## the release files: the kubectl plugin's archive per platfo
 	$(foreach i,nr1-agent nr1-load,$(foreach p,$(IMAGE_PLATFORMS),$(call sbom,cmd/$(i),$(p),$(DIST)/sbom/$(i)_$(VERSION)_$(p).cdx.json) &&)) true
 
 release: image ## push the agent's image (amd64, arm64) as REGISTRY/nr1-agent:VERSION and the chart as oci://REGISTRY/charts/nr1-agent (its image that one); REGISTRY_CA names the registry's CA where the machine does not trust it
-	@test -n "$(REGISTRY)" || { echo "make release REGISTRY=<host[:port][/path]> [REGISTRY_CA=<ca.crt>]" >&2; exit 2; }
 	deploy/local/build.sh tools
 	PATH=$(CACHE)/path:$$PATH REGISTRY_CA=$(REGISTRY_CA) deploy/dist/release.sh $(REGISTRY) $(VERSION)
 

@@ -6,7 +6,8 @@
 # the Go module proxy) and run; the operators' RoleBinding; the kustomize uninstall, then
 # `kubectl apply -k deploy/kustomize/base` and its uninstall; `helm install` into its
 # namespace, the namespace's Pod Security label, `helm uninstall` and the namespace's
-# deletion. Each is checked for what the README says it does.
+# deletion; make release into the stack's registry, and helm install from it. Each is
+# checked for what the README says it does.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -82,6 +83,29 @@ step "helm uninstall nr1-agent --namespace nr1-system"
 helm uninstall nr1-agent --namespace nr1-system
 kubectl -n nr1-system wait --for=delete pod -l app.kubernetes.io/name=nr1-agent --timeout=120s
 step "kubectl delete namespace nr1-system"
+kubectl delete namespace nr1-system
+kubectl wait --for=delete namespace/nr1-system --timeout=120s
+
+# The release, into the stack's registry (whose CA Go programs trust by SSL_CERT_FILE, as
+# a machine trusts its registry's), and the install from it: the agent's image pulled
+# from there.
+export REGISTRY=$NR1_REGISTRY SSL_CERT_FILE=$NR1_REGISTRY_CA
+step "make release REGISTRY=\$REGISTRY"
+make release REGISTRY="$REGISTRY" | tee "$work/release.out"
+VERSION=$(sed -n 's/.* --version \([^ ]*\)$/\1/p' "$work/release.out")
+[ -n "$VERSION" ] || fail "make release printed no chart version"
+step "helm install nr1-agent oci://\$REGISTRY/charts/nr1-agent --version \$VERSION --namespace nr1-system --create-namespace"
+helm install nr1-agent oci://$REGISTRY/charts/nr1-agent --version $VERSION --namespace nr1-system --create-namespace
+daemonset_scheduled
+pulled=
+for _ in $(seq 1 60); do
+  pulled=$(kubectl -n nr1-system get pods -l app.kubernetes.io/name=nr1-agent -o jsonpath='{.items[0].status.containerStatuses[0].imageID}' 2>/dev/null || true)
+  [[ $pulled == "$REGISTRY/nr1-agent@sha256:"* ]] && break
+  sleep 1
+done
+[[ $pulled == "$REGISTRY/nr1-agent@sha256:"* ]] || fail "the agent's image was not pulled from $REGISTRY: $pulled"
+helm uninstall nr1-agent --namespace nr1-system
+kubectl -n nr1-system wait --for=delete pod -l app.kubernetes.io/name=nr1-agent --timeout=120s
 kubectl delete namespace nr1-system
 kubectl wait --for=delete namespace/nr1-system --timeout=120s
 echo "== readme: the README's install commands did what it says"

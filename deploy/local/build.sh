@@ -7,8 +7,8 @@
 #                     components, an OCI registry (stack.sh up); with NR1_RUNTIME=crio,
 #                     CRI-O and conmon too
 #   build.sh tools    what the tests, make release and the README's install commands use
-#                     beside it: helm, crane, Prometheus (make e2e,
-#                     deploy/ci/readme-commands.sh)
+#                     beside it: helm, crane, Prometheus, the Prometheus Operator (make
+#                     e2e, deploy/ci/readme-commands.sh)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -115,6 +115,25 @@ build_crio() {
   touch "$dir/.done"
 }
 
+# build_prometheus_operator builds the operator and its config reloader, static, from
+# the Go module proxy: its go.mod replaces its API and client modules by the directories
+# they come from, which its module archive leaves out, so they are put back first.
+build_prometheus_operator() {
+  local dir=$bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION mod=github.com/prometheus-operator/prometheus-operator
+  [ -f "$dir/.done" ] && return 0
+  log "building the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION"
+  local src=$cache/src/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION sub
+  rm -rf "$src" && mkdir -p "$src" "$dir"
+  cp -r "$(go mod download -json "$mod@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/." "$src"
+  for sub in pkg/apis/monitoring pkg/client; do
+    mkdir -p "$src/$sub"
+    cp -r "$(go mod download -json "$mod/$sub@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/." "$src/$sub"
+  done
+  chmod -R u+w "$src"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/" ./cmd/operator ./cmd/prometheus-config-reloader)
+  touch "$dir/.done"
+}
+
 # link makes one directory on PATH for the scripts: links into the versioned directories.
 link() {
   mkdir -p "$cache/path"
@@ -146,8 +165,13 @@ tools() {
   go_install crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
   GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" \
     go_install prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
+  # The Prometheus Operator, and what it runs in the cluster, static: images of the binary
+  # alone (make e2e builds them, TestPrometheusOperator).
+  build_prometheus_operator
+  GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" CGO_ENABLED=0 \
+    go_install prometheus-static "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
   link "helm-$HELM_VERSION" "crane-$CRANE_VERSION" "prometheus-$PROMETHEUS_VERSION"
-  log "helm, crane and Prometheus ready in $cache/path"
+  log "helm, crane, Prometheus and the Prometheus Operator ready in $cache"
 }
 
 case ${1:-stack} in
