@@ -40,8 +40,9 @@ IMAGE_TAG ?= dev
 # by where the machine's roots do not.
 REGISTRY ?=
 REGISTRY_CA ?=
+# (A dry run, make -n, only shows the commands.)
 ifneq ($(filter release,$(MAKECMDGOALS)),)
-ifeq ($(REGISTRY),)
+ifeq ($(REGISTRY)$(findstring n,$(firstword -$(MAKEFLAGS))),)
 $(error make release REGISTRY=<host[:port][/path]> [REGISTRY_CA=<ca.crt>]: the registry to push to)
 endif
 endif
