@@ -43,23 +43,43 @@ func upgradeFrom(t *testing.T) string {
 	return "HEAD~1"
 }
 
-// TestChartUpgrade: the previous chart installed with CGs running, one of them
-// throttled, then helm upgrade to this chart: the agents are replaced, and no CG is
-// acted on again, the throttle stays, and no container restarts.
+// previousRelease checks out from in a worktree, builds its images (its own make
+// image) and pushes its agent's image to the stack's registry: the chart's directory in
+// that tree, and the image's repository and tag.
+func previousRelease(t *testing.T, from string) (chart, repository, tag string) {
+	t.Helper()
+	registry := os.Getenv("NR1_REGISTRY")
+	if registry == "" {
+		t.Fatal("NR1_REGISTRY unset: run under make e2e, or after eval $(deploy/local/stack.sh env)")
+	}
+	old := filepath.Join(t.TempDir(), "old")
+	run(t, "git", "-C", repo, "worktree", "add", "--detach", old, from)
+	t.Cleanup(func() { _, _ = runErr("git", "-C", repo, "worktree", "remove", "--force", old) })
+	tag = strings.TrimSpace(string(run(t, "make", "-s", "-C", old, "version")))
+	run(t, "make", "-s", "-C", old, "image")
+	layout := filepath.Join(t.TempDir(), "layout")
+	if err := os.Mkdir(layout, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "tar", "-xf", filepath.Join(old, "_output", "images", "nr1-agent.tar"), "-C", layout)
+	repository = registry + "/nr1-agent-previous"
+	push := exec.Command("crane", "push", layout, repository+":"+tag)
+	push.Env = append(os.Environ(), "SSL_CERT_FILE="+os.Getenv("NR1_REGISTRY_CA"))
+	if out, err := push.CombinedOutput(); err != nil {
+		t.Fatalf("crane push %s:%s: %v\n%s", repository, tag, err, out)
+	}
+	return filepath.Join(old, "deploy", "helm", "nr1-agent"), repository, tag
+}
+
+// TestChartUpgrade: the previous release (its chart and its agent's image, built from
+// its tree) installed with CGs running, one of them throttled, then helm upgrade to this
+// chart and agent, then helm rollback to the previous: each time the agents are
+// replaced, and no CG is acted on again, the throttle stays (each agent reads the
+// other's checkpoint and pins), and no container restarts.
 func TestChartUpgrade(t *testing.T) {
 	c := client(t)
 	from := upgradeFrom(t)
-	old := filepath.Join(t.TempDir(), "old")
-	if err := os.MkdirAll(old, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	archive := run(t, "git", "-C", repo, "archive", "--format=tar", from, "deploy/helm/nr1-agent")
-	untar := exec.Command("tar", "-x", "-C", old)
-	untar.Stdin = strings.NewReader(string(archive))
-	if out, err := untar.CombinedOutput(); err != nil {
-		t.Fatalf("the chart of %s: %v: %s", from, err, out)
-	}
-	oldChart := filepath.Join(old, "deploy", "helm", "nr1-agent")
+	oldChart, oldRepository, oldTag := previousRelease(t, from)
 	values := filepath.Join(t.TempDir(), "upgrade.yaml")
 	writeFile(t, values, []byte(upgradeValues))
 	helm := func(verb, chart string, set ...string) {
@@ -70,8 +90,10 @@ func TestChartUpgrade(t *testing.T) {
 	makeWayForARelease(t, c)
 	run(t, "kubectl", "create", "namespace", "nr1-system")
 	run(t, "kubectl", "label", "namespace", "nr1-system", "pod-security.kubernetes.io/enforce=privileged")
-	helm("install", oldChart)
-	mustReadyAgent(t, c)
+	helm("install", oldChart, "--set", "image.repository="+oldRepository, "--set", "image.tag="+oldTag, "--set", "image.pullPolicy=IfNotPresent")
+	if a := mustReadyAgent(t, c); a.Spec.Containers[0].Image != oldRepository+":"+oldTag {
+		t.Fatalf("the previous release's agent runs %s, want %s:%s", a.Spec.Containers[0].Image, oldRepository, oldTag)
+	}
 	time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
 
 	steady := running(t, c, createPod(t, c, loadPod("upgrade-steady", "--compute-dma-mb=3", "--queues=7")))
@@ -102,34 +124,43 @@ func TestChartUpgrade(t *testing.T) {
 		t.Fatalf("upgrade-steady acted on before the upgrade: %s", got)
 	}
 
-	oldAgent, err := readyAgent(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A release's new version labels change the agents' pod template; between two commits
-	// of one version, a changed configuration does (checksum/config).
-	helm("upgrade", filepath.Join(repo, "deploy", "helm", "nr1-agent"), "--set", "config.log.level=debug")
-	eventually(t, 2*time.Minute, "the upgraded agent ready", func() error {
-		a, err := readyAgent(c)
-		if err == nil && a.UID == oldAgent.UID {
-			err = fmt.Errorf("still the agent of the old chart")
+	// replaced waits for an agent of image other than the one before, past its warm-up,
+	// and checks that it took over the CGs as they were.
+	replaced := func(what, image string) {
+		previous, err := readyAgent(c)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
-	})
-	time.Sleep(15 * time.Second) // past the new agent's warm-up, and several samples
-	agentShows("upgrade-over still throttled by the new agent", throttled)
-
-	for _, p := range []*corev1.Pod{steady, over} {
-		if got, was := reasons(nr1Events(t, c, p)), strings.Join(before[p.Name], ","); got != was {
-			t.Errorf("%s: Events %s after the upgrade, %s before: acted on again", p.Name, got, was)
-		}
-		now := podStatuses(t, c, p)
-		for i, s := range now {
-			if i >= len(statuses[p.Name]) || s.ContainerID != statuses[p.Name][i].ContainerID || s.RestartCount != 0 || s.State.Running == nil {
-				t.Errorf("%s: container %s %s (restarts %d), was %s: restarted by the upgrade", p.Name, s.Name, containerState(s), s.RestartCount, statuses[p.Name][i].ContainerID)
+		eventually(t, 2*time.Minute, what+": a new agent ready", func() error {
+			a, err := readyAgent(c)
+			switch {
+			case err != nil:
+				return err
+			case a.UID == previous.UID:
+				return fmt.Errorf("still the agent before")
+			case a.Spec.Containers[0].Image != image:
+				return fmt.Errorf("the agent runs %s, want %s", a.Spec.Containers[0].Image, image)
+			}
+			return nil
+		})
+		time.Sleep(15 * time.Second) // past the new agent's warm-up, and several samples
+		agentShows("upgrade-over still throttled after "+what, throttled)
+		for _, p := range []*corev1.Pod{steady, over} {
+			if got, was := reasons(nr1Events(t, c, p)), strings.Join(before[p.Name], ","); got != was {
+				t.Errorf("%s: Events %s after %s, %s before: acted on again", p.Name, got, what, was)
+			}
+			now := podStatuses(t, c, p)
+			for i, s := range now {
+				if i >= len(statuses[p.Name]) || s.ContainerID != statuses[p.Name][i].ContainerID || s.RestartCount != 0 || s.State.Running == nil {
+					t.Errorf("%s: container %s %s (restarts %d), was %s: restarted by %s", p.Name, s.Name, containerState(s), s.RestartCount, statuses[p.Name][i].ContainerID, what)
+				}
 			}
 		}
 	}
+	helm("upgrade", filepath.Join(repo, "deploy", "helm", "nr1-agent"))
+	replaced("the upgrade", "nr1.local/nr1-agent:dev")
+	run(t, "helm", "rollback", "nr1-agent", "1", "--namespace", "nr1-system", "--wait", "--timeout", "3m")
+	replaced("the rollback", oldRepository+":"+oldTag)
 }
 
 // makeWayForARelease removes the stack's agent (kustomize) for a Helm release of the test's
