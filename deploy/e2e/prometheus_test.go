@@ -21,14 +21,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// daemon starts a server binary for the test's lifetime.
+// daemon starts a server binary (a name on PATH, or a path) for the test's lifetime.
 func daemon(t *testing.T, name string, args ...string) {
 	t.Helper()
 	bin, err := exec.LookPath(name)
 	if err != nil {
 		t.Fatalf("%s not found: install Debian's prometheus and prometheus-alertmanager (make deps)", name)
 	}
-	log, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	log, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
