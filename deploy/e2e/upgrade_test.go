@@ -124,13 +124,11 @@ func TestChartUpgrade(t *testing.T) {
 		t.Fatalf("upgrade-steady acted on before the upgrade: %s", got)
 	}
 
-	// replaced waits for an agent of image other than the one before, past its warm-up,
-	// and checks that it took over the CGs as they were.
-	replaced := func(what, image string) {
-		previous, err := readyAgent(c)
-		if err != nil {
-			t.Fatal(err)
-		}
+	// replace does what, then waits for an agent of image other than the one before,
+	// past its warm-up, and checks that it took over the CGs as they were.
+	replace := func(what, image string, do func()) {
+		previous := mustReadyAgent(t, c)
+		do()
 		eventually(t, 2*time.Minute, what+": a new agent ready", func() error {
 			a, err := readyAgent(c)
 			switch {
@@ -157,10 +155,10 @@ func TestChartUpgrade(t *testing.T) {
 			}
 		}
 	}
-	helm("upgrade", filepath.Join(repo, "deploy", "helm", "nr1-agent"))
-	replaced("the upgrade", "nr1.local/nr1-agent:dev")
-	run(t, "helm", "rollback", "nr1-agent", "1", "--namespace", "nr1-system", "--wait", "--timeout", "3m")
-	replaced("the rollback", oldRepository+":"+oldTag)
+	replace("the upgrade", "nr1.local/nr1-agent:dev", func() { helm("upgrade", filepath.Join(repo, "deploy", "helm", "nr1-agent")) })
+	replace("the rollback", oldRepository+":"+oldTag, func() {
+		run(t, "helm", "rollback", "nr1-agent", "1", "--namespace", "nr1-system", "--wait", "--timeout", "3m")
+	})
 }
 
 // makeWayForARelease removes the stack's agent (kustomize) for a Helm release of the test's
