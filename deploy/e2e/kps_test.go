@@ -172,7 +172,9 @@ func TestPrometheusOperator(t *testing.T) {
 	monitors := filepath.Join(t.TempDir(), "prometheus.yaml")
 	writeFile(t, monitors, rendered)
 	run(t, "kubectl", "apply", "--server-side", "--field-manager=nr1-e2e", "-n", "nr1-system", "-f", monitors)
-	t.Cleanup(func() { _ = exec.Command("kubectl", "delete", "--ignore-not-found", "-n", "nr1-system", "-f", monitors).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("kubectl", "delete", "--ignore-not-found", "-n", "nr1-system", "-f", monitors).Run()
+	})
 
 	var prom string
 	eventually(t, 4*time.Minute, "the operator's Prometheus ready", func() error {
