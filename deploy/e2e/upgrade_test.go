@@ -20,6 +20,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // upgradeValues keep a throttled CG throttled: a compute DMA ladder that ends at the
@@ -74,17 +76,28 @@ func previousRelease(t *testing.T, from string) (chart, repository, tag string) 
 // TestChartUpgrade: the previous release (its chart and its agent's image, built from
 // its tree) installed with CGs running, one of them throttled, then helm upgrade to this
 // chart and agent, then helm rollback to the previous: each time the agents are
-// replaced, and no CG is acted on again, the throttle stays (each agent reads the
-// other's checkpoint and pins), and no container restarts.
+// replaced, and no CG is acted on again, the throttle stays, each CG's allocation is
+// known as before (each agent reads the other's checkpoints and pins: in DRA mode the
+// prepared claims), and no container restarts. In both modes.
 func TestChartUpgrade(t *testing.T) {
 	c := client(t)
-	from := upgradeFrom(t)
-	oldChart, oldRepository, oldTag := previousRelease(t, from)
+	oldChart, oldRepository, oldTag := previousRelease(t, upgradeFrom(t))
+	for _, mode := range []string{"devicePlugin", "dra"} {
+		t.Run(mode, func(t *testing.T) { chartUpgrade(t, c, mode, oldChart, oldRepository, oldTag) })
+	}
+}
+
+func chartUpgrade(t *testing.T, c kubernetes.Interface, mode, oldChart, oldRepository, oldTag string) {
 	values := filepath.Join(t.TempDir(), "upgrade.yaml")
 	writeFile(t, values, []byte(upgradeValues))
 	helm := func(verb, chart string, set ...string) {
 		run(t, "helm", append([]string{verb, "nr1-agent", chart, "--namespace", "nr1-system", "--wait", "--timeout", "3m",
-			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "-f", values}, append(runtimeValues(), set...)...)...)
+			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "--set", "config.mode=" + mode, "-f", values},
+			append(runtimeValues(), set...)...)...)
+	}
+	if mode == "dra" {
+		node := nodeName(t, c)
+		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 	}
 
 	makeWayForARelease(t, c)
@@ -96,8 +109,16 @@ func TestChartUpgrade(t *testing.T) {
 	}
 	time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
 
-	steady := running(t, c, createPod(t, c, loadPod("upgrade-steady", "--compute-dma-mb=3", "--queues=7")))
-	over := running(t, c, createPod(t, c, loadPod("upgrade-over", "--compute-dma-mb=2", "--step=3s:compute=4")))
+	var steady, over *corev1.Pod
+	if mode == "dra" {
+		newNamespace(t, c, draNS)
+		booked := nr1.Amounts{3, 0, nr1LoadImageMB(t) + 4, 7}
+		steady = runningPod(t, c, draCG(t, c, "upgrade-steady", booked, "--compute-dma-mb=3", "--queues=7"))
+		over = runningPod(t, c, draCG(t, c, "upgrade-over", booked, "--compute-dma-mb=2", "--step=3s:compute=4"))
+	} else {
+		steady = running(t, c, createPod(t, c, loadPod("upgrade-steady", "--compute-dma-mb=3", "--queues=7")))
+		over = running(t, c, createPod(t, c, loadPod("upgrade-over", "--compute-dma-mb=2", "--step=3s:compute=4")))
+	}
 	waitReason(t, c, over, "NR1Throttled", 40*time.Second)
 	throttled := regexp.MustCompile(`(?m)^nr1_throttled\{[^}]*pod="upgrade-over"[^}]*\} 1$`)
 	agentShows := func(what string, re *regexp.Regexp) {
@@ -116,9 +137,15 @@ func TestChartUpgrade(t *testing.T) {
 	agentShows("upgrade-over throttled", throttled)
 	before := map[string][]string{}
 	statuses := map[string][]corev1.ContainerStatus{}
+	allocations := map[string]nr1.Amounts{}
 	for _, p := range []*corev1.Pod{steady, over} {
 		before[p.Name] = strings.Split(reasons(nr1Events(t, c, p)), ",")
 		statuses[p.Name] = podStatuses(t, c, p)
+		cg, err := cgView(mustReadyAgent(t, c), p)
+		if err != nil || !cg.AllocationKnown {
+			t.Fatalf("%s before the upgrade: %v %+v", p.Name, err, cg)
+		}
+		allocations[p.Name] = cg.Allocation
 	}
 	if got := strings.Join(before[steady.Name], ","); got != "" {
 		t.Fatalf("upgrade-steady acted on before the upgrade: %s", got)
@@ -143,7 +170,11 @@ func TestChartUpgrade(t *testing.T) {
 		})
 		time.Sleep(15 * time.Second) // past the new agent's warm-up, and several samples
 		agentShows("upgrade-over still throttled after "+what, throttled)
+		agent := mustReadyAgent(t, c)
 		for _, p := range []*corev1.Pod{steady, over} {
+			if cg, err := cgView(agent, p); err != nil || !cg.AllocationKnown || cg.Allocation != allocations[p.Name] {
+				t.Errorf("%s after %s: %v %+v, want its allocation %v known", p.Name, what, err, cg, allocations[p.Name])
+			}
 			if got, was := reasons(nr1Events(t, c, p)), strings.Join(before[p.Name], ","); got != was {
 				t.Errorf("%s: Events %s after %s, %s before: acted on again", p.Name, got, what, was)
 			}
