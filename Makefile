@@ -116,7 +116,7 @@ dist: $(CYCLONEDX) ## the release files: the kubectl plugin's archive per platfo
 	$(foreach i,nr1-agent nr1-load,$(foreach p,$(IMAGE_PLATFORMS),$(call sbom,cmd/$(i),$(p),$(DIST)/sbom/$(i)_$(VERSION)_$(p).cdx.json) &&)) true
 
 release: image ## push the agent's image (amd64, arm64) as REGISTRY/nr1-agent:VERSION and the chart as oci://REGISTRY/charts/nr1-agent (its image that one); REGISTRY_CA names the registry's CA where the machine does not trust it
-	deploy/local/build.sh tools
+	deploy/local/build.sh release
 	PATH=$(CACHE)/path:$$PATH REGISTRY_CA=$(REGISTRY_CA) deploy/dist/release.sh $(REGISTRY) $(VERSION)
 
 dist-check: dist $(KREW)/krew ## make dist, checked as krew and kubectl use it: the manifest by krew's validator, every archive's files, each installed by krew (offline), this machine's run; a second make dist the same bytes

@@ -15,7 +15,7 @@ images=${NR1_IMAGES:-$repo/_output/images}
 chart=${NR1_CHART:-$repo/deploy/helm/nr1-agent}
 chart_version=${version#v}
 if [ -n "${REGISTRY_CA:-}" ]; then
-  # helm and crane are Go programs: this replaces the system's roots for both.
+  # helm and crane are Go programs: they trust this file's CAs besides the system's.
   export SSL_CERT_FILE=$REGISTRY_CA
 fi
 work=$(mktemp -d)

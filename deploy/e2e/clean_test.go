@@ -15,13 +15,18 @@ import (
 // stackBinaries are the processes the local node stack and its pods run.
 var stackBinaries = []string{
 	"containerd", "containerd-shim-runc-v2", "crio", "conmon", "etcd", "kube-apiserver", "kube-controller-manager",
-	"kube-scheduler", "kubelet", "nr1-agent", "nr1-load", "pause",
+	"kube-scheduler", "kubelet", "nr1-agent", "nr1-load", "pause", "registry",
 }
 
 // TestNothingLeftAfterDown runs after `stack.sh down` and compares the machine with what
 // it was before `up` ($NR1_E2E_BEFORE).
 func TestNothingLeftAfterDown(t *testing.T) {
 	before := readEnv(t, os.Getenv("NR1_E2E_BEFORE"))
+
+	// CRI-O's trust of the stack's registry, written by up.
+	if certs, _ := filepath.Glob("/etc/containers/certs.d/*:5000"); len(certs) > 0 {
+		t.Errorf("the registry's certificate directories are left: %v", certs)
+	}
 
 	procs, _ := filepath.Glob("/proc/[0-9]*/comm")
 	for _, p := range procs {

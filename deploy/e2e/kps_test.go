@@ -134,7 +134,7 @@ func TestPrometheusOperator(t *testing.T) {
 	if _, err := fmt.Sscanf(v["PROMETHEUS_VERSION"], "v0.%d.%d", &minor, &patch); err != nil {
 		t.Fatalf("PROMETHEUS_VERSION %q: %v", v["PROMETHEUS_VERSION"], err)
 	}
-	promVersion := fmt.Sprintf("v3.%d.%d", minor/100, minor%100)
+	promVersion := fmt.Sprintf("v%d.%d.%d", minor/100, minor%100, patch)
 	promImage := registry + "/prometheus:" + promVersion
 	reloader := registry + "/prometheus-config-reloader:" + v["PROMETHEUS_OPERATOR_VERSION"]
 	pushImage(t, promBin, "/bin/prometheus", promImage)
@@ -220,6 +220,11 @@ func TestPrometheusOperator(t *testing.T) {
 	})
 	if got, err := query(`{__name__=~"nr1_.+", exported_pod!=""}`); err != nil || len(got) > 0 {
 		t.Errorf("series with the CG's labels overwritten (exported_*): %v %v", got, err)
+	}
+	// The job the rules name (NR1AgentDown: up{job="nr1-agent"}), whatever the Service is
+	// called.
+	if got, err := query(`up{job="nr1-agent"} == 1`); err != nil || len(got) != 1 {
+		t.Errorf("up{job=\"nr1-agent\"}: %v %v, want the agent's target", got, err)
 	}
 	eventually(t, 90*time.Second, "NR1CGOverAllocation firing for nr1-kps-exempt/kps-exempt", func() error {
 		var r struct {

@@ -414,6 +414,13 @@ func TestChartFollowsHelmsConventions(t *testing.T) {
 	if cm := dig(ds, "spec", "template", "spec", "volumes"); !strings.Contains(fmt.Sprint(cm), "name:ops-nr1-agent") {
 		t.Errorf("the agents' configuration volume is not the release's ConfigMap: %v", cm)
 	}
+	// The Operator names the job after the Service unless told: the rules' job, nr1-agent,
+	// is the Service's name label, the same whatever the release.
+	monitored := objects(t, helmTemplate(t, "ops", "nr1-ops", "--set", "prometheus.serviceMonitor=true"))
+	jobLabel, _ := dig(monitored["ServiceMonitor/nr1-ops/ops-nr1-agent"], "spec", "jobLabel").(string)
+	if job := dig(monitored["Service/nr1-ops/ops-nr1-agent"], "metadata", "labels", jobLabel); jobLabel == "" || job != "nr1-agent" {
+		t.Errorf("the ServiceMonitor's job: jobLabel %q, the Service's value %v; want nr1-agent, as the rules name it", jobLabel, job)
+	}
 	// nameOverride stands for the chart's name, fullnameOverride for the whole; the
 	// release named as the chart names its objects so.
 	for _, c := range []struct {

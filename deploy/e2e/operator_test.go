@@ -18,14 +18,12 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// prometheusOperator is the Prometheus Operator release whose CRDs the chart's objects
-// are checked against, fetched from the Go module proxy.
-const prometheusOperator = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
-
 // operatorCRDs returns the paths of the ServiceMonitor and PrometheusRule CRDs of the
-// release, downloading it into the module cache if needed.
+// Prometheus Operator release the stack pins (deploy/local/versions.env), downloading it
+// from the Go module proxy into the module cache if needed.
 func operatorCRDs(t *testing.T) []string {
 	t.Helper()
+	prometheusOperator := "github.com/prometheus-operator/prometheus-operator@" + stackVersions(t)["PROMETHEUS_OPERATOR_VERSION"]
 	out, err := exec.Command("go", "mod", "download", "-json", prometheusOperator).Output()
 	if err != nil {
 		t.Fatalf("go mod download %s: %v\n%s", prometheusOperator, err, out)

@@ -54,9 +54,11 @@ func TestInstallFromTheRegistry(t *testing.T) {
 	writeFile(t, values, b)
 
 	makeWayForARelease(t, c)
-	// As the README says it.
+	// As the README says it; pulled always, since a stack left up may hold the image
+	// from an earlier run.
 	run(t, "helm", append([]string{"install", "nr1-agent", "oci://" + registry + "/charts/nr1-agent", "--version", chartVersion,
-		"--namespace", "nr1-system", "--create-namespace", "--ca-file", ca, "-f", values, "--wait", "--timeout", "3m"}, runtimeValues()...)...)
+		"--namespace", "nr1-system", "--create-namespace", "--ca-file", ca, "-f", values, "--set", "image.pullPolicy=Always",
+		"--wait", "--timeout", "3m"}, runtimeValues()...)...)
 	agent := mustReadyAgent(t, c)
 
 	want := registry + "/nr1-agent:" + version

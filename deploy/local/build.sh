@@ -6,6 +6,7 @@
 #   build.sh [stack]  what the cluster runs: containerd, runc, crictl, the Kubernetes
 #                     components, an OCI registry (stack.sh up); with NR1_RUNTIME=crio,
 #                     CRI-O and conmon too
+#   build.sh release  what make release uses: helm, crane
 #   build.sh tools    what the tests, make release and the README's install commands use
 #                     beside it: helm, crane, Prometheus, the Prometheus Operator (make
 #                     e2e, deploy/ci/readme-commands.sh)
@@ -115,6 +116,15 @@ build_crio() {
   touch "$dir/.done"
 }
 
+# module_dir prints where the Go module proxy's MODULE@VERSION was unpacked, and fails
+# (the caller with it) when it could not be downloaded.
+module_dir() {
+  local d
+  d=$(go mod download -json "$1" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  [ -n "$d" ] && [ -d "$d" ] || { log "go mod download $1 failed"; return 1; }
+  echo "$d"
+}
+
 # build_prometheus_operator builds the operator and its config reloader, static, from
 # the Go module proxy: its go.mod replaces its API and client modules by the directories
 # they come from, which its module archive leaves out, so they are put back first.
@@ -122,12 +132,14 @@ build_prometheus_operator() {
   local dir=$bin/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION mod=github.com/prometheus-operator/prometheus-operator
   [ -f "$dir/.done" ] && return 0
   log "building the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION"
-  local src=$cache/src/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION sub
+  local src=$cache/src/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION sub from
   rm -rf "$src" && mkdir -p "$src" "$dir"
-  cp -r "$(go mod download -json "$mod@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/." "$src"
+  from=$(module_dir "$mod@$PROMETHEUS_OPERATOR_VERSION")
+  cp -r "$from/." "$src"
   for sub in pkg/apis/monitoring pkg/client; do
+    from=$(module_dir "$mod/$sub@$PROMETHEUS_OPERATOR_VERSION")
     mkdir -p "$src/$sub"
-    cp -r "$(go mod download -json "$mod/$sub@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')/." "$src/$sub"
+    cp -r "$from/." "$src/$sub"
   done
   chmod -R u+w "$src"
   (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/" ./cmd/operator ./cmd/prometheus-config-reloader)
@@ -174,8 +186,16 @@ tools() {
   log "helm, crane, Prometheus and the Prometheus Operator ready in $cache"
 }
 
+# release is what make release uses: helm and crane.
+release() {
+  go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+  go_install crane "$CRANE_VERSION" github.com/google/go-containerregistry/cmd/crane
+  link "helm-$HELM_VERSION" "crane-$CRANE_VERSION"
+}
+
 case ${1:-stack} in
   stack) stack ;;
   tools) tools ;;
-  *) echo "usage: $0 [stack|tools]" >&2; exit 2 ;;
+  release) release ;;
+  *) echo "usage: $0 [stack|tools|release]" >&2; exit 2 ;;
 esac

@@ -1,19 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Makes the local cluster's certificates and kubeconfigs with openssl: a CA, the API
-# server's serving certificate, one client certificate per component, and the service
-# account key pair. Usage: pki.sh DIR NODE NODE_IP
+# server's and the registry's serving certificates, one client certificate per component,
+# and the service account key pair. Usage: pki.sh DIR NODE NODE_IP
 set -euo pipefail
 dir=$1 node=$2 node_ip=$3
 mkdir -p "$dir"
 cd "$dir"
-[ -f .done ] && exit 0
-
-openssl genrsa -out ca.key 2048 2>/dev/null
-openssl req -x509 -new -key ca.key -subj "/CN=nr1-local-ca" -days 3650 -out ca.crt 2>/dev/null
-openssl genrsa -out sa.key 2048 2>/dev/null
-openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-
 # cert NAME SUBJECT [SANS]
 cert() {
   local name=$1 subj=$2 sans=${3:-}
@@ -28,6 +21,17 @@ subjectAltName=$sans"
     -extfile <(printf '%s\n' "$ext") -out "$name.crt" 2>/dev/null
   rm -f "$name.csr"
 }
+
+if [ -f .done ]; then
+  # A PKI made before the stack ran a registry gets the registry's certificate now.
+  [ -f registry.crt ] || { cert registry "/CN=nr1-local-registry" "DNS:localhost,IP:127.0.0.1,IP:$node_ip"; chmod 600 registry.key; }
+  exit 0
+fi
+
+openssl genrsa -out ca.key 2048 2>/dev/null
+openssl req -x509 -new -key ca.key -subj "/CN=nr1-local-ca" -days 3650 -out ca.crt 2>/dev/null
+openssl genrsa -out sa.key 2048 2>/dev/null
+openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 
 cert apiserver "/CN=kube-apiserver" \
   "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:$node,IP:127.0.0.1,IP:10.0.0.1,IP:$node_ip"

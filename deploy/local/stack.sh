@@ -140,8 +140,8 @@ server = "https://$ip:$REGISTRY_PORT"
 EOT
   if [ "$(runtime)" = crio ]; then
     # What down removes: the directories made here, or only the registry's.
-    if [ ! -f "$RUN/certs.ours" ]; then
-      if [ ! -d /etc/containers ]; then echo /etc/containers; elif [ ! -d /etc/containers/certs.d ]; then echo /etc/containers/certs.d; else echo "/etc/containers/certs.d/$ip:$REGISTRY_PORT"; fi >"$RUN/certs.ours"
+    if [ ! -f "$STATE/certs.ours" ]; then
+      if [ ! -d /etc/containers ]; then echo /etc/containers; elif [ ! -d /etc/containers/certs.d ]; then echo /etc/containers/certs.d; else echo "/etc/containers/certs.d/$ip:$REGISTRY_PORT"; fi >"$STATE/certs.ours"
     fi
     mkdir -p "/etc/containers/certs.d/$ip:$REGISTRY_PORT"
     cp "$PKI/ca.crt" "/etc/containers/certs.d/$ip:$REGISTRY_PORT/ca.crt"
@@ -611,7 +611,7 @@ down() {
   if [ -f "$STATE/sysctl.saved" ]; then
     while IFS== read -r k v; do sysctl -qw "$k=$v" || true; done <"$STATE/sysctl.saved"
   fi
-  if [ -f "$RUN/certs.ours" ]; then rm -rf "$(cat "$RUN/certs.ours")"; fi
+  if [ -f "$STATE/certs.ours" ]; then rm -rf "$(cat "$STATE/certs.ours")"; fi
   rm -rf "$STATE" "$KUBELET_ROOT" /var/lib/nr1-agent /var/log/pods /var/log/containers "$RUN" /run/containerd /run/crio "$SIM_DIR" /run/netns/cni-* 2>/dev/null || true
   # The CDI specs of DRA claims whose pods were removed without the kubelet unpreparing them.
   rm -f /var/run/cdi/nr1.neureality.ai_*.json 2>/dev/null || true

@@ -220,8 +220,9 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 
 // forgeMarks gives, in DRA mode, some CGs of another namespace than the first shared
 // claim's a holder, not booking, that mounts that claim's CDI spec where a share's mark
-// goes. Not a StatefulSet's: the runner deletes its pod, and its successor could not start
-// once the claim is unprepared and its spec gone.
+// goes. Only a bare pod's that never restarts: a container created again (a restart, a
+// Job's or StatefulSet's next pod) could not start once the claim is unprepared and its
+// spec gone.
 func forgeMarks(r *rand.Rand, p *Plan) {
 	i := slices.IndexFunc(p.Cases, func(c Case) bool { return c.Kind == SharedClaim })
 	if i < 0 {
@@ -230,7 +231,7 @@ func forgeMarks(r *rand.Rand, p *Plan) {
 	target := p.Cases[i]
 	for k := range p.Cases {
 		c := &p.Cases[k]
-		if c.Kind == SharedClaim || c.Kind == StatefulSet || c.Namespace == target.Namespace || r.IntN(2) != 0 {
+		if c.Kind != BarePod || c.RestartPolicy != "Never" || c.Namespace == target.Namespace || r.IntN(2) != 0 {
 			continue
 		}
 		var candidates []int

@@ -126,8 +126,8 @@ func TestShapesAreCovered(t *testing.T) {
 				if target := c.Marks(); target != "" {
 					seen["forged mark"] = true
 					forged := slices.IndexFunc(p.Cases, func(s Case) bool { return s.Name == target && s.Kind == SharedClaim })
-					if p.Mode != DRA || forged < 0 || p.Cases[forged].Namespace == c.Namespace || c.Kind == StatefulSet {
-						t.Errorf("seed %d: %s forges a mark of %q: want, in DRA mode and not a StatefulSet, a shared claim of another namespace", seed, c.Name, target)
+					if p.Mode != DRA || forged < 0 || p.Cases[forged].Namespace == c.Namespace || c.Kind != BarePod || c.RestartPolicy != "Never" {
+						t.Errorf("seed %d: %s forges a mark of %q: want, in DRA mode and on a bare pod that never restarts, a shared claim of another namespace", seed, c.Name, target)
 					}
 					for _, h := range c.Holders {
 						if h.Mark != "" && (h.Books || h.Role == Init) {
