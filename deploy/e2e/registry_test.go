@@ -82,7 +82,24 @@ func TestInstallFromTheRegistry(t *testing.T) {
 		t.Errorf("no Event says the kubelet pulled %s: %v", want, reasons(evs.Items))
 	}
 
+	// The agent says what it was built from: this checkout's commit.
+	head := strings.TrimSpace(string(run(t, "git", "-C", repo, "rev-parse", "HEAD")))
+	if _, body, err := getMetrics(agent.Status.PodIP); err != nil || !strings.Contains(body, `revision="`+head) || !strings.Contains(body, `version="`+version+`"`) {
+		t.Errorf("nr1_build_info does not name version %s, revision %s: %v\n%s", version, head, err, grepLines(body, "nr1_build_info"))
+	}
+
 	time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
 	over := running(t, c, createPod(t, c, loadPod("registry-over", "--compute-dma-mb=2", "--step=3s:compute=4")))
 	waitReason(t, c, over, "NR1Throttled", 40*time.Second)
+}
+
+// grepLines are the lines of s that contain what.
+func grepLines(s, what string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, what) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
