@@ -227,19 +227,12 @@ func TestPrometheusOperator(t *testing.T) {
 		t.Errorf("up{job=\"nr1-agent\"}: %v %v, want the agent's target", got, err)
 	}
 	eventually(t, 90*time.Second, "NR1CGOverAllocation firing for nr1-kps-exempt/kps-exempt", func() error {
-		var r struct {
-			Data struct {
-				Alerts []struct {
-					Labels map[string]string `json:"labels"`
-					State  string            `json:"state"`
-				} `json:"alerts"`
-			} `json:"data"`
-		}
-		if err := getJSON("http://"+prom+"/api/v1/alerts", &r); err != nil {
+		alerts, err := promAlerts(prom)
+		if err != nil {
 			return err
 		}
 		firing := false
-		for _, a := range r.Data.Alerts {
+		for _, a := range alerts {
 			if a.Labels["alertname"] != "NR1CGOverAllocation" {
 				continue
 			}
@@ -249,7 +242,7 @@ func TestPrometheusOperator(t *testing.T) {
 			firing = firing || a.State == "firing"
 		}
 		if !firing {
-			return fmt.Errorf("not firing: %v", r.Data.Alerts)
+			return fmt.Errorf("not firing: %v", alerts)
 		}
 		return nil
 	})

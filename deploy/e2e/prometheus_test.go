@@ -65,6 +65,23 @@ func getJSONWith(c *http.Client, u string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
+// promAlert is an alert as Prometheus's API lists it.
+type promAlert struct {
+	Labels map[string]string `json:"labels"`
+	State  string            `json:"state"`
+}
+
+// promAlerts lists the alerts of the Prometheus at prom (host:port).
+func promAlerts(prom string) ([]promAlert, error) {
+	var r struct {
+		Data struct {
+			Alerts []promAlert `json:"alerts"`
+		} `json:"data"`
+	}
+	err := getJSON("http://"+prom+"/api/v1/alerts", &r)
+	return r.Data.Alerts, err
+}
+
 // TestPrometheusAndAlertmanager scrapes the agent with a real Prometheus running the
 // project's rules, and follows the alerts to a real Alertmanager.
 func TestPrometheusAndAlertmanager(t *testing.T) {
@@ -132,18 +149,11 @@ scrape_configs:
 	exempt.Namespace = "nr1-alert-exempt"
 	running(t, c, createPod(t, c, exempt))
 	alertState := func(name string) (string, error) {
-		var r struct {
-			Data struct {
-				Alerts []struct {
-					Labels map[string]string `json:"labels"`
-					State  string            `json:"state"`
-				} `json:"alerts"`
-			} `json:"data"`
-		}
-		if err := getJSON("http://"+prom+"/api/v1/alerts", &r); err != nil {
+		alerts, err := promAlerts(prom)
+		if err != nil {
 			return "", err
 		}
-		for _, a := range r.Data.Alerts {
+		for _, a := range alerts {
 			if a.Labels["alertname"] == name {
 				return a.State, nil
 			}
@@ -162,17 +172,11 @@ scrape_configs:
 	})
 	// Only the CG over its allocation: not the pods given nothing, whose images sit in
 	// the docker partition too (the agent's own among them).
-	var r struct {
-		Data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-			} `json:"alerts"`
-		} `json:"data"`
-	}
-	if err := getJSON("http://"+prom+"/api/v1/alerts", &r); err != nil {
+	alerts, err := promAlerts(prom)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range r.Data.Alerts {
+	for _, a := range alerts {
 		if a.Labels["alertname"] == "NR1CGOverAllocation" && a.Labels["pod"] != "alert-exempt" {
 			t.Errorf("NR1CGOverAllocation for %s/%s (%s)", a.Labels["namespace"], a.Labels["pod"], a.Labels["resource"])
 		}
