@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // stackVersions are the local stack's pinned versions (deploy/local/versions.env).
@@ -105,18 +106,17 @@ spec:
         - {name: KUBERNETES_SERVICE_PORT, value: "6443"}
 `
 
-// TestPrometheusOperator runs the Prometheus Operator as kube-prometheus-stack does, with
-// the chart's ServiceMonitor and PrometheusRule: the agents' series keep each CG's
-// namespace, pod and container (not the agent pod's, as target labels would make them),
-// the over-allocation alert fires for the CG's pod, and every dashboard panel reads
-// them. Then, its ServiceMonitor without honorLabels, the same series name the agent's
-// pod: the check can fail.
-func TestPrometheusOperator(t *testing.T) {
+// kubePrometheusStack runs the Prometheus Operator beside the stack as kube-prometheus-stack
+// runs it: its CRDs, the operator itself (from its Go module), and a Prometheus in the
+// cluster (static, its image and the config reloader's pushed to the stack's registry)
+// selecting ServiceMonitors and PrometheusRules by the release label kps. It returns that
+// Prometheus's address (host:port).
+func kubePrometheusStack(t *testing.T, c kubernetes.Interface) string {
+	t.Helper()
 	registry := os.Getenv("NR1_REGISTRY")
 	if registry == "" {
 		t.Fatal("NR1_REGISTRY unset: run under make e2e, or after eval $(deploy/local/stack.sh env)")
 	}
-	c := client(t)
 	v := stackVersions(t)
 	cache := os.Getenv("NR1_CACHE")
 	if cache == "" {
@@ -166,16 +166,6 @@ func TestPrometheusOperator(t *testing.T) {
 	run(t, "kubectl", "apply", "-f", objects)
 	t.Cleanup(func() { _ = exec.Command("kubectl", "delete", "--ignore-not-found", "--wait", "-f", objects).Run() })
 
-	rendered := helmTemplate(t, "nr1-agent", "nr1-system",
-		"--set", "prometheus.serviceMonitor=true", "--set", "prometheus.rules=true", "--set", "prometheus.additionalLabels.release=kps",
-		"--show-only", "templates/prometheus.yaml")
-	monitors := filepath.Join(t.TempDir(), "prometheus.yaml")
-	writeFile(t, monitors, rendered)
-	run(t, "kubectl", "apply", "--server-side", "--field-manager=nr1-e2e", "-n", "nr1-system", "-f", monitors)
-	t.Cleanup(func() {
-		_ = exec.Command("kubectl", "delete", "--ignore-not-found", "-n", "nr1-system", "-f", monitors).Run()
-	})
-
 	var prom string
 	eventually(t, 4*time.Minute, "the operator's Prometheus ready", func() error {
 		p, err := c.CoreV1().Pods("monitoring").Get(context.Background(), "prometheus-kps-0", metav1.GetOptions{})
@@ -190,74 +180,22 @@ func TestPrometheusOperator(t *testing.T) {
 		}
 		return fmt.Errorf("prometheus-kps-0 %s: %v", p.Status.Phase, p.Status.ContainerStatuses)
 	})
+	return prom
+}
 
-	// A CG over its allocation and exempt: the agent leaves it, the alert fires for it.
-	labelledNamespace(t, c, "nr1-kps-exempt", map[string]string{exemptLabel: "disabled"})
-	exempt := loadPod("kps-exempt", "--queues=10")
-	exempt.Namespace = "nr1-kps-exempt"
-	running(t, c, createPod(t, c, exempt))
-	query := func(q string) ([]map[string]string, error) {
-		var r struct {
-			Data struct {
-				Result []struct {
-					Metric map[string]string `json:"metric"`
-				} `json:"result"`
-			} `json:"data"`
-		}
-		err := getJSON("http://"+prom+"/api/v1/query?query="+url.QueryEscape(q), &r)
-		var out []map[string]string
-		for _, s := range r.Data.Result {
-			out = append(out, s.Metric)
-		}
-		return out, err
+// promQuery is the label sets of the series the Prometheus at prom answers q with.
+func promQuery(prom, q string) ([]map[string]string, error) {
+	var r struct {
+		Data struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+			} `json:"result"`
+		} `json:"data"`
 	}
-	eventually(t, 90*time.Second, "the CG's series as the agent labels them", func() error {
-		got, err := query(`nr1_usage_queues{namespace="nr1-kps-exempt",pod="kps-exempt",resource="ai_hypervisor_queue"}`)
-		if err == nil && len(got) != 1 {
-			err = fmt.Errorf("%d series", len(got))
-		}
-		return err
-	})
-	if got, err := query(`{__name__=~"nr1_.+", exported_pod!=""}`); err != nil || len(got) > 0 {
-		t.Errorf("series with the CG's labels overwritten (exported_*): %v %v", got, err)
+	err := getJSON("http://"+prom+"/api/v1/query?query="+url.QueryEscape(q), &r)
+	var out []map[string]string
+	for _, s := range r.Data.Result {
+		out = append(out, s.Metric)
 	}
-	// The job the rules name (NR1AgentDown: up{job="nr1-agent"}), whatever the Service is
-	// called.
-	if got, err := query(`up{job="nr1-agent"} == 1`); err != nil || len(got) != 1 {
-		t.Errorf("up{job=\"nr1-agent\"}: %v %v, want the agent's target", got, err)
-	}
-	eventually(t, 90*time.Second, "NR1CGOverAllocation firing for nr1-kps-exempt/kps-exempt", func() error {
-		alerts, err := promAlerts(prom)
-		if err != nil {
-			return err
-		}
-		firing := false
-		for _, a := range alerts {
-			if a.Labels["alertname"] != "NR1CGOverAllocation" {
-				continue
-			}
-			if a.Labels["namespace"] != "nr1-kps-exempt" || a.Labels["pod"] != "kps-exempt" {
-				t.Errorf("NR1CGOverAllocation for %s/%s, not the CG over", a.Labels["namespace"], a.Labels["pod"])
-			}
-			firing = firing || a.State == "firing"
-		}
-		if !firing {
-			return fmt.Errorf("not firing: %v", alerts)
-		}
-		return nil
-	})
-	agent := mustReadyAgent(t, c)
-	checkDashboard(t, prom, agent.Spec.NodeName)
-
-	// Without honorLabels the operator's target labels win: the CG's series name the
-	// agent's pod, and the CG's own become exported_*.
-	run(t, "kubectl", "-n", "nr1-system", "patch", "servicemonitor", "nr1-agent", "--type=json",
-		"-p", `[{"op":"replace","path":"/spec/endpoints/0/honorLabels","value":false}]`)
-	eventually(t, 2*time.Minute, "the CG's labels overwritten without honorLabels", func() error {
-		got, err := query(`nr1_usage_queues{exported_namespace="nr1-kps-exempt",exported_pod="kps-exempt",pod="` + agent.Name + `"}`)
-		if err == nil && len(got) == 0 {
-			err = fmt.Errorf("no series")
-		}
-		return err
-	})
+	return out, err
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -33,161 +35,203 @@ const upgradeValues = `config:
         ladder: [{action: warn, after: 0s}, {action: throttle, after: 2s}]
 `
 
-// upgradeFrom is the commit whose chart is upgraded from: NR1_UPGRADE_FROM, else the
-// newest release tag, else the commit before HEAD.
+// upgradeFrom is the commit whose release is upgraded from: NR1_UPGRADE_FROM, else the
+// newest release tag before HEAD, else the commit before HEAD.
 func upgradeFrom(t *testing.T) string {
 	if ref := os.Getenv("NR1_UPGRADE_FROM"); ref != "" {
 		return ref
 	}
-	if tag, err := runErr("git", "-C", repo, "describe", "--tags", "--abbrev=0", "--match", "v*"); err == nil {
+	if tag, err := runErr("git", "-C", repo, "describe", "--tags", "--abbrev=0", "--match", "v*", "HEAD~1"); err == nil {
 		return strings.TrimSpace(string(tag))
 	}
 	return "HEAD~1"
 }
 
-// previousRelease checks out from in a worktree, builds its images (its own make
-// image) and pushes its agent's image to the stack's registry: the chart's directory in
-// that tree, and the image's repository and tag.
-func previousRelease(t *testing.T, from string) (chart, repository, tag string) {
+// previous is the previous release as pushed to the stack's registry, once per run: its
+// version.
+var previous struct {
+	sync.Mutex
+	version string
+}
+
+// releasePrevious releases the previous release (upgradeFrom) to the stack's registry
+// as its maintainers would have: its tree checked out in a worktree, its own make image,
+// and make release's script pushing that image and that tree's chart. It returns the
+// release's version (the chart's is without its v).
+func releasePrevious(t *testing.T) string {
 	t.Helper()
-	registry := os.Getenv("NR1_REGISTRY")
-	if registry == "" {
-		t.Fatal("NR1_REGISTRY unset: run under make e2e, or after eval $(deploy/local/stack.sh env)")
+	previous.Lock()
+	defer previous.Unlock()
+	if previous.version != "" {
+		return previous.version
+	}
+	registry, ca := os.Getenv("NR1_REGISTRY"), os.Getenv("NR1_REGISTRY_CA")
+	if registry == "" || ca == "" {
+		t.Fatal("NR1_REGISTRY and NR1_REGISTRY_CA unset: run under make e2e, or after eval $(deploy/local/stack.sh env)")
 	}
 	old := filepath.Join(t.TempDir(), "old")
-	run(t, "git", "-C", repo, "worktree", "add", "--detach", old, from)
-	t.Cleanup(func() { _, _ = runErr("git", "-C", repo, "worktree", "remove", "--force", old) })
-	tag = strings.TrimSpace(string(run(t, "make", "-s", "-C", old, "version")))
+	run(t, "git", "-C", repo, "worktree", "add", "--detach", old, upgradeFrom(t))
+	defer func() { _, _ = runErr("git", "-C", repo, "worktree", "remove", "--force", old) }()
+	version := strings.TrimSpace(string(run(t, "make", "-s", "-C", old, "version")))
+	if current := strings.TrimSpace(string(run(t, "make", "-s", "-C", repo, "version"))); version == current {
+		t.Fatalf("the previous release is this one (%s): set NR1_UPGRADE_FROM", version)
+	}
 	run(t, "make", "-s", "-C", old, "image")
-	layout := filepath.Join(t.TempDir(), "layout")
-	if err := os.Mkdir(layout, 0o755); err != nil {
+	release := exec.Command(filepath.Join(repo, "deploy", "dist", "release.sh"), registry, version)
+	release.Env = append(os.Environ(), "REGISTRY_CA="+ca,
+		"NR1_IMAGES="+filepath.Join(old, "_output", "images"), "NR1_CHART="+filepath.Join(old, "deploy", "helm", "nr1-agent"))
+	if out, err := release.CombinedOutput(); err != nil {
+		t.Fatalf("releasing %s: %v\n%s", version, err, out)
+	}
+	previous.version = version
+	return version
+}
+
+// stackValues is a values file of what the stack's simulated NR1 needs of the
+// configuration, without the stack's image: a released chart names its own.
+func stackValues(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repo, "deploy", "helm", "nr1-agent", "values-local.yaml"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, "tar", "-xf", filepath.Join(old, "_output", "images", "nr1-agent.tar"), "-C", layout)
-	repository = registry + "/nr1-agent-previous"
-	push := exec.Command("crane", "push", layout, repository+":"+tag)
-	push.Env = append(os.Environ(), "SSL_CERT_FILE="+os.Getenv("NR1_REGISTRY_CA"))
-	if out, err := push.CombinedOutput(); err != nil {
-		t.Fatalf("crane push %s:%s: %v\n%s", repository, tag, err, out)
+	var local map[string]any
+	if err := sigsyaml.Unmarshal(b, &local); err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Join(old, "deploy", "helm", "nr1-agent"), repository, tag
+	delete(local, "image")
+	delete(local, "namespace")
+	if b, err = sigsyaml.Marshal(local); err != nil {
+		t.Fatal(err)
+	}
+	values := filepath.Join(t.TempDir(), "stack.yaml")
+	writeFile(t, values, b)
+	return values
 }
 
-// TestChartUpgrade: the previous release (its chart and its agent's image, built from
-// its tree) installed with CGs running, one of them throttled, then helm upgrade to this
-// chart and agent, then helm rollback to the previous: each time the agents are
-// replaced, and no CG is acted on again, the throttle stays, each CG's allocation is
-// known as before (each agent reads the other's checkpoints and pins: in DRA mode the
-// prepared claims), and no container restarts. In both modes.
+// handover is what an agent leaves to the next: the CGs as they were, which the next
+// must take over as they are.
+type handover struct {
+	c           kubernetes.Interface
+	cgs         []*corev1.Pod
+	throttled   *regexp.Regexp // in the agent's metrics while the throttle stays
+	events      map[string]string
+	statuses    map[string][]corev1.ContainerStatus
+	allocations map[string]nr1.Amounts
+}
+
+// before records the CGs as the running agent has them, the throttled one among them:
+// their NR1 Events, containers and known allocations.
+func before(t *testing.T, c kubernetes.Interface, throttled *corev1.Pod, cgs ...*corev1.Pod) *handover {
+	t.Helper()
+	h := &handover{c: c, cgs: cgs, events: map[string]string{}, statuses: map[string][]corev1.ContainerStatus{}, allocations: map[string]nr1.Amounts{},
+		throttled: regexp.MustCompile(`(?m)^nr1_throttled\{[^}]*pod="` + regexp.QuoteMeta(throttled.Name) + `"[^}]*\} 1$`)}
+	h.agentShows(t, throttled.Name+" throttled")
+	for _, p := range cgs {
+		h.events[p.Name] = reasons(nr1Events(t, c, p))
+		h.statuses[p.Name] = podStatuses(t, c, p)
+		cg, err := cgView(mustReadyAgent(t, c), p)
+		if err != nil || !cg.AllocationKnown {
+			t.Fatalf("%s before the agent is replaced: %v %+v", p.Name, err, cg)
+		}
+		h.allocations[p.Name] = cg.Allocation
+	}
+	return h
+}
+
+func (h *handover) agentShows(t *testing.T, what string) {
+	t.Helper()
+	eventually(t, 60*time.Second, what, func() error {
+		agent, err := readyAgent(h.c)
+		if err != nil {
+			return err
+		}
+		_, body, err := getMetrics(agent.Status.PodIP)
+		if err == nil && !h.throttled.MatchString(body) {
+			err = fmt.Errorf("the agent's metrics lack %s", h.throttled)
+		}
+		return err
+	})
+}
+
+// replace does what, then waits for an agent of image other than the one before, past
+// its warm-up, and checks that it took over the CGs as they were: none acted on again,
+// none restarted, each allocation known as before, the throttle still on.
+func (h *handover) replace(t *testing.T, what, image string, do func()) {
+	t.Helper()
+	was := mustReadyAgent(t, h.c)
+	do()
+	eventually(t, 2*time.Minute, what+": a new agent ready", func() error {
+		a, err := readyAgent(h.c)
+		switch {
+		case err != nil:
+			return err
+		case a.UID == was.UID:
+			return fmt.Errorf("still the agent before")
+		case a.Spec.Containers[0].Image != image:
+			return fmt.Errorf("the agent runs %s, want %s", a.Spec.Containers[0].Image, image)
+		}
+		return nil
+	})
+	time.Sleep(15 * time.Second) // past the new agent's warm-up, and several samples
+	h.agentShows(t, "the throttle still on after "+what)
+	agent := mustReadyAgent(t, h.c)
+	for _, p := range h.cgs {
+		if cg, err := cgView(agent, p); err != nil || !cg.AllocationKnown || cg.Allocation != h.allocations[p.Name] {
+			t.Errorf("%s after %s: %v %+v, want its allocation %v known", p.Name, what, err, cg, h.allocations[p.Name])
+		}
+		if got := reasons(nr1Events(t, h.c, p)); got != h.events[p.Name] {
+			t.Errorf("%s: Events %s after %s, %s before: acted on again", p.Name, got, what, h.events[p.Name])
+		}
+		for i, s := range podStatuses(t, h.c, p) {
+			if i >= len(h.statuses[p.Name]) || s.ContainerID != h.statuses[p.Name][i].ContainerID || s.RestartCount != 0 || s.State.Running == nil {
+				t.Errorf("%s: container %s %s (restarts %d), was %s: restarted by %s", p.Name, s.Name, containerState(s), s.RestartCount, h.statuses[p.Name][i].ContainerID, what)
+			}
+		}
+	}
+}
+
+// TestChartUpgrade, in DRA mode: the previous release installed from the stack's
+// registry with CGs running, one of them throttled, then helm upgrade to this chart and
+// agent, then helm rollback to the previous: each time the agents are replaced, and no
+// CG is acted on again, the throttle stays, each CG's allocation is known as before
+// (each agent reads the other's checkpoints and pins, the prepared claims among them),
+// and no container restarts. TestStrangersPath does the same in device-plugin mode.
 func TestChartUpgrade(t *testing.T) {
 	c := client(t)
-	oldChart, oldRepository, oldTag := previousRelease(t, upgradeFrom(t))
-	for _, mode := range []string{"devicePlugin", "dra"} {
-		t.Run(mode, func(t *testing.T) { chartUpgrade(t, c, mode, oldChart, oldRepository, oldTag) })
-	}
-}
-
-func chartUpgrade(t *testing.T, c kubernetes.Interface, mode, oldChart, oldRepository, oldTag string) {
+	registry, ca := os.Getenv("NR1_REGISTRY"), os.Getenv("NR1_REGISTRY_CA")
+	old := releasePrevious(t)
 	values := filepath.Join(t.TempDir(), "upgrade.yaml")
 	writeFile(t, values, []byte(upgradeValues))
-	helm := func(verb, chart string, set ...string) {
-		run(t, "helm", append([]string{verb, "nr1-agent", chart, "--namespace", "nr1-system", "--wait", "--timeout", "3m",
-			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "--set", "config.mode=" + mode, "-f", values},
-			append(runtimeValues(), set...)...)...)
-	}
-	if mode == "dra" {
-		node := nodeName(t, c)
-		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
-	}
+	node := nodeName(t, c)
+	t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 
 	makeWayForARelease(t, c)
-	run(t, "kubectl", "create", "namespace", "nr1-system")
-	run(t, "kubectl", "label", "namespace", "nr1-system", "pod-security.kubernetes.io/enforce=privileged")
-	helm("install", oldChart, "--set", "image.repository="+oldRepository, "--set", "image.tag="+oldTag, "--set", "image.pullPolicy=IfNotPresent")
-	if a := mustReadyAgent(t, c); a.Spec.Containers[0].Image != oldRepository+":"+oldTag {
-		t.Fatalf("the previous release's agent runs %s, want %s:%s", a.Spec.Containers[0].Image, oldRepository, oldTag)
+	run(t, "helm", append([]string{"install", "nr1-agent", "oci://" + registry + "/charts/nr1-agent", "--version", strings.TrimPrefix(old, "v"),
+		"--namespace", "nr1-system", "--create-namespace", "--ca-file", ca, "--wait", "--timeout", "3m",
+		"-f", stackValues(t), "--set", "config.mode=dra", "-f", values, "--set", "image.pullPolicy=IfNotPresent"}, runtimeValues()...)...)
+	oldImage := registry + "/nr1-agent:" + old
+	if a := mustReadyAgent(t, c); a.Spec.Containers[0].Image != oldImage {
+		t.Fatalf("the previous release's agent runs %s, want %s", a.Spec.Containers[0].Image, oldImage)
 	}
 	time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
 
-	var steady, over *corev1.Pod
-	if mode == "dra" {
-		newNamespace(t, c, draNS)
-		booked := nr1.Amounts{3, 0, nr1LoadImageMB(t) + 4, 7}
-		steady = runningPod(t, c, draCG(t, c, "upgrade-steady", booked, "--compute-dma-mb=3", "--queues=7"))
-		over = runningPod(t, c, draCG(t, c, "upgrade-over", booked, "--compute-dma-mb=2", "--step=3s:compute=4"))
-	} else {
-		steady = running(t, c, createPod(t, c, loadPod("upgrade-steady", "--compute-dma-mb=3", "--queues=7")))
-		over = running(t, c, createPod(t, c, loadPod("upgrade-over", "--compute-dma-mb=2", "--step=3s:compute=4")))
-	}
+	newNamespace(t, c, draNS)
+	booked := nr1.Amounts{3, 0, nr1LoadImageMB(t) + 4, 7}
+	steady := runningPod(t, c, draCG(t, c, "upgrade-steady", booked, "--compute-dma-mb=3", "--queues=7"))
+	over := runningPod(t, c, draCG(t, c, "upgrade-over", booked, "--compute-dma-mb=2", "--step=3s:compute=4"))
 	waitReason(t, c, over, "NR1Throttled", 40*time.Second)
-	throttled := regexp.MustCompile(`(?m)^nr1_throttled\{[^}]*pod="upgrade-over"[^}]*\} 1$`)
-	agentShows := func(what string, re *regexp.Regexp) {
-		eventually(t, 60*time.Second, what, func() error {
-			agent, err := readyAgent(c)
-			if err != nil {
-				return err
-			}
-			_, body, err := getMetrics(agent.Status.PodIP)
-			if err == nil && !re.MatchString(body) {
-				err = fmt.Errorf("the agent's metrics lack %s", re)
-			}
-			return err
-		})
-	}
-	agentShows("upgrade-over throttled", throttled)
-	before := map[string][]string{}
-	statuses := map[string][]corev1.ContainerStatus{}
-	allocations := map[string]nr1.Amounts{}
-	for _, p := range []*corev1.Pod{steady, over} {
-		before[p.Name] = strings.Split(reasons(nr1Events(t, c, p)), ",")
-		statuses[p.Name] = podStatuses(t, c, p)
-		cg, err := cgView(mustReadyAgent(t, c), p)
-		if err != nil || !cg.AllocationKnown {
-			t.Fatalf("%s before the upgrade: %v %+v", p.Name, err, cg)
-		}
-		allocations[p.Name] = cg.Allocation
-	}
-	if got := strings.Join(before[steady.Name], ","); got != "" {
+	h := before(t, c, over, steady, over)
+	if got := h.events[steady.Name]; got != "" {
 		t.Fatalf("upgrade-steady acted on before the upgrade: %s", got)
 	}
-
-	// replace does what, then waits for an agent of image other than the one before,
-	// past its warm-up, and checks that it took over the CGs as they were.
-	replace := func(what, image string, do func()) {
-		previous := mustReadyAgent(t, c)
-		do()
-		eventually(t, 2*time.Minute, what+": a new agent ready", func() error {
-			a, err := readyAgent(c)
-			switch {
-			case err != nil:
-				return err
-			case a.UID == previous.UID:
-				return fmt.Errorf("still the agent before")
-			case a.Spec.Containers[0].Image != image:
-				return fmt.Errorf("the agent runs %s, want %s", a.Spec.Containers[0].Image, image)
-			}
-			return nil
-		})
-		time.Sleep(15 * time.Second) // past the new agent's warm-up, and several samples
-		agentShows("upgrade-over still throttled after "+what, throttled)
-		agent := mustReadyAgent(t, c)
-		for _, p := range []*corev1.Pod{steady, over} {
-			if cg, err := cgView(agent, p); err != nil || !cg.AllocationKnown || cg.Allocation != allocations[p.Name] {
-				t.Errorf("%s after %s: %v %+v, want its allocation %v known", p.Name, what, err, cg, allocations[p.Name])
-			}
-			if got, was := reasons(nr1Events(t, c, p)), strings.Join(before[p.Name], ","); got != was {
-				t.Errorf("%s: Events %s after %s, %s before: acted on again", p.Name, got, what, was)
-			}
-			now := podStatuses(t, c, p)
-			for i, s := range now {
-				if i >= len(statuses[p.Name]) || s.ContainerID != statuses[p.Name][i].ContainerID || s.RestartCount != 0 || s.State.Running == nil {
-					t.Errorf("%s: container %s %s (restarts %d), was %s: restarted by %s", p.Name, s.Name, containerState(s), s.RestartCount, statuses[p.Name][i].ContainerID, what)
-				}
-			}
-		}
-	}
-	replace("the upgrade", "nr1.local/nr1-agent:dev", func() { helm("upgrade", filepath.Join(repo, "deploy", "helm", "nr1-agent")) })
-	replace("the rollback", oldRepository+":"+oldTag, func() {
+	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
+	h.replace(t, "the upgrade", "nr1.local/nr1-agent:dev", func() {
+		run(t, "helm", append([]string{"upgrade", "nr1-agent", chart, "--namespace", "nr1-system", "--wait", "--timeout", "3m",
+			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "--set", "config.mode=dra", "-f", values},
+			runtimeValues()...)...)
+	})
+	h.replace(t, "the rollback", oldImage, func() {
 		run(t, "helm", "rollback", "nr1-agent", "1", "--namespace", "nr1-system", "--wait", "--timeout", "3m")
 	})
 }

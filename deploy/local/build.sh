@@ -178,7 +178,7 @@ tools() {
   GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" \
     go_install prometheus "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
   # The Prometheus Operator, and what it runs in the cluster, static: images of the binary
-  # alone (make e2e builds them, TestPrometheusOperator).
+  # alone (make e2e builds them, TestStrangersPath).
   build_prometheus_operator
   GOFLAGS="$GOFLAGS -tags=remove_all_sd,enable_kubernetes_sd" CGO_ENABLED=0 \
     go_install prometheus-static "$PROMETHEUS_VERSION" github.com/prometheus/prometheus/cmd/prometheus
