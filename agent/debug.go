@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 

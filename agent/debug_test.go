@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 

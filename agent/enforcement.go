@@ -8,12 +8,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/neureality-sdk/nr1-agent/agent/actuate"
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/act/actuate"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
 	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )

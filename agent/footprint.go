@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cadence"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/measure/cadence"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )

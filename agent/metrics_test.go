@@ -13,12 +13,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
-	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
-	"github.com/neureality-sdk/nr1-agent/agent/enforce"
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
-	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
+	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/statusfit"
 	"github.com/neureality-sdk/nr1-agent/metrics"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
-	"github.com/neureality-sdk/nr1-agent/agent/nodelabels"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/nodelabels"
 )
 
 // labelRecheck is how often the node's labels are looked at again, for someone may have

@@ -14,12 +14,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/neureality-sdk/nr1-agent/agent/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
-	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
-	"github.com/neureality-sdk/nr1-agent/agent/dra"
-	"github.com/neureality-sdk/nr1-agent/agent/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/dra"
 	"github.com/neureality-sdk/nr1-agent/internal/checkpoint"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )

@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
-	"github.com/neureality-sdk/nr1-agent/agent/dra"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/deviceplugin"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 

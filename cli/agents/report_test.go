@@ -15,9 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/neureality-sdk/nr1-agent/agent/deviceplugin"
-	"github.com/neureality-sdk/nr1-agent/agent/enforce"
-	"github.com/neureality-sdk/nr1-agent/agent/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/deviceplugin"
 	agentmetrics "github.com/neureality-sdk/nr1-agent/metrics"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )

@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
 	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup/cgrouptest"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup/cgrouptest"
 )
 
 var binary string

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/neureality-sdk/nr1-agent/agent/allocation"
-	"github.com/neureality-sdk/nr1-agent/agent/statusfit"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/statusfit"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )

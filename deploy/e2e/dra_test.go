@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/neureality-sdk/nr1-agent/agent/dra"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )

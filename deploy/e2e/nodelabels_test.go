@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/neureality-sdk/nr1-agent/agent/nodelabels"
+	"github.com/neureality-sdk/nr1-agent/agent/offer/nodelabels"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 

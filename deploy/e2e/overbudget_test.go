@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 

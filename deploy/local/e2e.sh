@@ -42,6 +42,6 @@ if [ "${1:-}" = trust ]; then
   go test -tags e2e,trust -count=1 -timeout 6h -run '^TestTrust$' -v ./deploy/e2e/
   exit 0
 fi
-go test -tags e2e -count=1 -timeout 30m -run "${NR1_E2E_RUN:-.}" -v ./deploy/e2e/ ./agent/runtime/
+go test -tags e2e -count=1 -timeout 30m -run "${NR1_E2E_RUN:-.}" -v ./deploy/e2e/ ./agent/observe/runtime/
 echo "== e2e: the agent's requests during the suites against its RBAC rules"
 go test -tags e2eafter -count=1 -v ./deploy/e2e/

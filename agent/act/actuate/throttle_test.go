@@ -13,7 +13,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup/cgrouptest"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup/cgrouptest"
 	"github.com/neureality-sdk/nr1-agent/bpf"
 )
 

@@ -17,9 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/allocation"
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 	"github.com/neureality-sdk/nr1-agent/nr1"

@@ -16,7 +16,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
 )
 

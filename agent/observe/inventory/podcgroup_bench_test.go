@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 

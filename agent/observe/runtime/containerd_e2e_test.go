@@ -18,7 +18,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 )
 

@@ -24,10 +24,10 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/neureality-sdk/nr1-agent/agent/allocation"
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime"
-	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime/fakecri"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )

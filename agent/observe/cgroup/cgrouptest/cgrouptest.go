@@ -21,7 +21,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/neureality-sdk/nr1-agent/agent/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
 )
 
 const (

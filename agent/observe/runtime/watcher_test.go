@@ -18,7 +18,7 @@ import (
 
 	"google.golang.org/grpc/connectivity"
 
-	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime/fakecri"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
 )

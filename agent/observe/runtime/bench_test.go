@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neureality-sdk/nr1-agent/agent/runtime/fakecri"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime/fakecri"
 )
 
 // node200 serves a fake runtime with 50 pods of 4 containers.
