@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/config"
@@ -88,21 +89,19 @@ func selectMode(cfg *config.Config, node labelled, log *slog.Logger) *config.Con
 	return &c
 }
 
-// readLabels reads the node's labels, trying again until ctx ends while the API server
-// does not answer; an answer that will not change (no such node, not allowed) is
-// returned at once, so that it holds up no agent's start.
-func readLabels(ctx context.Context, node labelled) (map[string]string, error) {
-	for {
-		labels, err := node.Labels(ctx)
-		if err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-			return labels, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(time.Second):
-		}
+// readLabels reads the node's labels, trying again every second until ctx ends while the
+// API server does not answer; an answer that will not change (no such node, not
+// allowed) is returned at once, so that it holds up no agent's start. It runs once, at
+// start, before the agent's clock drives anything: wait's own clock times it.
+func readLabels(ctx context.Context, node labelled) (labels map[string]string, err error) {
+	polled := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		labels, err = node.Labels(ctx)
+		return err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err), nil
+	})
+	if err == nil && polled != nil {
+		err = polled
 	}
+	return labels, err
 }
 
 // labelPublisher keeps the node labelled with what the agent found, or is nil when it

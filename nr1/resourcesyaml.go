@@ -3,42 +3,55 @@
 package nr1
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
 )
 
 // ParseResourcesYAML reads the resources.yaml the NR1 toolchain writes beside a compute
-// graph: one "name: integer" line per resource, names in full form, every resource once.
-// Comments (#) and blank lines are allowed; keys and values may be quoted. Errors name
-// the line and the reason.
+// graph: a mapping of every resource, by its full name, to a whole number, each once.
+// The YAML is read by a YAML parser (comments, quoting, any layout YAML allows); what
+// it says is held to that form here. Errors name the line and the reason.
 func ParseResourcesYAML(r io.Reader) (Amounts, error) {
+	dec := yaml.NewDecoder(r)
+	var doc, more yaml.Node
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return Amounts{}, fmt.Errorf("resources.yaml: %w", err)
+	}
+	// One document: what follows the first (a second one, or text the first's layout
+	// left out) is refused, not ignored.
+	switch err := dec.Decode(&more); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return Amounts{}, fmt.Errorf("resources.yaml: %w", err)
+	default:
+		return Amounts{}, fmt.Errorf("resources.yaml line %d: a second document", more.Line)
+	}
 	var (
 		amounts Amounts
 		seen    PerResource[int] // line of first occurrence, 0 when unseen
 	)
-	sc := bufio.NewScanner(r)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := stripComment(sc.Text())
-		if strings.TrimSpace(text) == "" {
-			continue
+	if len(doc.Content) > 0 {
+		m := doc.Content[0]
+		if m.Kind != yaml.MappingNode {
+			return Amounts{}, fmt.Errorf("resources.yaml line %d: want a mapping of resource names to integers", m.Line)
 		}
-		res, n, err := parseResourceLine(text)
-		if err != nil {
-			return Amounts{}, fmt.Errorf("resources.yaml line %d: %w", line, err)
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			key, value := m.Content[i], m.Content[i+1]
+			res, n, err := resourceEntry(key, value)
+			if err != nil {
+				return Amounts{}, fmt.Errorf("resources.yaml line %d: %w", key.Line, err)
+			}
+			if first := seen[res]; first != 0 {
+				return Amounts{}, fmt.Errorf("resources.yaml line %d: %s repeats line %d", key.Line, res.Name(), first)
+			}
+			seen[res] = key.Line
+			amounts[res] = n
 		}
-		if first := seen[res]; first != 0 {
-			return Amounts{}, fmt.Errorf("resources.yaml line %d: %s repeats line %d", line, res.Name(), first)
-		}
-		seen[res] = line
-		amounts[res] = n
-	}
-	if err := sc.Err(); err != nil {
-		return Amounts{}, fmt.Errorf("resources.yaml: %w", err)
 	}
 	for _, res := range All {
 		if seen[res] == 0 {
@@ -48,47 +61,26 @@ func ParseResourcesYAML(r io.Reader) (Amounts, error) {
 	return amounts, nil
 }
 
-func parseResourceLine(text string) (Resource, Units, error) {
-	if text != strings.TrimLeft(text, " \t") {
-		return 0, 0, fmt.Errorf("unexpected indentation: want top-level \"name: integer\"")
+// resourceEntry is one "name: integer" entry of resources.yaml.
+func resourceEntry(key, value *yaml.Node) (Resource, Units, error) {
+	if key.Kind != yaml.ScalarNode {
+		return 0, 0, errors.New(`want "name: integer"`)
 	}
-	key, value, ok := strings.Cut(text, ": ")
-	if !ok {
-		key, value, ok = strings.Cut(text, ":")
-		if !ok || strings.TrimSpace(value) == "" {
-			return 0, 0, fmt.Errorf("want \"name: integer\", got %q", text)
-		}
+	res, err := ParseResource(key.Value)
+	if err != nil || res.Name() != key.Value {
+		return 0, 0, fmt.Errorf("unknown resource name %q", key.Value)
 	}
-	key, value = unquote(strings.TrimSpace(key)), unquote(strings.TrimSpace(value))
-	res, err := ParseResource(key)
-	if err != nil || res.Name() != key {
-		return 0, 0, fmt.Errorf("unknown resource name %q", key)
+	if value.Kind != yaml.ScalarNode || value.Tag == "!!null" {
+		return 0, 0, fmt.Errorf(`%s: want "name: integer"`, key.Value)
 	}
-	n, err := strconv.ParseInt(value, 10, 64)
+	n, err := strconv.ParseInt(value.Value, 10, 64)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: value %q is not an integer", key, value)
+		return 0, 0, fmt.Errorf("%s: value %q is not an integer", key.Value, value.Value)
 	}
 	if n < 0 {
-		return 0, 0, fmt.Errorf("%s: value %d is negative", key, n)
+		return 0, 0, fmt.Errorf("%s: value %d is negative", key.Value, n)
 	}
 	return res, Units(n), nil
-}
-
-// stripComment removes a YAML comment: a # at the start or after white space.
-func stripComment(s string) string {
-	for i := 0; i < len(s); i++ {
-		if s[i] == '#' && (i == 0 || s[i-1] == ' ' || s[i-1] == '\t') {
-			return strings.TrimRight(s[:i], " \t")
-		}
-	}
-	return strings.TrimRight(s, " \t\r")
-}
-
-func unquote(s string) string {
-	if len(s) >= 2 && (s[0] == '"' && s[len(s)-1] == '"' || s[0] == '\'' && s[len(s)-1] == '\'') {
-		return s[1 : len(s)-1]
-	}
-	return s
 }
 
 // FormatResourcesYAML writes amounts in the form ParseResourcesYAML reads.
