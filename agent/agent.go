@@ -14,6 +14,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/kube"
 	"github.com/neureality-sdk/nr1-agent/agent/measure/cadence"
 	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
 	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
@@ -32,10 +33,11 @@ type Agent struct {
 }
 
 // New builds every stage, checking first all that can be checked before serving, so
-// that a bad setup stops the agent at startup. Read top to bottom, it is the data flow:
+// that a bad setup stops the agent at startup. api is the connection to the API server,
+// nil without one (a standalone kubelet). Read top to bottom, it is the data flow:
 // the NR1 offered to the kubelet; the runtime's containers and the kubelet's allocations
 // joined into CGs; each CG measured at the cadence; each sample judged and acted on.
-func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err error) {
+func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_ *Agent, err error) {
 	a := &Agent{}
 	defer func() {
 		if err != nil {
@@ -43,7 +45,7 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 		}
 	}()
 	clk := clock.RealClock{}
-	node := ourNode(cfg, log)
+	node := ourNode(cfg, api)
 	if node != nil {
 		cfg = selectMode(cfg, node, log)
 	}
@@ -51,7 +53,7 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 	if err != nil {
 		return nil, err
 	}
-	offer, claims, err := newOffer(cfg, dev, clk, log)
+	offer, claims, err := newOffer(cfg, api, dev, clk, log)
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +71,7 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 	a.closeAtEnd(func() { _ = podResources.Close() })
 	tracker := allocation.NewTracker(allocation.Options{Lister: podResources, Interval: cfg.Sampling.Interval.Duration,
 		OnDemand: readOnDemand(cfg, podResources, watcher), Clock: clk, Log: log})
-	namespaces, nsWatch := namespaceLabels(cfg, log)
+	namespaces, nsWatch := namespaceLabels(cfg, api, log)
 	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims, CDIDir: cfg.Paths.CDI,
 		Cgroups: cgroups, MaxAllocationAge: cfg.Enforcement.MaxAllocationAge.Duration, Log: log})
 	source, targets, bpfRefused, err := footprintSource(cfg, dev.files, cgroups.V2, log)
@@ -81,7 +83,7 @@ func New(cfg *config.Config, version string, log *slog.Logger) (_ *Agent, err er
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(sampler.Options{Inventory: inv, Source: source, Targets: targets, Partition: partition,
 		ScanTimeout: cfg.Sampling.Interval.Duration, Clock: clk, Log: log})
-	act, pins, closeActuator := actuator(cfg, dev, cri, cgroups, log)
+	act, pins, closeActuator := actuator(cfg, api, dev, cri, cgroups, log)
 	a.closeAtEnd(closeActuator)
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
 	enforcer := enforce.NewManager(enforce.Options{Samples: judged{smp}, Policy: cfg.Enforcement, Actuator: act,

@@ -22,7 +22,7 @@ import (
 // and leave their actions failing loudly: no API server (standalone kubelet) means
 // Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
 // the throttles attached now (nil when they cannot be read).
-func actuator(cfg *config.Config, dev theNR1, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
+func actuator(cfg *config.Config, api *kube.API, dev theNR1, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
 		Stopper:     cri,
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
@@ -32,9 +32,8 @@ func actuator(cfg *config.Config, dev theNR1, cri *runtime.Client, cgroups cgrou
 		a.Killer = cgroups
 	}
 	var closers []func()
-	if k, err := kube.New(cfg.Kubeconfig, dev.node, log); err != nil {
-		log.Warn("no Kubernetes API server: enforcement Events and evictions are only logged", "err", err)
-	} else {
+	if api != nil {
+		k := api.Events(dev.node, log)
 		a.Events, a.Evictor, a.Disruptor = k, k, k
 		closers = append(closers, k.Close)
 	}
@@ -65,12 +64,11 @@ func actuator(cfg *config.Config, dev theNR1, cri *runtime.Client, cgroups cgrou
 
 // namespaceLabels follows, through the API server, the namespace labels that exempt
 // CGs; watch is nil without one.
-func namespaceLabels(cfg *config.Config, log *slog.Logger) (labels inventory.NamespaceSource, watch *kube.Namespaces) {
-	ns, err := kube.NewNamespaces(cfg.Kubeconfig, cfg.Enforcement.MaxNamespaceAge.Duration, log)
-	if err != nil {
-		log.Warn("no Kubernetes API server: only enforcement.exemptNamespaces and enforcement.podExemptionNamespaces exempt", "err", err)
+func namespaceLabels(cfg *config.Config, api *kube.API, log *slog.Logger) (labels inventory.NamespaceSource, watch *kube.Namespaces) {
+	if api == nil {
 		return unlabelled{}, nil
 	}
+	ns := api.Namespaces(cfg.Enforcement.MaxNamespaceAge.Duration, log)
 	return ns, ns
 }
 

@@ -34,18 +34,13 @@ func nodeName(cfg *config.Config) string {
 	return h
 }
 
-// ourNode is the agent's Node in the API server, or nil on a node without one (a
-// standalone kubelet) or when neither its mode label nor its labels are wanted.
-func ourNode(cfg *config.Config, log *slog.Logger) *kube.Node {
-	if cfg.Node.ModeLabel == "" && !cfg.Node.Labels {
+// ourNode is the agent's Node in the API server, or nil without one (a standalone
+// kubelet) or when neither its mode label nor its labels are wanted.
+func ourNode(cfg *config.Config, api *kube.API) *kube.Node {
+	if api == nil || cfg.Node.ModeLabel == "" && !cfg.Node.Labels {
 		return nil
 	}
-	n, err := kube.NewNode(cfg.Kubeconfig, nodeName(cfg))
-	if err != nil {
-		log.Warn("no Kubernetes API server: the node's labels are neither read nor written", "err", err)
-		return nil
-	}
-	return n
+	return api.Node(nodeName(cfg))
 }
 
 // labelled is a node whose labels can be read.

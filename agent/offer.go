@@ -35,7 +35,7 @@ type offer interface {
 
 // newOffer builds the configured mode's offer; in DRA mode also the driver's prepared
 // claims, which the inventory reads allocations from.
-func newOffer(cfg *config.Config, dev theNR1, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
+func newOffer(cfg *config.Config, kubeAPI *kube.API, dev theNR1, clk clock.WithTicker, log *slog.Logger) (offer, inventory.ClaimSource, error) {
 	if cfg.Mode != config.ModeDRA {
 		// One device per unit: a capacity whose list the kubelet would drop is refused.
 		for _, r := range nr1.All {
@@ -49,10 +49,10 @@ func newOffer(cfg *config.Config, dev theNR1, clk clock.WithTicker, log *slog.Lo
 		}
 		return deviceplugin.NewManager(cfg.DevicePluginsDir(), plugins, cfg.DevicePlugin.Resync.Duration, clk, log), nil, nil
 	}
-	api, err := kube.NewResources(cfg.Kubeconfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("mode dra needs the API server: %w", err)
+	if kubeAPI == nil {
+		return nil, nil, errors.New("mode dra needs the API server, and there is none")
 	}
+	api := kubeAPI.Resources()
 	pluginDir := filepath.Join(cfg.Paths.Kubelet, "plugins", dra.DriverName)
 	store, err := dra.OpenStore(filepath.Join(pluginDir, "claims.json"))
 	damaged := errors.Is(err, checkpoint.ErrDamaged) || errors.Is(err, checkpoint.ErrVersion)

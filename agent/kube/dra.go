@@ -20,19 +20,6 @@ type Resources struct {
 	core, resource rest.Interface
 }
 
-// NewResources reaches the API server with kubeconfig, or in-cluster when it is empty.
-func NewResources(kubeconfig string) (*Resources, error) {
-	core, cfg, err := coreClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	res, err := restClient(cfg, resourceapi.SchemeGroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	return &Resources{core: core, resource: res}, nil
-}
-
 // Claim reads a ResourceClaim.
 func (r *Resources) Claim(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 	c := &resourceapi.ResourceClaim{}

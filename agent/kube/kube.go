@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -58,38 +57,6 @@ type Client struct {
 	recorder    record.EventRecorder
 	log         *slog.Logger
 	timeouts    timeouts
-}
-
-// New connects with kubeconfig, or in-cluster when it is empty.
-func New(kubeconfig, node string, log *slog.Logger) (*Client, error) {
-	core, cfg, err := coreClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	policy, err := restClient(cfg, policyv1.SchemeGroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	c := newClient(restEvents{core}, restPods(core), restStatus(core), restEvictions{policy}, node, log, timeouts{call: callTimeout, lookup: lookupTimeout})
-	log.Info("kubernetes API client ready", "host", cfg.Host)
-	return c, nil
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-	} else {
-		cfg, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	cfg.UserAgent = "nr1-agent"
-	return cfg, nil
 }
 
 // eventAPI writes Events: the REST client in the agent, client-go's typed (fake) client

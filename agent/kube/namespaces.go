@@ -67,16 +67,6 @@ type namespaceClient interface {
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// NewNamespaces follows the namespaces' labels, reached with kubeconfig or in-cluster
-// when it is empty; labels not known current for maxAge are unknown. Run starts it.
-func NewNamespaces(kubeconfig string, maxAge time.Duration, log *slog.Logger) (*Namespaces, error) {
-	core, _, err := coreClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	return newNamespaces(&restNamespaces{rest: core}, maxAge, clock.RealClock{}, log), nil
-}
-
 func newNamespaces(c namespaceClient, maxAge time.Duration, clk clock.Clock, log *slog.Logger) *Namespaces {
 	return &Namespaces{client: c, maxAge: maxAge, clock: clk, log: log, retry: time.Second}
 }

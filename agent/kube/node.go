@@ -19,15 +19,6 @@ type Node struct {
 	name string
 }
 
-// NewNode reaches node name with kubeconfig, or in-cluster when it is empty.
-func NewNode(kubeconfig, name string) (*Node, error) {
-	core, _, err := coreClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	return &Node{core: core, name: name}, nil
-}
-
 // Labels are the node's labels.
 func (n *Node) Labels(ctx context.Context) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)

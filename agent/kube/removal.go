@@ -52,20 +52,6 @@ type Removal struct {
 	removed bool
 }
 
-// NewRemoval follows the DaemonSet of the pod namespace/name, reached with kubeconfig or
-// in-cluster when it is empty; Run starts it.
-func NewRemoval(kubeconfig, namespace, pod string, log *slog.Logger) (*Removal, error) {
-	core, cfg, err := coreClient(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := newDaemonSets(cfg, namespace)
-	if err != nil {
-		return nil, err
-	}
-	return newRemoval(restPods(core), ds, namespace, pod, log), nil
-}
-
 func newRemoval(getPod podGetter, ds daemonSetClient, namespace, pod string, log *slog.Logger) *Removal {
 	return &Removal{getPod: getPod, daemonSets: ds, namespace: namespace, pod: pod, log: log, retry: time.Second, clock: clock.RealClock{}}
 }
@@ -81,14 +67,6 @@ type daemonSetClient interface {
 type restDaemonSets struct {
 	rest      rest.Interface
 	namespace string
-}
-
-func newDaemonSets(cfg *rest.Config, namespace string) (*restDaemonSets, error) {
-	rc, err := restClient(cfg, appsv1.SchemeGroupVersion)
-	if err != nil {
-		return nil, err
-	}
-	return &restDaemonSets{rest: rc, namespace: namespace}, nil
 }
 
 func (d *restDaemonSets) Get(ctx context.Context, name string, opts metav1.GetOptions) (*appsv1.DaemonSet, error) {

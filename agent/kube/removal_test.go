@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
@@ -313,16 +313,15 @@ func TestRemovalOverREST(t *testing.T) {
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	cfg := &rest.Config{Host: srv.URL}
-	core, err := typedcorev1.NewForConfig(cfg)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, fmt.Appendf(nil, "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: %q}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\ncurrent-context: c\n", srv.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api, err := Connect(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dss, err := newDaemonSets(cfg, "nr1-system")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRemoval(restPods(core.RESTClient()), dss, "nr1-system", "nr1-agent-x7k2p", quiet())
+	r := api.Removal("nr1-system", "nr1-agent-x7k2p", quiet())
 	done := make(chan struct{})
 	go func() { r.Run(context.Background()); close(done) }()
 	select {

@@ -49,17 +49,3 @@ func restClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, err
 	}
 	return rc, nil
 }
-
-// coreClient is the core API group's REST client, reached with kubeconfig or in-cluster
-// when it is empty, and the configuration it was made from.
-func coreClient(kubeconfig string) (*rest.RESTClient, *rest.Config, error) {
-	cfg, err := restConfig(kubeconfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	core, err := restClient(cfg, corev1.SchemeGroupVersion)
-	if err != nil {
-		return nil, nil, err
-	}
-	return core, cfg, nil
-}

@@ -43,9 +43,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	log.Info("starting nr1-agent", "version", version)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	removal := watchRemoval(ctx, cfg, getenv, log)
+	api := connect(cfg, log)
+	removal := watchRemoval(ctx, api, getenv, log)
 	code := 0
-	a, err := agent.New(cfg, version, log)
+	a, err := agent.New(cfg, api, version, log)
 	if err == nil {
 		err = a.Run(ctx)
 	}

@@ -20,19 +20,32 @@ const (
 	envPodName      = "NR1_AGENT_POD_NAME"
 )
 
+// connect makes the agent's one connection to the API server, or says, once, what the
+// agent does without one (a standalone kubelet): nil then.
+func connect(cfg *config.Config, log *slog.Logger) *kube.API {
+	api, err := kube.Connect(cfg.Kubeconfig)
+	if err != nil {
+		log.Warn("no Kubernetes API server: enforcement Events and evictions are only logged; only enforcement.exemptNamespaces "+
+			"and enforcement.podExemptionNamespaces exempt; the node's labels are neither read nor written; throttles are not "+
+			"lifted when the agent is removed; mode dra cannot run", "err", err)
+		return nil
+	}
+	log.Info("kubernetes API client ready", "host", api.Host())
+	return api
+}
+
 // watchRemoval follows the DaemonSet running the agent's pod until ctx ends; nil when the
 // agent runs outside a pod or without an API server.
-func watchRemoval(ctx context.Context, cfg *config.Config, getenv func(string) string, log *slog.Logger) *kube.Removal {
+func watchRemoval(ctx context.Context, api *kube.API, getenv func(string) string, log *slog.Logger) *kube.Removal {
 	ns, pod := getenv(envPodNamespace), getenv(envPodName)
 	if ns == "" || pod == "" {
 		log.Info("not run as a pod (" + envPodNamespace + ", " + envPodName + " unset): throttles are not lifted when the agent is removed")
 		return nil
 	}
-	r, err := kube.NewRemoval(cfg.Kubeconfig, ns, pod, log)
-	if err != nil {
-		log.Warn("no Kubernetes API server: throttles are not lifted when the agent is removed", "err", err)
+	if api == nil {
 		return nil
 	}
+	r := api.Removal(ns, pod, log)
 	go r.Run(ctx)
 	return r
 }
