@@ -230,7 +230,7 @@ func TestPrepareRefusesWhatItCannotBudget(t *testing.T) {
 // A CG's template asks for what resources.yaml says, and nothing of a resource it needs
 // none of; what the scheduler then consumes converts back to the same amounts.
 func TestClaimTemplateFromResourcesYAML(t *testing.T) {
-	f, err := os.Open("../../nr1/testdata/resnet50-resources.yaml")
+	f, err := os.Open("../../../nr1/testdata/resnet50-resources.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
