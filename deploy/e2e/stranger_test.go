@@ -162,11 +162,18 @@ func TestStrangersPath(t *testing.T) {
 	}
 	run(t, "helm", "uninstall", "nr1-agent", "--namespace", "nr1-system", "--wait")
 	eventually(t, 2*time.Minute, "nothing of the agent's left on the node", func() error {
-		if _, err := os.Stat("/sys/fs/bpf/nr1-agent"); !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("/sys/fs/bpf/nr1-agent: %v", err)
+		switch _, err := os.Stat("/sys/fs/bpf/nr1-agent"); {
+		case err == nil:
+			return errors.New("/sys/fs/bpf/nr1-agent is still there")
+		case !errors.Is(err, os.ErrNotExist):
+			return err
 		}
-		if left, err := os.ReadDir("/var/lib/nr1-agent"); err != nil && !errors.Is(err, os.ErrNotExist) || len(left) > 0 {
-			return fmt.Errorf("/var/lib/nr1-agent holds %v (%v)", left, err)
+		left, err := os.ReadDir("/var/lib/nr1-agent")
+		switch {
+		case err != nil && !errors.Is(err, os.ErrNotExist):
+			return err
+		case len(left) > 0:
+			return fmt.Errorf("/var/lib/nr1-agent holds %v", left)
 		}
 		return nil
 	})
