@@ -4,11 +4,14 @@ package sampler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
@@ -62,8 +65,10 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 	return nil
 }
 
-// Measure measures now. A container whose writable layer cannot be read leaves its CG
-// unknown; an image whose size cannot be read fails the whole measurement.
+// Measure measures now. A container whose writable layer or image cannot be read leaves
+// its CG unknown; when the runtime itself cannot be reached, every CG it could not
+// measure is unknown and the measurement fails: the stage says so, where a CG's own
+// failure is that CG's alone.
 func (p *PartitionSampler) Measure(ctx context.Context) error {
 	rs, _ := p.view.Load()
 	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]nr1.Base{}, ByCtr: map[string]nr1.Base{}, Failed: map[string]string{}}
@@ -72,6 +77,7 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 	// network was set up again holds exited containers, and must not hide (nor
 	// double) what the live one holds. Each image counts once per pod.
 	seen := map[string]map[string]bool{}
+	var away error // the runtime not reached
 	for _, pod := range rs.Pods {
 		if seen[pod.UID] == nil {
 			seen[pod.UID] = map[string]bool{}
@@ -87,6 +93,9 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 			if err != nil {
 				// A failed reading is unknown, not zero bytes: the CG is not judged on it.
 				usage.Failed[pod.UID] = fmt.Sprintf("writable layer of %s: %v", c.Name, err)
+				if unreached(err) {
+					away = err
+				}
 				break
 			}
 			usage.ByCtr[c.ID] = nr1.Base(w)
@@ -101,6 +110,9 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 					// One image the runtime cannot size (removed under its running
 					// container, a reference it does not resolve) is that CG's unknown.
 					usage.Failed[pod.UID] = fmt.Sprintf("image of %s: %v", c.Name, err)
+					if unreached(err) {
+						away = err
+					}
 					break
 				}
 				images[c.ImageRef] = size
@@ -118,8 +130,22 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 	// the sampler: only what changed may have gone past a CG's partition.
 	if last, _ := p.Load(); !last.Read.IsZero() && maps.Equal(last.ByCtr, usage.ByCtr) && maps.Equal(last.ByCG, usage.ByCG) && maps.Equal(last.Failed, usage.Failed) {
 		p.value.Renew(usage.Read, usage)
-		return nil
+	} else {
+		p.value.Publish(usage.Read, usage)
 	}
-	p.value.Publish(usage.Read, usage)
+	if away != nil {
+		return fmt.Errorf("the container runtime does not answer: %w", away)
+	}
 	return nil
+}
+
+// unreached says whether err is the runtime not reached at all (no connection, or
+// gRPC's Unavailable), rather than its answer about one container or image, such as a
+// layer too slow to walk or an image removed under its container.
+func unreached(err error) bool {
+	if errors.Is(err, runtime.ErrNoFigure) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	s, ok := status.FromError(err)
+	return !ok || s.Code() == codes.Unavailable
 }

@@ -169,3 +169,40 @@ func TestPartitionWakesOnlyOnChange(t *testing.T) {
 		t.Error("a grown writable layer woke no one")
 	}
 }
+
+// A runtime that cannot be reached fails the stage, its CGs unknown; one CG's failure
+// (TestPartitionFailureIsUnknownNotZero) does not.
+func TestPartitionOfAnUnreachableRuntimeFailsTheStage(t *testing.T) {
+	rs := &runtime.Snapshot{Connected: true, Pods: []*runtime.Pod{
+		{UID: "ua", Containers: []*runtime.Container{{ID: "a1", Name: "health-handler", ImageRef: "img-a", State: view.Running}}},
+		{UID: "ub", Containers: []*runtime.Container{{ID: "b1", Name: "health-handler", ImageRef: "img-a", State: view.Running}}},
+	}}
+	gone := "unix://" + filepath.Join(t.TempDir(), "no-runtime.sock")
+	p := NewPartitionSampler(runtime.NewClient(gone), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Measure(ctx); err == nil || !strings.Contains(err.Error(), "does not answer") {
+		t.Fatalf("Measure with no runtime: %v, want the runtime named as not answering", err)
+	}
+	got, _ := p.Load()
+	for _, uid := range []string{"ua", "ub"} {
+		if v, ok := got.ByCG[uid]; ok || got.Failed[uid] == "" {
+			t.Errorf("%s: %d bytes (measured %v), failure %q: want unknown", uid, v, ok, got.Failed[uid])
+		}
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = p.Run(runCtx); close(done) }()
+	defer func() { stop(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := p.Health(); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the partition stage healthy with no runtime to measure with")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
