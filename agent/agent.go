@@ -63,13 +63,14 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	}
 	cri := runtime.NewClient(cfg.Runtime.Endpoint)
 	a.closeAtEnd(func() { _ = cri.Close() })
-	watcher := runtime.NewWatcher(cri, runtime.Options{Resync: cfg.Runtime.Resync.Duration, Poll: cfg.Sampling.Interval.Duration}, log)
+	paces := cfg.Sampling.Paces()
+	watcher := runtime.NewWatcher(cri, runtime.Options{Resync: cfg.Runtime.Resync.Duration, Poll: paces.RuntimePoll}, log)
 	podResources, err := allocation.Dial(cfg.PodResourcesSocket(), dev.capacity)
 	if err != nil {
 		return nil, err
 	}
 	a.closeAtEnd(func() { _ = podResources.Close() })
-	tracker := allocation.NewTracker(allocation.Options{Lister: podResources, Interval: cfg.Sampling.Interval.Duration,
+	tracker := allocation.NewTracker(allocation.Options{Lister: podResources, Interval: paces.AllocationRead,
 		OnDemand: readOnDemand(cfg, podResources, watcher), Clock: clk, Log: log})
 	namespaces, nsWatch := namespaceLabels(cfg, api, log)
 	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims, CDIDir: cfg.Paths.CDI,
@@ -82,7 +83,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	changes := following{watchChanges(cfg, source, log)}
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(sampler.Options{Inventory: inv, Source: source, Targets: targets, Partition: partition,
-		ScanTimeout: cfg.Sampling.Interval.Duration, Clock: clk, Log: log})
+		ScanTimeout: paces.ScanTimeout, Clock: clk, Log: log})
 	act, pins, closeActuator := actuator(cfg, api, dev, cri, cgroups, log)
 	a.closeAtEnd(closeActuator)
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}

@@ -105,6 +105,25 @@ type Sampling struct {
 	AllocationRefresh Duration `json:"allocationRefresh"`
 }
 
+// Paces are the intervals of the stages that keep the samples' pace, derived here from
+// Interval and nowhere else: a sample is only as fresh as what it joins.
+type Paces struct {
+	// RuntimePoll is how often a runtime without container events is listed.
+	RuntimePoll time.Duration
+	// AllocationRead is how often the kubelet is read (its table, or one pod asked
+	// about), and the deadline of one question: a kubelet that takes longer does not
+	// answer, and the allocations start aging.
+	AllocationRead time.Duration
+	// ScanTimeout bounds one footprint scan: a scan that takes an interval is cut
+	// short, and what it did not read is uncertain.
+	ScanTimeout time.Duration
+}
+
+// Paces derives the stages' paces from the sampling interval.
+func (s Sampling) Paces() Paces {
+	return Paces{RuntimePoll: s.Interval.Duration, AllocationRead: s.Interval.Duration, ScanTimeout: s.Interval.Duration}
+}
+
 // Paths are the host roots the agent reads, so tests and containers can move them.
 type Paths struct {
 	Procfs string `json:"procfs"`
