@@ -60,11 +60,13 @@ func BenchmarkAllocate(b *testing.B) {
 	})
 	b.Run("grpc", func(b *testing.B) {
 		socket := filepath.Join(b.TempDir(), "p.sock")
-		e, err := serve(p, socket, net.Listen, nil)
+		l, err := net.Listen("unix", socket)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer e.close()
+		_, srv := newEndpoint(p, socket)
+		go func() { _ = srv.Serve(l) }()
+		defer srv.Stop()
 		conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 				return (&net.Dialer{}).DialContext(ctx, "unix", socket)

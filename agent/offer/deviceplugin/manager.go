@@ -13,13 +13,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/served"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -35,8 +38,7 @@ func socketPrefix(r nr1.Resource) string { return "nr1-" + r.Short() + "-" }
 // newSocketName is short (a unix socket path has 107 bytes) and new at every serve,
 // across agent restarts too: seconds since the epoch, then a sequence number.
 func (m *Manager) newSocketName(r nr1.Resource) string {
-	m.serves++
-	return socketPrefix(r) + strconv.FormatInt(m.started, 36) + strconv.FormatInt(m.serves, 36) + ".sock"
+	return socketPrefix(r) + strconv.FormatInt(m.started, 36) + strconv.FormatInt(m.serves.Add(1), 36) + ".sock"
 }
 
 // removeStaleSockets removes plugin sockets an earlier run left behind.
@@ -49,23 +51,26 @@ func (m *Manager) removeStaleSockets() {
 
 // Manager serves the plugins in the kubelet's device-plugins dir and keeps them
 // registered: when the kubelet restarts it deletes the plugins' sockets and creates a new
-// kubelet.sock, and each plugin must then be served and registered again.
+// kubelet.sock, and each plugin must then be served and registered again. Each plugin's
+// socket is kept served by internal/served; the manager registers each socket it
+// serves with the kubelet that listens now.
 type Manager struct {
 	dir     string
 	plugins []*Plugin
 	resync  time.Duration
 	clock   clock.WithTicker
 	log     *slog.Logger
-	// listen makes the plugins' sockets; ended hears of a server whose listener failed.
+	// listen makes the plugins' sockets; wake hears of a socket served or lost.
 	listen func(network, address string) (net.Listener, error)
-	ended  chan struct{}
+	wake   chan struct{}
+	serves atomic.Int64
 
 	mu            sync.Mutex
 	registered    map[nr1.Resource]bool
 	sockets       map[nr1.Resource]string
+	endpoints     map[string]*endpoint // by socket, those served now
 	registrations int
 	started       int64 // unix seconds, in socket names
-	serves        int64
 
 	// passes counts finished reconcile passes; it fails while a pass leaves something
 	// to retry (a socket not served, a registration refused).
@@ -88,10 +93,10 @@ func (m *Manager) Socket(r nr1.Resource) string {
 
 // NewManager returns a manager for plugins with sockets in dir (<kubelet root>/device-plugins).
 // resync bounds how long a missed filesystem event can go unnoticed; clk times it, the
-// retries and the debounce of events.
+// retries, the debounce of events and the serves of a socket again.
 func NewManager(dir string, plugins []*Plugin, resync time.Duration, clk clock.WithTicker, log *slog.Logger) *Manager {
-	return &Manager{dir: dir, plugins: plugins, resync: resync, clock: clk, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{}, started: time.Now().Unix(),
-		passes: latest.New(0), listen: net.Listen, ended: make(chan struct{}, 1)}
+	return &Manager{dir: dir, plugins: plugins, resync: resync, clock: clk, log: log, registered: map[nr1.Resource]bool{}, sockets: map[nr1.Resource]string{},
+		endpoints: map[string]*endpoint{}, started: time.Now().Unix(), passes: latest.New(0), listen: net.Listen, wake: make(chan struct{}, 1)}
 }
 
 // Registered reports whether the plugin for r is registered with the running kubelet.
@@ -122,11 +127,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("watching %s: %w", m.dir, err)
 	}
 	m.removeStaleSockets()
-	s := &managerState{eps: make([]*endpoint, len(m.plugins)), failures: make([]serveFailures, len(m.plugins))}
+	s := &managerState{socks: make([]*served.Socket, len(m.plugins)), registeredAt: make([]string, len(m.plugins))}
 	defer func() {
-		for _, e := range s.eps {
-			if e != nil {
-				e.close()
+		for _, sock := range s.socks {
+			if sock != nil {
+				sock.Stop()
 			}
 		}
 		m.setRegistered(nil)
@@ -147,14 +152,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			retry = m.clock.After(backoff.Step())
 			m.passes.PublishFailing(pass, errUnsettled)
 		}
-		var serveAgain <-chan time.Time // nil while no failed server waits to be replaced
-		if s.serveAgainIn > 0 {
-			serveAgain = m.clock.After(s.serveAgainIn)
-		}
 		select {
 		case <-retry:
-		case <-serveAgain:
-		case <-m.ended:
+		case <-m.wake:
 		case <-ctx.Done():
 			return nil
 		case ev, ok := <-watcher.Events:
@@ -195,110 +195,115 @@ const (
 // removes its socket before making a new one, which may get the same inode.
 func (m *Manager) noteKubeletRemoval(ev fsnotify.Event, s *managerState) {
 	if filepath.Base(ev.Name) == KubeletSocketName && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
-		s.kubelet = fileID{}
-		clear(s.registered)
+		s.kubelet = served.FileID{}
+		clear(s.registeredAt)
 	}
 }
 
 type managerState struct {
-	eps        []*endpoint
-	registered []bool
-	kubelet    fileID
-	failures   []serveFailures
-	// serveAgainIn is how soon the next plugin whose server failed is served again; 0
-	// when none waits.
-	serveAgainIn time.Duration
+	socks []*served.Socket
+	// registeredAt is the socket each plugin was registered at with the kubelet of
+	// kubelet, "" when it is not.
+	registeredAt []string
+	kubelet      served.FileID
 }
 
-// serveBackoff spaces the serves of a plugin whose server keeps failing: its listener
-// failing at once again is not a busy loop.
-var serveBackoff = wait.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Steps: 10, Cap: 30 * time.Second}
-
-// serveFailures is how a plugin's server has been failing: when it was last served,
-// when it may be served again, and the backoff its failures have reached.
-type serveFailures struct {
-	served, again time.Time
-	backoff       wait.Backoff
-}
-
-// failed records a failure of the server served since f.served, at now.
-func (f *serveFailures) failed(now time.Time) {
-	// A server that served a while failed anew: it is not held back by the last.
-	if f.backoff.Duration == 0 || now.Sub(f.served) > serveBackoff.Cap {
-		f.backoff = serveBackoff
+// socketOptions are how p's socket is served: a new name at every serve, and the
+// manager woken at each serve and loss to register it again.
+func (m *Manager) socketOptions(p *Plugin) served.Options {
+	return served.Options{
+		Dir:  m.dir,
+		Name: func() string { return m.newSocketName(p.Resource()) },
+		New: func(path string) (*grpc.Server, func()) {
+			e, srv := newEndpoint(p, path)
+			m.mu.Lock()
+			m.endpoints[path] = e
+			m.mu.Unlock()
+			return srv, func() {
+				e.end()
+				m.mu.Lock()
+				delete(m.endpoints, path)
+				m.mu.Unlock()
+			}
+		},
+		Check:  m.resync,
+		Listen: func(path string) (net.Listener, error) { return m.listen("unix", path) },
+		Served: func() {
+			select {
+			case m.wake <- struct{}{}:
+			default:
+			}
+		},
+		What:  "device plugin socket of " + p.Resource().Name(),
+		Clock: m.clock,
+		Log:   m.log,
 	}
-	f.again = now.Add(f.backoff.Step())
 }
 
-// reconcile brings the sockets and registrations in line with what is on disk. It
-// reports false when something is left to retry.
+// reconcile serves the plugins not served yet and registers each socket served with the
+// kubelet listening now. It reports false when something is left to retry.
 func (m *Manager) reconcile(ctx context.Context, s *managerState) bool {
 	settled := true
-	if s.registered == nil {
-		s.registered = make([]bool, len(m.plugins))
-	}
-	s.serveAgainIn = 0
+	paths := make([]string, len(m.plugins))
 	for i, p := range m.plugins {
-		if s.eps[i] != nil && s.eps[i].failed() == nil && s.eps[i].present() {
-			continue
-		}
-		if s.eps[i] != nil {
-			if err := s.eps[i].failed(); err != nil {
-				m.log.Error("device plugin socket no longer served: serving the plugin again", "resource", p.Resource().Name(), "socket", s.eps[i].socket, "err", err)
-				s.failures[i].failed(m.clock.Now())
-			} else {
-				m.log.Info("plugin socket removed, serving again", "resource", p.Resource().Name(), "socket", s.eps[i].socket)
-			}
-			s.eps[i].close()
-			s.eps[i] = nil
-		}
-		s.registered[i] = false
-		if in := s.failures[i].again.Sub(m.clock.Now()); in > 0 {
-			if s.serveAgainIn == 0 || in < s.serveAgainIn {
-				s.serveAgainIn = in
-			}
-			settled = false
-			continue
-		}
-		e, err := serve(p, filepath.Join(m.dir, m.newSocketName(p.Resource())), m.listen, m.ended)
-		if err != nil {
-			m.log.Error("serving device plugin", "resource", p.Resource().Name(), "err", err)
-			settled = false
-			continue
-		}
-		s.eps[i] = e
-		s.failures[i].served = m.clock.Now()
-	}
-	m.setSockets(s.eps)
-	kubelet := filepath.Join(m.dir, KubeletSocketName)
-	id, err := identify(kubelet)
-	if err != nil {
-		id = fileID{}
-	}
-	if id != s.kubelet {
-		if id != (fileID{}) {
-			m.log.Info("kubelet registration socket appeared", "socket", kubelet)
-		}
-		s.kubelet = id
-		clear(s.registered)
-	}
-	if id != (fileID{}) {
-		for i, e := range s.eps {
-			if e == nil || s.registered[i] {
-				continue
-			}
-			if err := e.register(ctx, kubelet); err != nil {
-				m.log.Warn("device plugin registration failed, will retry", "resource", e.plugin.Resource().Name(), "err", err)
+		if s.socks[i] == nil {
+			sock, err := served.Serve(ctx, m.socketOptions(p))
+			if err != nil {
+				m.log.Error("serving device plugin", "resource", p.Resource().Name(), "err", err)
 				settled = false
 				continue
 			}
-			s.registered[i] = true
-			m.countRegistration()
-			m.log.Info("device plugin registered", "resource", e.plugin.Resource().Name(), "capacity", e.plugin.capacity)
+			s.socks[i] = sock
+		}
+		if paths[i] = s.socks[i].Path(); paths[i] == "" {
+			settled = false // being served again
 		}
 	}
-	m.setRegistered(s.registered)
+	m.setSockets(paths)
+	kubelet := filepath.Join(m.dir, KubeletSocketName)
+	id, err := served.Identify(kubelet)
+	if err != nil {
+		id = served.FileID{}
+	}
+	if id != s.kubelet {
+		if id != (served.FileID{}) {
+			m.log.Info("kubelet registration socket appeared", "socket", kubelet)
+		}
+		s.kubelet = id
+		clear(s.registeredAt)
+	}
+	registered := make([]bool, len(m.plugins))
+	if id != (served.FileID{}) {
+		for i, p := range m.plugins {
+			if paths[i] == "" {
+				continue
+			}
+			if s.registeredAt[i] != paths[i] {
+				e := m.endpoint(paths[i])
+				if e == nil {
+					settled = false // lost since
+					continue
+				}
+				if err := e.register(ctx, kubelet); err != nil {
+					m.log.Warn("device plugin registration failed, will retry", "resource", p.Resource().Name(), "err", err)
+					settled = false
+					continue
+				}
+				s.registeredAt[i] = paths[i]
+				m.countRegistration()
+				m.log.Info("device plugin registered", "resource", p.Resource().Name(), "capacity", p.capacity, "socket", paths[i])
+			}
+			registered[i] = true
+		}
+	}
+	m.setRegistered(registered)
 	return settled
+}
+
+func (m *Manager) endpoint(socket string) *endpoint {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.endpoints[socket]
 }
 
 func (m *Manager) setRegistered(registered []bool) {
@@ -310,13 +315,13 @@ func (m *Manager) setRegistered(registered []bool) {
 	}
 }
 
-func (m *Manager) setSockets(eps []*endpoint) {
+func (m *Manager) setSockets(paths []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	clear(m.sockets)
-	for i, e := range eps {
-		if e != nil {
-			m.sockets[m.plugins[i].Resource()] = e.socket
+	for i, p := range paths {
+		if p != "" {
+			m.sockets[m.plugins[i].Resource()] = p
 		}
 	}
 }

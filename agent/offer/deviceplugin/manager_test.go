@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/clocktest"
+	"github.com/neureality-sdk/nr1-agent/internal/served"
 	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
@@ -471,12 +472,12 @@ func TestServesAgainAfterItsListenerFails(t *testing.T) {
 		t.Errorf("the failed server's socket left: %v", err)
 	}
 	k.waitFor(10*time.Second, "a list over the new socket", func() bool { return len(k.lists[nr1.HypervisorQueue.Name()]) >= 2 })
-	if want := `level=ERROR msg="device plugin socket no longer served: serving the plugin again" resource=` + nr1.HypervisorQueue.Name() + ` socket=` + socket; !strings.Contains(logged.String(), want) ||
+	if want := `level=ERROR msg="device plugin socket of ` + nr1.HypervisorQueue.Name() + ` served anew" socket=` + socket + ` why="its listener failed`; !strings.Contains(logged.String(), want) ||
 		!strings.Contains(logged.String(), "use of closed network connection") {
 		t.Errorf("log lacks %q and the listener's error:\n%s", want, logged.String())
 	}
-	if !slices.Contains(h.clk.Waits(clocktest.After), serveBackoff.Duration) {
-		t.Errorf("no backoff of %v waited before serving again: %v", serveBackoff.Duration, h.clk.Waits(clocktest.After))
+	if !slices.Contains(h.clk.Waits(clocktest.After), served.Backoff.Duration) {
+		t.Errorf("no backoff of %v waited before serving again: %v", served.Backoff.Duration, h.clk.Waits(clocktest.After))
 	}
 }
 

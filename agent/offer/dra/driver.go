@@ -70,7 +70,7 @@ type Options struct {
 // New returns the driver of the node's NR1; nothing is served until Run.
 func New(o Options) *Driver {
 	return &Driver{node: o.Node, capacity: o.Capacity, attributes: o.Attributes, cdi: o.CDI, store: o.Store, health: o.Health, log: o.Log,
-		clock: clock.RealClock{}, listen: listenUnix, checkEvery: defaultCheckEvery, registrationGrace: defaultRegistrationGrace}
+		clock: clock.RealClock{}, checkEvery: defaultCheckEvery, registrationGrace: defaultRegistrationGrace}
 }
 
 // Registered says whether the kubelet has registered the plugin.

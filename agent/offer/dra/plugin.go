@@ -60,7 +60,7 @@ func (d *Driver) Run(ctx context.Context, api API, kubeletDir string) error {
 	if err != nil {
 		return err
 	}
-	defer dra.stop()
+	defer dra.Stop()
 	// The registration socket last: the kubelet dials the DRA socket once it finds it.
 	reg, err := d.serve(ctx, filepath.Join(kubeletDir, "plugins_registry", registrationSocket), func(s *grpc.Server) {
 		registerapi.RegisterRegistrationServer(s, &registration{d: d, endpoint: endpoint})
@@ -70,7 +70,7 @@ func (d *Driver) Run(ctx context.Context, api API, kubeletDir string) error {
 	}
 	// Removing the socket tells the kubelet the plugin is gone; the next agent's is
 	// registered anew.
-	defer reg.stop()
+	defer reg.Stop()
 	d.publish(ctx, api)
 	return nil
 }

@@ -5,7 +5,6 @@ package dra
 import (
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
+	"github.com/neureality-sdk/nr1-agent/internal/served"
 	"github.com/neureality-sdk/nr1-agent/internal/syncbuf"
 )
 
@@ -58,6 +58,11 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
+func inode(path string) (uint64, error) {
+	id, err := served.Identify(path)
+	return id.Ino, err
+}
+
 func mustInode(t *testing.T, path string) uint64 {
 	t.Helper()
 	ino, err := inode(path)
@@ -74,48 +79,6 @@ func answers(t *testing.T, path string) bool {
 	defer cancel()
 	info, err := registerapi.NewRegistrationClient(dial(t, path)).GetInfo(ctx, &registerapi.InfoRequest{})
 	return err == nil && info.GetName() == DriverName
-}
-
-// A socket the kubelet can no longer reach through its path (removed, or replaced by
-// another file) is served anew: a new socket the kubelet's plugin watcher finds.
-func TestSocketRemovedOrReplacedIsServedAnew(t *testing.T) {
-	kubelet := shortDir(t)
-	_, regPath, logged, _ := runDriver(t, kubelet, 10*time.Millisecond, time.Hour)
-	draPath := filepath.Join(kubelet, "plugins", DriverName, draSocket)
-	for _, path := range []string{regPath, draPath} {
-		// An inode number is reused once freed: what is served is told by the log, and
-		// by a socket at the path.
-		servedAgain := strings.Count(logged.String(), "DRA plugin socket served again")
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, func() bool { return strings.Count(logged.String(), "DRA plugin socket served again") > servedAgain })
-		if !strings.Contains(logged.String(), "its socket is gone") {
-			t.Errorf("%s: why not logged: %s", path, logged.String())
-		}
-		if fi, err := os.Stat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
-			t.Fatalf("%s served anew: %v %v", path, fi, err)
-		}
-
-		// Replaced by a file that is no socket of the plugin's.
-		servedAgain = strings.Count(logged.String(), "DRA plugin socket served again")
-		if err := os.Remove(path); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, func() bool { return strings.Count(logged.String(), "DRA plugin socket served again") > servedAgain })
-		if !strings.Contains(logged.String(), "its socket was replaced") {
-			t.Errorf("%s: why not logged: %s", path, logged.String())
-		}
-		if fi, err := os.Stat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
-			t.Fatalf("%s served anew over the file: %v %v", path, fi, err)
-		}
-	}
-	if !answers(t, regPath) {
-		t.Error("the registration socket served anew does not answer")
-	}
 }
 
 // The kubelet's plugin watcher finds a socket by its creation: one it never registered
@@ -137,34 +100,5 @@ func TestUnregisteredSocketIsServedAnew(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // three times the grace, thirty checks
 	if ino := mustInode(t, regPath); ino != registered {
 		t.Error("the socket of a registered plugin served anew")
-	}
-}
-
-// An agent that exits after its successor started (the successor unlinked its socket
-// and listens anew on the path) leaves the successor's sockets: removing them would
-// have the kubelet deregister the successor, which would never be registered again.
-func TestStoppingLeavesASuccessorsSocket(t *testing.T) {
-	kubelet := shortDir(t)
-	_, regPath, _, stopOld := runDriver(t, kubelet, time.Hour, time.Hour)
-	draPath := filepath.Join(kubelet, "plugins", DriverName, draSocket)
-	old := map[string]uint64{regPath: mustInode(t, regPath), draPath: mustInode(t, draPath)}
-	runDriver(t, kubelet, time.Hour, time.Hour)
-	for path, ino := range old {
-		waitFor(t, func() bool { now, err := inode(path); return err == nil && now != ino })
-	}
-	successor := map[string]uint64{regPath: mustInode(t, regPath), draPath: mustInode(t, draPath)}
-	stopOld()
-	for path, ino := range successor {
-		if now, err := inode(path); err != nil || now != ino {
-			t.Errorf("%s: the successor's socket (inode %d) removed or replaced by the exiting plugin: %d, %v", path, ino, now, err)
-		}
-	}
-	if !answers(t, regPath) {
-		t.Error("the successor's registration socket does not answer")
-	}
-	if conn, err := net.Dial("unix", draPath); err != nil {
-		t.Errorf("the successor's DRA socket: %v", err)
-	} else {
-		conn.Close()
 	}
 }
