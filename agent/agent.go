@@ -109,7 +109,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	if p := labelPublisher(cfg, node, &dev, clk, log); p != nil {
 		a.run(p.Run)
 	}
-	err = a.observe(cfg, version, observed{dev: dev, offer: offer, watcher: watcher, tracker: tracker, namespaces: nsWatch,
+	err = a.expose(cfg, version, exposed{dev: dev, offer: offer, watcher: watcher, tracker: tracker, namespaces: nsWatch,
 		inventory: inv, partition: partition, sampler: smp, source: source.Name(), bpfRefused: bpfRefused, changes: changes,
 		cadence: pace, enforcer: enforcer, actuator: act}, log)
 	if err != nil {

@@ -27,8 +27,8 @@ import (
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 )
 
-// observed are the stages the agent's metrics, probes and debug pages read.
-type observed struct {
+// exposed are the stages the agent's metrics, probes and debug pages read.
+type exposed struct {
 	dev        theNR1
 	offer      offer
 	watcher    *runtime.Watcher
@@ -45,9 +45,9 @@ type observed struct {
 	actuator   *actuate.Actuator
 }
 
-// observe adds the metrics server (with the probes) and the debug server to the stages;
+// expose adds the metrics server (with the probes) and the debug server to the stages;
 // in device-plugin mode also the check of pod statuses the kubelet cannot write.
-func (a *Agent) observe(cfg *config.Config, version string, o observed, log *slog.Logger) error {
+func (a *Agent) expose(cfg *config.Config, version string, o exposed, log *slog.Logger) error {
 	state := &deviceState{capacity: o.dev.capacity, monitor: o.dev.monitor, manager: o.offer}
 	stages := map[string]metrics.Stage{
 		"device_health": o.dev.monitor, "device_plugins": o.offer, "runtime": o.watcher, "allocation": o.tracker, "partition": o.partition, "sampler": o.sampler,

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package agent
+package dra
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
-	"github.com/neureality-sdk/nr1-agent/agent/offer/dra"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -44,18 +43,18 @@ func (c *countingClaims) Claim(_ context.Context, ns, name string) (*resourceapi
 // unprepared must not prepare them again.
 func TestClaimsAreRecoveredOnlyAfterADamagedCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	store, err := dra.OpenStore(filepath.Join(dir, "claims.json"))
+	store, err := OpenStore(filepath.Join(dir, "claims.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	driver := dra.New(dra.Options{Node: "node-a", Capacity: nr1.Amounts{116244, 512, 13417, 65536}, CDI: dra.CDI{Dir: filepath.Join(dir, "cdi")},
+	driver := New(Options{Node: "node-a", Capacity: nr1.Amounts{116244, 512, 13417, 65536}, CDI: CDI{Dir: filepath.Join(dir, "cdi")},
 		Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	rc := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{UID: "c1", Namespace: "ml", Name: "resnet50-nr1"},
 		Status: resourceapi.ResourceClaimStatus{
 			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "resnet50", UID: "p1"}},
 			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-				Request: "nr1", Driver: dra.DriverName, Pool: "node-a", Device: dra.DeviceName,
+				Request: "nr1", Driver: DriverName, Pool: "node-a", Device: DeviceName,
 				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"hvQueues": resource.MustParse("7")},
 			}}}},
 		},
@@ -68,11 +67,11 @@ func TestClaimsAreRecoveredOnlyAfterADamagedCheckpoint(t *testing.T) {
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	healthy := &draOffer{driver: driver, api: api, clk: clock.RealClock{}, log: quiet}
+	healthy := &Offer{driver: driver, claims: api, clk: clock.RealClock{}, log: quiet}
 	if err := healthy.RecoverFrom(ctx, tables); err != nil || api.reads != 0 || store.Holds("ml", "resnet50-nr1") {
 		t.Fatalf("from a sound checkpoint: %v, %d claims read, held %v", err, api.reads, store.Holds("ml", "resnet50-nr1"))
 	}
-	damaged := &draOffer{driver: driver, api: api, clk: clock.RealClock{}, log: quiet, recover: true}
+	damaged := &Offer{driver: driver, claims: api, clk: clock.RealClock{}, log: quiet, recover: true}
 	if err := damaged.RecoverFrom(ctx, tables); err != nil || ctx.Err() != nil {
 		t.Fatalf("after a damaged checkpoint: %v (%v)", err, ctx.Err())
 	}
