@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/opencontainers/cgroups/systemd"
 	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
@@ -173,42 +174,20 @@ func Relative(cgroupsPath string) (string, error) {
 	if len(parts) != 3 {
 		return "", fmt.Errorf("cgroupsPath %s: want an absolute path or slice:prefix:name", untrusted.Quote(cgroupsPath))
 	}
-	dirs, err := expandSlice(parts[0])
+	// The slice's nesting as runc and systemd expand it: "kubepods-burstable.slice" is
+	// kubepods.slice/kubepods-burstable.slice, "-.slice" the root. A name holding "/"
+	// or an empty component is refused; what it returns is never "." or "..". Its error
+	// names the slice raw: the refusal is said here, quoted.
+	slice, err := systemd.ExpandSlice(parts[0])
 	if err != nil {
-		return "", fmt.Errorf("cgroupsPath %s: %w", untrusted.Quote(cgroupsPath), err)
+		return "", fmt.Errorf("cgroupsPath %s: the slice is not a systemd slice name (one ending in .slice, without \"/\" or an empty component)", untrusted.Quote(cgroupsPath))
 	}
 	for _, s := range parts[1:] {
 		if s == "" || strings.Contains(s, "/") {
 			return "", fmt.Errorf("cgroupsPath %s: a scope's prefix and name are non-empty names without \"/\"", untrusted.Quote(cgroupsPath))
 		}
 	}
-	return path.Join(append(dirs, parts[1]+"-"+parts[2]+".scope")...), nil
-}
-
-// expandSlice turns a systemd slice name into its nesting, as runc does:
-// "kubepods-burstable.slice" is kubepods.slice/kubepods-burstable.slice, and "-.slice"
-// the root. Every directory is a name ending in ".slice", so never "." or "..".
-func expandSlice(slice string) ([]string, error) {
-	name, ok := strings.CutSuffix(slice, ".slice")
-	switch {
-	case !ok || name == "":
-		return nil, fmt.Errorf("slice %s: want a name ending in .slice", untrusted.Quote(slice))
-	case strings.Contains(name, "/"):
-		return nil, fmt.Errorf("slice %s: holds a \"/\"", untrusted.Quote(slice))
-	case name == "-":
-		return nil, nil
-	}
-	var dirs []string
-	for i := range len(name) + 1 {
-		if i < len(name) && name[i] != '-' {
-			continue
-		}
-		if i == 0 || name[i-1] == '-' {
-			return nil, fmt.Errorf("slice %s: an empty component", untrusted.Quote(slice)) // -a, a--b, a-
-		}
-		dirs = append(dirs, name[:i]+".slice")
-	}
-	return dirs, nil
+	return strings.TrimPrefix(path.Join(slice, parts[1]+"-"+parts[2]+".scope"), "/"), nil
 }
 
 // ID is the v2 cgroup id of dir: its inode, which is what bpf_get_current_cgroup_id and
