@@ -123,10 +123,13 @@ func TestRemovedOrReplacedIsServedAnewOnItsEvent(t *testing.T) {
 	}{
 		{"its socket is gone", func() error { return os.Remove(path) }},
 		{"its socket was replaced by another", func() error {
-			if err := os.Remove(path); err != nil {
+			// At once, as a rename does: removed, then written, the path would name
+			// nothing a moment, and the socket be seen gone.
+			other := filepath.Join(dir, "other")
+			if err := os.WriteFile(other, nil, 0o600); err != nil {
 				return err
 			}
-			return os.WriteFile(path, nil, 0o600)
+			return os.Rename(other, path)
 		}},
 	} {
 		again := strings.Count(h.logged.String(), "test socket served again")
@@ -207,6 +210,10 @@ func TestStopLeavesASuccessorsSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A file's times come from the kernel's coarse clock, a tick apart: a successor
+	// served in the same tick could take the freed inode and the same birth time, and
+	// look like the socket it replaced. A successor is an agent started anew, seconds on.
+	time.Sleep(50 * time.Millisecond)
 	successor := serve(t, Options{Dir: dir})
 	// The old one sees its socket replaced and serves anew over the successor's; a
 	// real successor (the next agent) is the one that stays, as the old one stops.
