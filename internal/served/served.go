@@ -308,7 +308,13 @@ func (s *Socket) shut(sv *serving) {
 	}
 }
 
-func listenUnix(path string) (net.Listener, error) { return net.Listen("unix", path) }
+func listenUnix(path string) (net.Listener, error) {
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listening: %w", err)
+	}
+	return l, nil
+}
 
 // FileID tells a file from the one that replaced it at the same path. The inode alone
 // does not (a file system may give a new socket the inode of the one just removed), and
