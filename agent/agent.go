@@ -97,7 +97,12 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 		Wakes: []func() <-chan struct{}{next(watcher), next(partition), next(tracker), enforcer.TurnedBusy, tracker.StartsFailing},
 		Needs: []cadence.Need{smp.Unsettled, enforcer.Needs, tracker.Needs}})
 
-	a.run(dev.monitor.Run, offer.Run, watcher.Run, tracker.Run, partition.Run, enforcer.Run)
+	// The kubelet is read at its own cadence: every interval, at once (never twice
+	// within the gap) when the runtime's pods change.
+	reads := cadence.New(cadence.Options{Interval: paces.AllocationRead, Gap: cfg.Sampling.ChangeGap.Duration,
+		Wakes: tracker.Wakes(), WakeAlways: true, Clock: clk})
+	a.run(dev.monitor.Run, offer.Run, watcher.Run, partition.Run, enforcer.Run)
+	a.run(func(ctx context.Context) error { reads.Run(ctx, tracker.Step); return nil })
 	a.run(func(ctx context.Context) error { pace.Run(ctx, smp.Step); return nil })
 	if r, ok := offer.(recoverer); ok {
 		a.run(func(ctx context.Context) error { return r.RecoverFrom(ctx, tracker) })
@@ -190,7 +195,7 @@ func readOnDemand(cfg *config.Config, asker allocation.Asker, watcher *runtime.W
 	if cfg.Sampling.AllocationRefresh.Duration <= cfg.Sampling.Interval.Duration {
 		return nil
 	}
-	return &allocation.OnDemand{Asker: asker, Refresh: cfg.Sampling.AllocationRefresh.Duration, Gap: cfg.Sampling.ChangeGap.Duration,
+	return &allocation.OnDemand{Asker: asker, Refresh: cfg.Sampling.AllocationRefresh.Duration,
 		Pods: inventory.RunningPods{Runtime: watcher}}
 }
 

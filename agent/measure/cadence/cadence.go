@@ -4,6 +4,7 @@
 // interval, while nothing needs more; and at once (never twice within a gap) when
 // something new is seen. The parts that need samples say what they need (a reason, now)
 // and what wakes them; this package alone decides, and a test drives it with a clock.
+// The kubelet's allocations are read at a cadence of their own, woken by new pods.
 package cadence
 
 import (
@@ -37,8 +38,11 @@ type Options struct {
 	Changes <-chan struct{}
 	// Wakes each return a channel closed at their source's next value (a new container,
 	// a new docker-partition reading, a ladder starting, the kubelet failing): each
-	// wakes a sample, while Changes are followed.
+	// wakes a step, while Changes are followed, or always with WakeAlways.
 	Wakes []func() <-chan struct{}
+	// WakeAlways has Wakes wake a step whether or not Changes are followed: a reading
+	// that must follow what it reads (the kubelet's, when the runtime starts a pod).
+	WakeAlways bool
 	// Needs are asked before every wait; the first to give a reason keeps the interval.
 	Needs []Need
 	Clock clock.WithTicker
@@ -93,7 +97,7 @@ func (c *Cadence) plan() time.Duration {
 
 // Run calls step at once, then at the cadence, until ctx ends.
 func (c *Cadence) Run(ctx context.Context, step func(context.Context)) {
-	if c.opts.Changes == nil {
+	if c.opts.Changes == nil && !c.opts.WakeAlways {
 		loop.Every(ctx, c.opts.Clock, c.opts.Interval, step)
 		return
 	}
@@ -109,21 +113,23 @@ func (c *Cadence) wakes(ctx context.Context) <-chan struct{} {
 		default:
 		}
 	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-c.opts.Changes:
-				if !ok {
-					c.deaf.Store(true)
-					send()
+	if c.opts.Changes != nil {
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
 					return
+				case _, ok := <-c.opts.Changes:
+					if !ok {
+						c.deaf.Store(true)
+						send()
+						return
+					}
+					send()
 				}
-				send()
 			}
-		}
-	}()
+		}()
+	}
 	for _, next := range c.opts.Wakes {
 		go func() {
 			for {

@@ -127,3 +127,47 @@ func TestRunSamplesAtRestOnWakesAndNoLongerRestsOnceChangesStop(t *testing.T) {
 		t.Error("no reason given for not resting")
 	}
 }
+
+// With WakeAlways (the kubelet's reads), a wake steps at once, after the gap, with no
+// kernel's changes followed; without it, and without changes, wakes wait for the
+// interval.
+func TestWakeAlwaysWakesWithoutChanges(t *testing.T) {
+	for _, always := range []bool{true, false} {
+		t0 := time.Unix(0, 0)
+		clk := clocktest.New(t0)
+		woken := make(chan struct{})
+		c := New(Options{Interval: time.Second, Gap: 100 * time.Millisecond, Clock: clk, WakeAlways: always,
+			Wakes: []func() <-chan struct{}{func() <-chan struct{} { return woken }}})
+		steps := make(chan time.Duration, 4)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Run(ctx, func(context.Context) { steps <- clk.Since(t0) })
+		}()
+		<-steps // at once
+		kind := clocktest.Ticker // loop.Every's
+		if always {
+			kind = clocktest.Timer // loop.Sooner's
+		}
+		clk.Next(t, kind, 10*time.Second)
+		clk.Step(500 * time.Millisecond)
+		close(woken) // past the gap: a step now, when wakes count
+		var want time.Duration = time.Second
+		if always {
+			want = 500 * time.Millisecond
+		} else {
+			clk.Step(500 * time.Millisecond)
+		}
+		select {
+		case at := <-steps:
+			if at != want {
+				t.Errorf("WakeAlways %v: a step at %v, want %v", always, at, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("WakeAlways %v: no step", always)
+		}
+		cancel()
+		<-done
+	}
+}

@@ -13,7 +13,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
-	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -56,12 +55,10 @@ type Options struct {
 // answers in a few hundred bytes where a List of a node whose capacity is allocated is
 // megabytes (one entry per unit): the age of the kubelet's last answer stays within an
 // interval either way. A pod's allocation cannot change while it lives, so a table that
-// has every running pod, read after each was created, is current. Wakes closer than Gap
-// are one.
+// has every running pod, read after each was created, is current.
 type OnDemand struct {
 	Asker   Asker
 	Refresh time.Duration
-	Gap     time.Duration
 	Pods    Pods
 }
 
@@ -114,33 +111,23 @@ func (t *Tracker) Needs(time.Time) string {
 	return ""
 }
 
-// Run reads until ctx ends.
-func (t *Tracker) Run(ctx context.Context) error {
+// Step reads the kubelet once: the whole table, or, on demand, only what it may lack.
+// Its cadence is the caller's: every interval, and at once when Wakes say so.
+func (t *Tracker) Step(ctx context.Context) {
 	if t.onDemand == nil {
-		loop.Every(ctx, t.clock, t.interval, t.Refresh)
-		return nil
+		t.Refresh(ctx)
+		return
 	}
-	loop.Sooner(ctx, t.clock, func() time.Duration { return t.interval }, t.onDemand.Gap, t.wakes(ctx), t.step)
-	return nil
+	t.step(ctx)
 }
 
-// wakes forwards the runtime's changes, one at a time, until ctx ends.
-func (t *Tracker) wakes(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{}, 1)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.onDemand.Pods.Changed():
-			}
-			select {
-			case out <- struct{}{}:
-			default:
-			}
-		}
-	}()
-	return out
+// Wakes are what should have the tracker step at once: the runtime's pods changing,
+// when it reads on demand (a new pod's allocation is in no table read before it).
+func (t *Tracker) Wakes() []func() <-chan struct{} {
+	if t.onDemand == nil {
+		return nil
+	}
+	return []func() <-chan struct{}{t.onDemand.Pods.Changed}
 }
 
 // step reads the table when it may lack something, and otherwise asks about one pod,

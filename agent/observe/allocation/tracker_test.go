@@ -106,7 +106,7 @@ func TestTrackerReadsTheTableOnDemand(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	var awaiting atomic.Bool
 	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnDemand: &OnDemand{Asker: k, Refresh: 30 * time.Second, Gap: 50 * time.Millisecond, Pods: pods(awaiting.Load)}})
+		OnDemand: &OnDemand{Asker: k, Refresh: 30 * time.Second, Pods: pods(awaiting.Load)}})
 	ctx := context.Background()
 
 	expect := func(what string, lists, asks int) {
@@ -210,7 +210,7 @@ func TestTrackerListsAnEmptyTable(t *testing.T) {
 	k := &kubelet{table: Table{}}
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnDemand: &OnDemand{Asker: k, Refresh: time.Minute, Gap: 50 * time.Millisecond, Pods: pods(func() bool { return false })}})
+		OnDemand: &OnDemand{Asker: k, Refresh: time.Minute, Pods: pods(func() bool { return false })}})
 	for range 3 {
 		tr.step(context.Background())
 		clk.Step(time.Second)
