@@ -145,15 +145,16 @@ func TestWakeAlwaysWakesWithoutChanges(t *testing.T) {
 			defer close(done)
 			c.Run(ctx, func(context.Context) { steps <- clk.Since(t0) })
 		}()
-		<-steps // at once
-		kind := clocktest.Ticker // loop.Every's
+		<-steps // a step at once
+		// loop.Every waits on a ticker, loop.Sooner on a timer.
+		kind := clocktest.Ticker
 		if always {
-			kind = clocktest.Timer // loop.Sooner's
+			kind = clocktest.Timer
 		}
 		clk.Next(t, kind, 10*time.Second)
 		clk.Step(500 * time.Millisecond)
 		close(woken) // past the gap: a step now, when wakes count
-		var want time.Duration = time.Second
+		want := time.Second
 		if always {
 			want = 500 * time.Millisecond
 		} else {
