@@ -225,8 +225,10 @@ func runOverBudget(t *testing.T, c kubernetes.Interface, node string, i int, aft
 		oc.fail("the node does not advertise NR1: %v", err)
 		return oc
 	}
-	agent, err := readyAgent(c)
-	if err != nil {
+	// And once the agent is Ready again: a restarted runtime is reconnected to within
+	// its backoff, then seen by the readiness probe.
+	var agent *corev1.Pod
+	if err := poll(30*time.Second, func() (err error) { agent, err = readyAgent(c); return err }); err != nil {
 		oc.fail("%v", err)
 		return oc
 	}
