@@ -143,13 +143,17 @@ func TestStrangersPath(t *testing.T) {
 	// agent's pod, and the CG's own become exported_*. The check above can fail.
 	run(t, "kubectl", "-n", "nr1-system", "patch", "servicemonitor", "nr1-agent", "--type=json",
 		"-p", `[{"op":"replace","path":"/spec/endpoints/0/honorLabels","value":false}]`)
-	eventually(t, 2*time.Minute, "the CG's labels overwritten without honorLabels", func() error {
+	// The operator's new configuration reaches Prometheus through a Secret the kubelet
+	// refreshes in the pod's volume at its own pace, a minute or more.
+	patched := time.Now()
+	eventually(t, 4*time.Minute, "the CG's labels overwritten without honorLabels", func() error {
 		got, err := promQuery(prom, `nr1_usage_queues{exported_namespace="`+exempt.Namespace+`",exported_pod="`+exempt.Name+`",pod="`+agent.Name+`"}`)
 		if err == nil && len(got) == 0 {
 			err = errors.New("no series")
 		}
 		return err
 	})
+	t.Logf("without honorLabels, the CG's series named the agent's pod %s after the patch", time.Since(patched).Round(time.Second))
 
 	h.replace(t, "the rollback", registry+"/nr1-agent:"+old, func() {
 		run(t, "helm", "rollback", "nr1-agent", "--namespace", "nr1-system", "--wait", "--timeout", "3m")
