@@ -28,12 +28,16 @@ type RuntimeView interface {
 
 // Layers reads image and writable-layer sizes from the runtime.
 type Layers interface {
+	// WritableLayers are the writable layers the runtime lists in one call; a container
+	// not among them is read alone.
+	WritableLayers(ctx context.Context) (map[string]int64, error)
 	WritableLayer(ctx context.Context, containerID string) (int64, error)
 	ImageSize(ctx context.Context, ref string) (int64, error)
 }
 
 // PartitionSampler measures the docker partition per CG from CRI: the size of each of
-// its images (ImageStatus) plus the writable layers of its containers (ContainerStats).
+// its images (ImageStatus) plus the writable layers of its containers (one
+// ListContainerStats a round, ContainerStats for a container it leaves out).
 // An image used by several CGs is charged to each of them in full: each would need it
 // alone, and the partition holds it once only while they share it.
 type PartitionSampler struct {
@@ -78,6 +82,11 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 	// double) what the live one holds. Each image counts once per pod.
 	seen := map[string]map[string]bool{}
 	var away error // the runtime not reached
+	listed, err := p.layers.WritableLayers(ctx)
+	if err != nil {
+		// Each container is asked alone then: its answer, or its error, is its own.
+		p.log.Debug("listing the writable layers failed", "err", err)
+	}
 	for _, pod := range rs.Pods {
 		if seen[pod.UID] == nil {
 			seen[pod.UID] = map[string]bool{}
@@ -89,7 +98,11 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 			if _, failed := usage.Failed[pod.UID]; failed {
 				break
 			}
-			w, err := p.layers.WritableLayer(ctx, c.ID)
+			w, ok := listed[c.ID]
+			var err error
+			if !ok {
+				w, err = p.layers.WritableLayer(ctx, c.ID)
+			}
 			if err != nil {
 				// A failed reading is unknown, not zero bytes: the CG is not judged on it.
 				usage.Failed[pod.UID] = fmt.Sprintf("writable layer of %s: %v", c.Name, err)

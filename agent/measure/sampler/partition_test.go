@@ -65,10 +65,30 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 		{UID: "ud", Containers: []*runtime.Container{running("d1", "health-handler", "img-gone")}},
 		{UID: "ue", Containers: []*runtime.Container{running("e1", "health-handler", "img-a")}},
 	}}
-	p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err := p.Measure(context.Background()); err != nil {
-		t.Fatal(err)
+	for _, listFails := range []bool{false, true} {
+		cri.FailListContainerStats(map[bool]error{true: status.Error(codes.Unimplemented, "no list")}[listFails])
+		t.Run(map[bool]string{false: "listed", true: "each read alone"}[listFails], func(t *testing.T) {
+			p := NewPartitionSampler(runtime.NewClient("unix://"+cri.Socket), fixedView{rs}, time.Hour, clock.RealClock{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			lists, each := cri.Calls("ListContainerStats"), cri.Calls("ContainerStats")
+			if err := p.Measure(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			// One call for the round; alone, only the containers the list leaves out
+			// (b1 failing, c1 and e1 without a figure), or every one without a list.
+			wantEach := map[bool]int{false: 3, true: 6}[listFails]
+			if got := cri.Calls("ListContainerStats") - lists; got != 1 {
+				t.Errorf("%d ListContainerStats calls in a round, want 1", got)
+			}
+			if got := cri.Calls("ContainerStats") - each; got != wantEach {
+				t.Errorf("%d ContainerStats calls in a round, want %d", got, wantEach)
+			}
+			checkPartitionFailures(t, p)
+		})
 	}
+}
+
+func checkPartitionFailures(t *testing.T, p *PartitionSampler) {
+	t.Helper()
 	got, _ := p.Load()
 	// The image once per CG, both writable layers.
 	if want := nr1.Base(100<<20 + 11<<20); got.ByCG["ua"] != want {

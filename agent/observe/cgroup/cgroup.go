@@ -222,33 +222,6 @@ func Descendants(dir string) ([]uint64, error) {
 	return t.Descendants, err
 }
 
-// Tree reads the v2 cgroup dir and every cgroup below it in one walk: their ids by
-// path. A child cgroup removed meanwhile is left out.
-func Tree(dir string) (map[string]uint64, error) {
-	tree := map[string]uint64{}
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) && p != dir {
-				return nil
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				tree[p] = st.Ino
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
-	}
-	return tree, nil
-}
-
 func walkSubtree(dir string, procs bool) (Subtree, error) {
 	var t Subtree
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {

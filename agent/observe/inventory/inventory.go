@@ -244,6 +244,12 @@ func (b *Builder) podCgroup(cg *view.CG) {
 		if c.Cgroup.V2 == "" {
 			continue
 		}
+		if c.CgroupID == 0 {
+			// Read by the pod's walk; a cgroup outside it, or made since, alone.
+			if c.CgroupID = tree[c.Cgroup.V2]; c.CgroupID == 0 {
+				c.CgroupID, _ = cgroup.ID(c.Cgroup.V2)
+			}
+		}
 		if below, ok := within(tree, c.Cgroup.V2); ok {
 			c.ChildCgroupIDs = below
 		} else if ids, err := cgroup.Descendants(c.Cgroup.V2); err == nil {
@@ -378,13 +384,9 @@ func (b *Builder) container(c *runtime.Container) (*view.Container, error) {
 		return ctr, err
 	}
 	ctr.Cgroup = view.Cgroup(paths)
-	if paths.V2 != "" {
-		if id, err := cgroup.ID(paths.V2); err == nil {
-			ctr.CgroupID = id
-		}
-	}
-	// The cgroups it made below its own are read with its pod's (podCgroup). Its
-	// processes are read when asked (Processes), not at every sample.
+	// Its cgroup's ID, and those of the cgroups it made below its own, are read with its
+	// pod's (podCgroup). Its processes are read when asked (Processes), not at every
+	// sample.
 	return ctr, nil
 }
 

@@ -81,16 +81,48 @@ func (c *Client) WritableLayer(ctx context.Context, id string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
 	}
-	layer := st.GetStats().GetWritableLayer()
-	if layer.GetUsedBytes() == nil || layer.GetTimestamp() == 0 {
-		// Neither runtime says it could not measure the layer: CRI-O answers stats
-		// without the figure (its storage failing, the container stopping), containerd
-		// 0 bytes measured at no time (a snapshot its periodic sync has not sized yet,
-		// as for a container just started). Unknown, not empty.
+	used, ok := writableBytes(st.GetStats())
+	if !ok {
 		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, ErrNoFigure)
 	}
-	used := layer.GetUsedBytes()
-	return int64(used.GetValue()), nil //nolint:gosec // bytes fit
+	return used, nil
+}
+
+// WritableLayers returns the bytes of the writable layer of every container the runtime
+// lists with the figure, by container ID, in one call: a round of the docker partition
+// costs the runtime one call, not one per container. A container not in the answer is
+// for WritableLayer to read (and say why it cannot).
+func (c *Client) WritableLayers(ctx context.Context) (map[string]int64, error) {
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := conn.RS.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("CRI ListContainerStats: %w", err)
+	}
+	out := make(map[string]int64, len(resp.GetStats()))
+	for _, st := range resp.GetStats() {
+		if used, ok := writableBytes(st); ok && st.GetAttributes().GetId() != "" {
+			out[st.GetAttributes().GetId()] = used
+		}
+	}
+	return out, nil
+}
+
+// writableBytes is the figure of a container's writable layer, false when the runtime
+// gave none. Neither runtime says it could not measure the layer: CRI-O answers stats
+// without the figure (its storage failing, the container stopping), containerd 0 bytes
+// measured at no time (a snapshot its periodic sync has not sized yet, as for a
+// container just started). Unknown, not empty.
+func writableBytes(st *runtimeapi.ContainerStats) (int64, bool) {
+	layer := st.GetWritableLayer()
+	if layer.GetUsedBytes() == nil || layer.GetTimestamp() == 0 {
+		return 0, false
+	}
+	return int64(layer.GetUsedBytes().GetValue()), true //nolint:gosec // bytes fit
 }
 
 // ErrNoFigure is a runtime's answer without the figure asked for.

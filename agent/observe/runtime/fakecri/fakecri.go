@@ -69,6 +69,7 @@ type Server struct {
 	imageSizes       map[string]uint64
 	writable         map[string]uint64
 	statsErr         map[string]error
+	listStatsErr     error
 	noWritable       map[string]bool
 	unsized          map[string]bool
 	// streamsChanged is closed, and replaced, when a stream opens or ends.

@@ -4,6 +4,8 @@ package fakecri
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -71,6 +73,37 @@ func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStat
 		Attributes:    &runtimeapi.ContainerAttributes{Id: id},
 		WritableLayer: s.layer(id),
 	}}, nil
+}
+
+// ListContainerStats answers every container's stats as ContainerStats would, and
+// leaves out a container whose ContainerStats fails (as a runtime whose storage cannot
+// measure one container still answers for the others).
+func (s *Server) ListContainerStats(context.Context, *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	s.count("ListContainerStats")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.listStatsErr; err != nil {
+		return nil, err
+	}
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	for _, id := range slices.Sorted(maps.Keys(s.containers)) {
+		if s.statsErr[id] != nil {
+			continue
+		}
+		layer := s.layer(id)
+		if s.noWritable[id] {
+			layer = &runtimeapi.FilesystemUsage{Timestamp: 1}
+		}
+		resp.Stats = append(resp.Stats, &runtimeapi.ContainerStats{Attributes: &runtimeapi.ContainerAttributes{Id: id}, WritableLayer: layer})
+	}
+	return resp, nil
+}
+
+// FailListContainerStats makes ListContainerStats fail with err (nil: answer again).
+func (s *Server) FailListContainerStats(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.listStatsErr = err
 }
 
 func (s *Server) layer(id string) *runtimeapi.FilesystemUsage {
