@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package agent assembles the agent's stages from its configuration and runs them until
-// the context ends.
 package agent
 
 import (

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package metrics serves the agent's Prometheus metrics and its health endpoints. Every
-// series is built at scrape time from the agent's current state.
 package metrics
 
 import (

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package nr1 names the NR1 resources that Kubernetes counts and the agent enforces, and
-// the amounts of them. It does no I/O.
 package nr1
 
 import "fmt"

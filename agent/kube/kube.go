@@ -1,11 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package kube is the agent's Kubernetes API client: Events on pods, the Eviction API,
-// the namespaces' labels, the watch on its own DaemonSet that tells the agent it is
-// being removed, and the DRA driver's claims and ResourceSlices. It is
-// optional: on a standalone kubelet there is no API server, and the agent's actions are
-// then only logged. Every API call has a deadline, so a hung API server cannot hold up
-// the caller.
 package kube
 
 import (

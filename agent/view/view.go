@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package view is the node's compute graphs as the agent knows them: who each CG is and
-// what it was given (the inventory builds it), what it holds (the sampler measures it),
-// and how certain both are; what the policy judges. It does no I/O and imports nothing
-// that talks to the kernel, the runtime or the kubelet, so that the policy does not.
 package view
 
 import "time"

@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package agents reads what nr1-agent knows about each NR1 node: capacity, the CGs,
-// their allocations, what they hold and where their enforcement stands. It reads each
-// agent's metrics through the API server (pod proxy), so that it needs nothing but the
-// caller's kubeconfig and works wherever kubectl does.
 package agents
 
 import (

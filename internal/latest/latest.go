@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package latest holds the latest value a stage of the agent produced, wakes whoever
-// waits for the next one, and keeps the stage's health: when it last succeeded and why
-// it last failed. Every stage (device health, runtime, allocations, docker partition,
-// samples) publishes through one, so readers see one contract.
 package latest
 
 import (

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package loop runs the agent's periodic stages: a step now, then at every interval of
-// an injected clock, so that tests step a fake clock instead of sleeping.
 package loop
 
 import (

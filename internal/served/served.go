@@ -1,11 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package served keeps a gRPC server served on a unix socket for the kubelet to find:
-// the device plugins' sockets and the DRA driver's. One engine for both offers: it
-// listens, tells its socket from any file that replaces it by inode and birth time,
-// removes only its own, serves again after one backoff when its listener fails, and
-// serves anew when its socket is removed or replaced (seen by fsnotify on the socket's
-// directory, and checked again at every Check) or when the owner says it is stale.
 package served
 
 import (

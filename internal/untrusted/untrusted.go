@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package untrusted checks and quotes strings the agent did not write: names and values
-// from the runtime, the kubelet, the API server, sysfs and bpffs. A CG written to get more
-// than it was given controls some of them, so none becomes part of a path, or the whole
-// of a log line, before it has been through here.
 package untrusted
 
 import (

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package device is the NR1 inventory: the capacity of each resource, the device files
-// that carry it, and the NR1's health, read from the driver's sysfs attributes.
 package device
 
 import (

@@ -1,13 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package footprint measures what processes hold of the NR1 device files: the bytes of
-// their mappings and their open file descriptions, with the detail behind each figure.
-// A scan reports records per process and cgroup; Tally sums them per group of the
-// caller's choosing. Two sources: BPF iterators (cheap; they also see files held with no
-// fd, in flight on a unix socket or registered with an io_uring) and procfs (the
-// fallback, which names as a lower bound the cgroups holding what it cannot count). On
-// fds and mappings they count the same; BPF reports fewer records (one per description,
-// or per range of a file counted in bytes, and cgroup).
 package footprint
 
 import (

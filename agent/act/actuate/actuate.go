@@ -1,12 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package actuate carries out enforcement actions: Events, the device-cgroup throttle
-// (and optionally the freezer), CRI StopContainer, and the Eviction API. A kill ends as a
-// failure where Kubernetes users look: the pod is marked with the DisruptionTarget
-// condition (reason NR1Killed) before its containers are stopped, and with the default
-// killTimeout of 0 they are killed at once, by SIGKILL to every process of their cgroup
-// (then the runtime's stop), so a workload that would exit 0 on SIGTERM never ends
-// Completed, whichever runtime.
 package actuate
 
 import (

@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package enforce decides what to do about CGs that hold more of an NR1 resource than
-// they were allocated: a pure Decide over a sample, the enforcement state and the policy,
-// and a manager that runs it at every sample and hands the actions to an Actuator.
 package enforce
 
 import (

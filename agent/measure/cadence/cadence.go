@@ -1,10 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cadence decides when the node is sampled: every interval; at rest, every idle
-// interval, while nothing needs more; and at once (never twice within a gap) when
-// something new is seen. The parts that need samples say what they need (a reason, now)
-// and what wakes them; this package alone decides, and a test drives it with a clock.
-// The kubelet's allocations are read at a cadence of their own, woken by new pods.
 package cadence
 
 import (

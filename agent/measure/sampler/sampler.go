@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package sampler measures, at each step (the cadence decides when), what each compute
-// graph holds of each NR1 resource, per container, against what it was allocated.
 package sampler
 
 import (

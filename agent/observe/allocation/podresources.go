@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package allocation knows what each container was given of the NR1 resources: from the
-// kubelet's pod-resources API, which wins, cross-checked with the annotations the device
-// plugin's Allocate put on the container.
 package allocation
 
 import (

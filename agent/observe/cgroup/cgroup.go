@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package cgroup resolves a container's cgroups on v1, v2 and hybrid hosts: the
-// directories in each hierarchy, the v2 cgroup id the kernel (and BPF) knows it by, and
-// its processes.
 package cgroup
 
 import (

@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package inventory joins what the runtime, the kubelet and the kernel say about each
-// pod into one view: per compute graph (a pod), its containers with their cgroups and
-// processes, and the NR1 allocation the CG was given.
 package inventory
 
 import (

@@ -1,10 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package kubeletconf reads what the node's kubelet was told about its resource health
-// (the feature gates that make it write one pod status entry per allocated device), from
-// the kubelet's command line and configuration files as the host's /proc shows them. The
-// kubelet is the process the kernel says serves its socket; every file is read only when
-// regular and at most MaxFileBytes, so nothing a pod names or makes is read.
 package kubeletconf
 
 import (

@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package runtime follows every pod sandbox and container on the node through the CRI
-// runtime service: an initial list, the runtime's container events, a periodic relist
-// that repairs anything missed, and reconnection when the runtime goes away.
 package runtime
 
 import (

@@ -1,7 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package deviceplugin advertises the NR1 resources to the kubelet: one v1beta1 device
-// plugin per resource, one device per unit.
 package deviceplugin
 
 import (

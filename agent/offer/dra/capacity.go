@@ -1,9 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package dra is nr1-agent's DRA kubelet plugin: the NR1 published as one device whose
-// four capacities many CGs consume (KEP-5075 consumable capacity), claims prepared with
-// a CDI device per share carrying the share's budget, and the amounts each prepared
-// claim consumed kept for the enforcement.
 package dra
 
 import (

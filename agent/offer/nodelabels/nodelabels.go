@@ -1,10 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package nodelabels owns the node's NR1 labels: those the agent writes to say what it
-// found (the mode it runs in, the NR1's capacities, its driver's version), as GPU feature
-// discovery does for GPUs, so that workloads and operators select NR1 nodes by them; and
-// the one an operator writes to choose a node's mode, so that a cluster moves from the
-// device plugin to DRA node by node.
 package nodelabels
 
 import (

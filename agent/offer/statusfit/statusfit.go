@@ -1,12 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 
-// Package statusfit tells the operator of a CG whose pod status the kubelet cannot
-// write. In device-plugin mode one NR1 unit is one device, and with its resource health
-// on (the ResourceHealthStatus feature gate, on by default since Kubernetes 1.36) the
-// kubelet writes an entry per allocated device into the pod's status: past the API
-// server's limit on a request, the pod never shows a status, stays Pending in the API
-// and cannot be deleted cleanly. The check runs on each CG once, when the agent first
-// sees it (its sandbox, right after the kubelet allocated its devices).
 package statusfit
 
 import (

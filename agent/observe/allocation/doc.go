@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package allocation knows what each container was given of the NR1 resources: from the
+// kubelet's pod-resources API, which wins, cross-checked with the annotations the device
+// plugin's Allocate put on the container.
+//
+// Pod-resources client (`List` decoded straight from the wire into the table, summed per
+// container — one entry per device ID —, every listed pod and container kept, those
+// given nothing included; receive limit sized for a node whose whole capacity is
+// allocated; `Ask`, a `Get` of one pod), the tracker (`Step`; its cadence the agent's,
+// woken by its `Wakes`, the runtime's pods changing): the whole table at start, when a
+// running pod is missing from it or newer than it (`OnDemand.Pods`: the inventory's
+// `RunningPods`), while reads fail and every `sampling.allocationRefresh`, a `Get` of
+// the pod holding least every interval otherwise (one not answered within the interval
+// starts the allocations aging), a table like the last renewed without waking readers;
+// `Needs`, the interval while the kubelet does not answer; Allocate annotations
+// (`FromAnnotations`: `ParseUnits` per value, a container's annotations taken whole or
+// not at all).
+package allocation
