@@ -109,7 +109,7 @@ func Serve(ctx context.Context, o Options) (*Socket, error) {
 		return nil, fmt.Errorf("%s: watching %s: %w", o.What, o.Dir, err)
 	}
 	s := &Socket{o: o, stopped: make(chan struct{}), done: make(chan struct{})}
-	first, err := s.serve()
+	first, err := s.serve(true)
 	if err != nil {
 		_ = w.Close()
 		return nil, err
@@ -139,10 +139,19 @@ func (s *Socket) Stop() {
 	<-s.done
 }
 
-// serve listens on a socket named anew and serves it.
-func (s *Socket) serve() (*serving, error) {
+// errHeld is a path another server answers on.
+var errHeld = errors.New("another server answers on its path")
+
+// serve listens on a socket named anew and serves it. The first serve takes the path
+// whatever is there: a socket left by an earlier run (killed, or the node rebooted) is
+// stale, and one an earlier agent still serves is its predecessor's, which this one
+// succeeds. A later serve does not take a path another server answers on: that is a
+// successor's, and taking it back would have the two take it from each other for good.
+func (s *Socket) serve(first bool) (*serving, error) {
 	path := filepath.Join(s.o.Dir, s.o.Name())
-	// A socket left at the path by an earlier run (killed, or the node rebooted) is stale.
+	if !first && answered(path) {
+		return nil, fmt.Errorf("%s %s: %w", s.o.What, path, errHeld)
+	}
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s %s: %w", s.o.What, path, err)
 	}
@@ -209,8 +218,12 @@ func (s *Socket) run(ctx context.Context, sv *serving, w *fsnotify.Watcher) {
 		case <-s.o.Clock.After(backoff.Step()):
 		}
 		var err error
-		if sv, err = s.serve(); err != nil {
-			s.o.Log.Error(s.o.What+" not served again yet, retrying", "err", err)
+		if sv, err = s.serve(false); err != nil {
+			level := slog.LevelError
+			if errors.Is(err, errHeld) {
+				level = slog.LevelInfo // a successor serves: this one is on its way out
+			}
+			s.o.Log.Log(ctx, level, s.o.What+" not served again yet, retrying", "err", err)
 			continue
 		}
 		s.o.Log.Info(s.o.What+" served again", "socket", sv.path)
@@ -300,6 +313,16 @@ func (s *Socket) shut(sv *serving) {
 	if id, err := Identify(sv.path); err == nil && id == sv.id {
 		_ = os.Remove(sv.path)
 	}
+}
+
+// answered says whether a server accepts a connection on the unix socket at path.
+func answered(path string) bool {
+	conn, err := net.DialTimeout("unix", path, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = conn.Close()
+	return true
 }
 
 func listenUnix(path string) (net.Listener, error) {

@@ -215,8 +215,8 @@ func TestStopLeavesASuccessorsSocket(t *testing.T) {
 	// look like the socket it replaced. A successor is an agent started anew, seconds on.
 	time.Sleep(50 * time.Millisecond)
 	successor := serve(t, Options{Dir: dir})
-	// The old one sees its socket replaced and serves anew over the successor's; a
-	// real successor (the next agent) is the one that stays, as the old one stops.
+	// The old one sees its socket replaced, and leaves the successor's in place.
+	waitFor(t, "the old one yields", func() bool { return strings.Contains(old.logged.String(), errHeld.Error()) })
 	old.stopped()
 	waitFor(t, "the successor serves", func() bool { return successor.sock.Path() != "" && answers(path) })
 	now, err := Identify(path)
@@ -227,4 +227,31 @@ func TestStopLeavesASuccessorsSocket(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("its own socket left by a stopped server: %v", err)
 	}
+}
+
+// A server whose path a successor took (the same name each serve, as the DRA plugin's)
+// does not take it back while the successor answers on it, and serves again once the
+// path is free.
+func TestASuccessorsPathIsNotTakenBack(t *testing.T) {
+	dir := socketDir(t)
+	old := serve(t, Options{Dir: dir})
+	path := old.sock.Path()
+	time.Sleep(50 * time.Millisecond) // a successor starts seconds on (TestStopLeavesASuccessorsSocket)
+	successor := serve(t, Options{Dir: dir})
+	theirs, err := Identify(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the old one tries twice", func() bool { return strings.Count(old.logged.String(), errHeld.Error()) >= 2 })
+	if now, err := Identify(path); err != nil || now != theirs || !answers(path) {
+		t.Fatalf("the successor's socket taken: %v (was %v), %v, answers %v", now, theirs, err, answers(path))
+	}
+	if strings.Contains(successor.logged.String(), "served anew") {
+		t.Errorf("the successor lost its socket: %s", successor.logged.String())
+	}
+	if !strings.Contains(old.logged.String(), `level=INFO msg="test socket not served again yet, retrying"`) {
+		t.Errorf("yielding logged as a failure: %s", old.logged.String())
+	}
+	successor.stopped()
+	waitFor(t, "the old one serves again once the path is free", func() bool { return old.sock.Path() == path && answers(path) })
 }
