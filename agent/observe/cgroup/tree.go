@@ -60,7 +60,7 @@ func direntries(fd int, buf []byte, each func(name string, ino uint64, typ uint8
 			continue
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("getdents: %w", err)
 		}
 		if n <= 0 {
 			return nil
