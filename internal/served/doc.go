@@ -13,5 +13,7 @@
 // on its directory, and a check every `Check`) or its owner calls it stale, serve again
 // after one backoff (`Backoff`, on the injected clock) when the listener fails, stop
 // gracefully within 2 s and remove only its own socket; the owner hears of each serve
-// and loss.
+// and loss. The first serve takes its path whatever is there (a stale socket, or a
+// predecessor's); a later one leaves a path another server answers on (a successor's,
+// which the two would otherwise take from each other) and tries again on its backoff.
 package served
