@@ -4,6 +4,12 @@
 // pod into one view: per compute graph (a pod), its containers with their cgroups and
 // processes, and the NR1 allocation the CG was given.
 //
+// Each mode tells what a container was given, on its own: the device plugin's
+// (pluginBooks, deviceplugin.go: the kubelet's figure for a container it lists, the
+// Allocate annotations for one it does not, the two cross-checked) and DRA's
+// (claimBooks, dra.go: what the claims the kubelet lists consumed, and the claims whose
+// shares a container holds as CDI devices or marks). allocate combines them per pod.
+//
 // Joins runtime + pod-resources + cgroups + namespace labels: per CG (pod) its
 // containers, cgroup paths and ids (a container's child cgroups included; its processes
 // read only when asked, `inventory.Processes`), the pod's cgroup and every cgroup below

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
@@ -83,16 +82,14 @@ type Builder struct {
 	runtime    RuntimeSource
 	allocation AllocationSource
 	namespaces NamespaceSource
-	claims     ClaimSource // nil without the DRA driver
-	cdiDir     string
 	cgroups    cgroup.Hierarchy
 	maxAge     time.Duration
 	log        *slog.Logger
+	plugin     *pluginBooks
+	dra        claimBooks
 
-	mismatches atomic.Int64
-	mu         sync.Mutex
-	reported   map[string]string // container ID → last disagreement logged
-	refused    map[string]string // sandbox ID → last refusal logged
+	mu      sync.Mutex
+	refused map[string]string // sandbox ID → last refusal logged
 	// podDirs are the pods' cgroups found by searching the tree (pod UID → directory):
 	// a pod no container of which the runtime describes is looked for once, not at every
 	// sample, however long it keeps its containers' statuses unreadable.
@@ -101,13 +98,14 @@ type Builder struct {
 
 // NewBuilder returns a builder of what o's sources say.
 func NewBuilder(o Options) *Builder {
-	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, claims: o.Claims, cdiDir: o.CDIDir, cgroups: o.Cgroups,
-		maxAge: o.MaxAllocationAge, log: o.Log, reported: map[string]string{}, refused: map[string]string{}, podDirs: map[string]string{}}
+	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, cgroups: o.Cgroups, maxAge: o.MaxAllocationAge, log: o.Log,
+		plugin: &pluginBooks{log: o.Log, reported: map[string]string{}}, dra: claimBooks{claims: o.Claims, cdiDir: o.CDIDir},
+		refused: map[string]string{}, podDirs: map[string]string{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
 // pod-resources API (which wins).
-func (b *Builder) Mismatches() int64 { return b.mismatches.Load() }
+func (b *Builder) Mismatches() int64 { return b.plugin.mismatches.Load() }
 
 // Build reads the sources and the cgroups now.
 func (b *Builder) Build(now time.Time) *Snapshot {
@@ -155,7 +153,8 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 		}
 		snap.CGs = append(snap.CGs, cg)
 	}
-	b.forget(seen, seenPods, seenUIDs)
+	b.forget(seenPods, seenUIDs)
+	b.plugin.forget(seen)
 	return snap
 }
 
@@ -404,15 +403,14 @@ func Processes(c *view.Container) ([]int, error) {
 	return t.PIDs, nil
 }
 
-// allocate sets the CG's allocation from the kubelet's table, or says why it is unknown.
-func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc allocation.State, answered time.Time) {
+// listing is the kubelet's table's entry for the pod, or why the pod's allocation
+// cannot be read from it.
+func (b *Builder) listing(now time.Time, p *runtime.Pod, alloc allocation.State, answered time.Time) (map[string]allocation.Listed, string) {
 	if answered.IsZero() {
-		cg.AllocationUnknown = "the kubelet's pod-resources API has not been read yet"
-		return
+		return nil, "the kubelet's pod-resources API has not been read yet"
 	}
 	if age := now.Sub(answered); age > b.maxAge {
-		cg.AllocationUnknown = fmt.Sprintf("the kubelet's pod-resources API last answered %s ago (limit %s)", age.Round(time.Millisecond), b.maxAge)
-		return
+		return nil, fmt.Sprintf("the kubelet's pod-resources API last answered %s ago (limit %s)", age.Round(time.Millisecond), b.maxAge)
 	}
 	if alloc.Read.Before(p.Observed) {
 		// The table may hold an earlier pod of the same name (the API names pods, it has
@@ -421,15 +419,26 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 		// would give a re-created pod its predecessor's allocation. The kubelet allocates
 		// before it asks the runtime for the sandbox, so a read begun after the agent saw
 		// the sandbox holds the pod's allocation.
-		cg.AllocationUnknown = fmt.Sprintf("pod first seen %s after the kubelet's pod-resources answer was read",
+		return nil, fmt.Sprintf("pod first seen %s after the kubelet's pod-resources answer was read",
 			p.Observed.Sub(alloc.Read).Round(time.Millisecond))
-		return
 	}
 	listed, ok := alloc.Table.Pod(p.Namespace, p.Name)
 	if !ok {
 		// A restarting kubelet answers before it has read its pods again: a pod it does
 		// not list is unknown, never given nothing.
-		cg.AllocationUnknown = "pod not in the kubelet's pod-resources answer"
+		return nil, "pod not in the kubelet's pod-resources answer"
+	}
+	return listed, ""
+}
+
+// allocate sets the CG's allocation, or says why it is unknown: the pod-level combine
+// of what each mode says its containers were given (pluginBooks, claimBooks). The
+// listed containers' sum, a claim they share counted once, or the largest init
+// container's when more.
+func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc allocation.State, answered time.Time) {
+	listed, why := b.listing(now, p, alloc, answered)
+	if why != "" {
+		cg.AllocationUnknown = why
 		return
 	}
 	var sum, initMax nr1.Amounts
@@ -439,12 +448,11 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 	for _, name := range slices.Sorted(maps.Keys(listed)) {
 		l := listed[name]
 		sum = nr1.Add(sum, l.Units)
-		// A claim the pod's containers share is the pod's once.
 		for _, k := range l.Claims {
 			if _, seen := claimed[k]; seen {
 				continue
 			}
-			a, err := b.claim(k)
+			a, err := b.dra.claim(k)
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("container %s: %v", name, err))
 				continue
@@ -456,20 +464,23 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 	latest := latestInstances(p.Containers)
 	for i, c := range p.Containers {
 		ctr := cg.Containers[i]
-		// The claims the container holds as the kubelet gave them to it: its CDI
-		// devices. The kubelet's pod-resources answer leaves init containers out, and its
-		// claim information can be missing; a container holding a share of the NR1 whose
-		// claim the agent cannot tell is unknown, never given nothing.
-		held, err := b.heldClaims(cg, c)
+		// The claims the container holds as the kubelet gave them to it. The kubelet's
+		// pod-resources answer leaves init containers out, and its claim information can
+		// be missing; a container holding a share of the NR1 whose claim the agent cannot
+		// tell is unknown, never given nothing.
+		held, err := b.dra.held(cg, c)
 		if err != nil {
 			if c.State == view.Running {
 				problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
 			}
 			continue
 		}
-		annotated, found, err := allocation.FromAnnotations(c.Annotations)
 		if l, ok := listed[c.Name]; ok {
-			ctr.Allocation, ctr.AllocationSource = l.Units, view.FromPodResources
+			units, problem := b.plugin.listed(cg, c, l.Units, latest[c.Name] == c)
+			if problem != "" {
+				problems = append(problems, problem)
+			}
+			ctr.Allocation, ctr.AllocationSource = units, view.FromPodResources
 			for _, k := range l.Claims {
 				ctr.Allocation = nr1.Add(ctr.Allocation, claimed[k])
 			}
@@ -483,30 +494,19 @@ func (b *Builder) allocate(now time.Time, cg *view.CG, p *runtime.Pod, alloc all
 				}
 				ctr.Allocation = nr1.Add(ctr.Allocation, a)
 			}
-			// Each name's latest instance is compared, running or exited: its annotations
-			// are what the kubelet last allocated to this pod, whose containers' amounts
-			// cannot change. A table read after the pod's successor of the same name was
-			// admitted speaks for that successor, possibly in part, and a booking
-			// container waiting to restart must contradict it as a running one does.
-			if latest[c.Name] == c {
-				if problem := b.crossCheck(cg, c, l.Units, annotated, found, err); problem != "" && err == nil {
-					problems = append(problems, problem)
-				}
-			}
 			continue
 		}
-		// The kubelet does not list init containers; what Allocate gave them is on their
-		// annotations, and what their claims consumed is the driver's.
 		var fromClaims nr1.Amounts
 		for k, a := range held {
 			fromClaims = nr1.Add(fromClaims, a)
 			unlisted[k] = a
 		}
+		units, found, problem := b.plugin.unlisted(c)
 		switch {
-		case err != nil && c.State == view.Running:
-			problems = append(problems, fmt.Sprintf("container %s: %v", c.Name, err))
-		case found && err == nil:
-			ctr.Allocation, ctr.AllocationSource = nr1.Add(annotated, fromClaims), view.FromAnnotations
+		case problem != "":
+			problems = append(problems, problem)
+		case found:
+			ctr.Allocation, ctr.AllocationSource = nr1.Add(units, fromClaims), view.FromAnnotations
 			initMax = nr1.Max(initMax, ctr.Allocation)
 		case len(held) > 0:
 			ctr.Allocation, ctr.AllocationSource = fromClaims, view.FromCDIDevices
@@ -539,125 +539,12 @@ func latestInstances(cs []*runtime.Container) map[string]*runtime.Container {
 	return latest
 }
 
-// heldClaims reads the claims of the NR1's driver whose shares the kubelet gave the
-// container, as CDI devices or the shares' marks, and what each consumed. A CDI device
-// of no claim the driver prepared (no driver, a checkpoint lost) is an error: what the
-// container may hold is not known; a mark the agent did not write is ignored and noted
-// in cg.IgnoredMarks. A container whose runtime details were not read holds, as far as it can
-// tell, none: the CG is then judged with the pod's booking as the kubelet lists it (the
-// claims of its regular containers and sidecars). What a CG shows the runtime, a status
-// too large to read included, never leaves its allocation unknown: that would make it
-// untouchable by its own doing.
-func (b *Builder) heldClaims(cg *view.CG, c *runtime.Container) (map[allocation.ClaimKey]nr1.Amounts, error) {
-	if c.Unread != "" {
-		return nil, nil
-	}
-	var held map[allocation.ClaimKey]nr1.Amounts
-	add := func(ns, name string, a nr1.Amounts) {
-		if held == nil {
-			held = map[allocation.ClaimKey]nr1.Amounts{}
-		}
-		held[allocation.ClaimKey{Namespace: ns, Name: name}] = a
-	}
-	if c.CDIDevicesKnown {
-		// The CDI devices the kubelet gave the container, as the runtime tells them: a
-		// share of no claim the driver prepared is the node's failing (no driver, a
-		// checkpoint lost), and what the container may hold is not known.
-		for _, dev := range c.CDIDevices {
-			if !strings.HasPrefix(dev, nr1.CDIKind+"=") {
-				continue
-			}
-			if b.claims == nil {
-				return nil, fmt.Errorf("holds the DRA share %s, and the agent runs no DRA driver", untrusted.Quote(dev))
-			}
-			ns, name, a, ok := b.claims.CDIDeviceClaim(dev)
-			if !ok {
-				return nil, fmt.Errorf("holds the DRA share %s of no claim the agent's driver prepared", untrusted.Quote(dev))
-			}
-			add(ns, name, a)
-		}
-		return held, nil
-	}
-	// The shares' marks (CRI-O, which does not tell the CDI devices): mounts a pod
-	// allowed a hostPath can make too. A mark counts only as the agent wrote it: of a
-	// share of a claim its driver prepared, in the pod's namespace. Any other is ignored
-	// and reported; it never leaves the allocation unknown.
-	for _, m := range c.ShareMounts {
-		dev, ok := nr1.ShareOfMount(b.cdiDir, m.Source, m.Destination)
-		if !ok {
-			continue
-		}
-		var ns, name string
-		var a nr1.Amounts
-		if b.claims != nil {
-			ns, name, a, ok = b.claims.CDIDeviceClaim(dev)
-			if !ok {
-				// Its pod's containers stopped, and the kubelet unprepared the claim: the
-				// agent's view of them lags. The mark is the agent's own.
-				ns, name, a, ok = b.claims.ReleasedCDIDeviceClaim(dev)
-			}
-		}
-		switch {
-		case !ok:
-			cg.IgnoredMarks = append(cg.IgnoredMarks, fmt.Sprintf("container %s: %s marks the share %s of no claim the agent's driver prepared",
-				c.Name, untrusted.Quote(m.Destination), untrusted.Quote(dev)))
-		case ns != cg.Namespace:
-			cg.IgnoredMarks = append(cg.IgnoredMarks, fmt.Sprintf("container %s: %s marks a share of claim %s/%s, of another namespace",
-				c.Name, untrusted.Quote(m.Destination), ns, name))
-		default:
-			add(ns, name, a)
-		}
-	}
-	return held, nil
-}
-
-// claim is what a DRA claim of the NR1's driver consumed, as the driver prepared it.
-func (b *Builder) claim(k allocation.ClaimKey) (nr1.Amounts, error) {
-	if b.claims == nil {
-		return nr1.Amounts{}, fmt.Errorf("DRA claim %s/%s of %s, and the agent runs no DRA driver", k.Namespace, k.Name, nr1.DRADriver)
-	}
-	a, ok := b.claims.ClaimAmounts(k.Namespace, k.Name)
-	if !ok {
-		return nr1.Amounts{}, fmt.Errorf("DRA claim %s/%s not prepared by the agent's driver", k.Namespace, k.Name)
-	}
-	return a, nil
-}
-
-// crossCheck compares a container's Allocate annotations with the kubelet's figure and
-// returns the disagreement, logging each one once. Unreadable annotations are reported
-// but leave the kubelet's figure standing.
-func (b *Builder) crossCheck(cg *view.CG, c *runtime.Container, fromKubelet, annotated nr1.Amounts, found bool, err error) string {
-	var problem string
-	switch {
-	case err != nil:
-		problem = err.Error()
-	case found && annotated != fromKubelet:
-		problem = fmt.Sprintf("container %s: Allocate annotations say %v, pod-resources says %v", c.Name, annotated, fromKubelet)
-	default:
-		return ""
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.reported[c.ID] != problem {
-		b.reported[c.ID] = problem
-		b.mismatches.Add(1)
-		b.log.Warn("container's Allocate annotations disagree with the kubelet; its CG is left alone until they agree",
-			"namespace", cg.Namespace, "pod", cg.Name, "container", c.Name, "problem", problem)
-	}
-	return problem
-}
-
-func (b *Builder) forget(seen, seenPods, seenUIDs map[string]bool) {
+func (b *Builder) forget(seenPods, seenUIDs map[string]bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for uid := range b.podDirs {
 		if !seenUIDs[uid] {
 			delete(b.podDirs, uid)
-		}
-	}
-	for id := range b.reported {
-		if !seen[id] {
-			delete(b.reported, id)
 		}
 	}
 	for id := range b.refused {

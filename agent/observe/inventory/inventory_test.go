@@ -469,13 +469,13 @@ func TestDRAClaimsAreTheAllocation(t *testing.T) {
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "runs no DRA driver") {
 		t.Errorf("a DRA claim without the driver: known %v (%q)", cg.AllocationKnown, cg.AllocationUnknown)
 	}
-	w.builder.claims = fakeClaims{}
+	w.builder.dra.claims = fakeClaims{}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "not prepared") {
 		t.Errorf("a claim the driver did not prepare: known %v (%q)", cg.AllocationKnown, cg.AllocationUnknown)
 	}
 	resnet := nr1.Amounts{3, 0, 2392, 7}
-	w.builder.claims = fakeClaims{{Namespace: "default", Name: "resnet50-nr1"}: resnet}
+	w.builder.dra.claims = fakeClaims{{Namespace: "default", Name: "resnet50-nr1"}: resnet}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != resnet {
 		t.Fatalf("CG allocation %v known %v (%q), want the claim's %v once", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, resnet)
@@ -508,12 +508,12 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	w.tracker.Refresh(context.Background())
 	model := nr1.Amounts{40, 0, 100, 2}
 
-	w.builder.claims = fakeClaims{}
+	w.builder.dra.claims = fakeClaims{}
 	cg := w.builder.Build(time.Now()).CG(podUID)
 	if cg.AllocationKnown || !strings.Contains(cg.AllocationUnknown, "container load-model: holds the DRA share") {
 		t.Errorf("a share of no prepared claim: known %v allocation %v (%q), want unknown", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown)
 	}
-	w.builder.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}
+	w.builder.dra.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != model {
 		t.Fatalf("allocation %v known %v (%q), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, model)
@@ -528,7 +528,7 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	w.putContainers(t, fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh", CDIDevices: []string{cdiShare("main-nr1")}})
 	main := nr1.Amounts{3, 0, 2392, 7}
-	w.builder.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model, {Namespace: "default", Name: "main-nr1"}: main}
+	w.builder.dra.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model, {Namespace: "default", Name: "main-nr1"}: main}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if want := nr1.Max(main, model); !cg.AllocationKnown || cg.Allocation != want {
 		t.Errorf("with the kubelet's claim information missing: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, want)
@@ -541,7 +541,7 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 	// knows of does not leave the CG unknown.
 	w.putContainers(t, fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", State: runtimeapi.ContainerState_CONTAINER_EXITED,
 		CgroupsPath: "/kubepods/besteffort/poduid-1/c-init", CDIDevices: []string{cdiShare("model-nr1")}})
-	w.builder.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main}
+	w.builder.dra.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main}
 	cg = w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != main {
 		t.Errorf("after the init container exited: allocation %v known %v (%q), want %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, main)
@@ -555,34 +555,34 @@ func TestDRAClaimOfAnInitContainer(t *testing.T) {
 // it never leaves the allocation unknown.
 func TestDRAClaimOfAnInitContainerOnCRIO(t *testing.T) {
 	w := newWorld(t)
-	w.builder.cdiDir = "/var/run/cdi"
+	w.builder.dra.cdiDir = "/var/run/cdi"
 	w.setPods(&podresourcesapi.PodResources{Name: "resnet50", Namespace: "default", Containers: []*podresourcesapi.ContainerResources{
 		{Name: "health-handler"}, {Name: "graph"}}})
-	source, destination := nr1.ShareMount(w.builder.cdiDir, "share", strings.TrimPrefix(cdiShare("model-nr1"), nr1.CDIKind+"="))
+	source, destination := nr1.ShareMount(w.builder.dra.cdiDir, "share", strings.TrimPrefix(cdiShare("model-nr1"), nr1.CDIKind+"="))
 	w.putContainers(t,
 		fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: "/kubepods/besteffort/poduid-1/c-hh", CRIO: true},
 		fakecri.Container{ID: "c-init", SandboxID: "sb1", Name: "load-model", PID: 103, CgroupsPath: "/kubepods/besteffort/poduid-1/c-init", CRIO: true,
 			Mounts: map[string]string{destination: source, "/dev/nr1_0_compute_dma": "/dev/nr1_0_compute_dma"}})
 	w.tracker.Refresh(context.Background())
 	model := nr1.Amounts{40, 0, 100, 2}
-	w.builder.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}
+	w.builder.dra.claims = fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}
 	cg := w.builder.Build(time.Now()).CG(podUID)
 	if !cg.AllocationKnown || cg.Allocation != model {
 		t.Fatalf("allocation %v known %v (%q), want the init container's claim %v", cg.Allocation, cg.AllocationKnown, cg.AllocationUnknown, model)
 	}
-	w.builder.claims = fakeClaims{}
+	w.builder.dra.claims = fakeClaims{}
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{}) ||
 		len(cg.IgnoredMarks) != 1 || !strings.Contains(cg.IgnoredMarks[0], "of no claim the agent's driver prepared") {
 		t.Errorf("a marked share of no prepared claim: known %v allocation %v (%q), ignored %q; want known, the mark ignored and noted", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks)
 	}
 	// The kubelet unprepared the claim once the pod's containers stopped, and the agent
 	// still sees them running: the mark is the agent's own, counted as it was.
-	w.builder.claims = releasedClaims{fakeClaims{}, fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}}
+	w.builder.dra.claims = releasedClaims{fakeClaims{}, fakeClaims{{Namespace: "default", Name: "model-nr1"}: model}}
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != model || len(cg.IgnoredMarks) != 0 {
 		t.Errorf("a mark of a claim unprepared lately: known %v allocation %v (%q), ignored %q; want the claim's %v, nothing ignored",
 			cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks, model)
 	}
-	w.builder.claims = fakeClaims{{Namespace: "team-b", Name: "model-nr1"}: model}
+	w.builder.dra.claims = fakeClaims{{Namespace: "team-b", Name: "model-nr1"}: model}
 	if cg := w.builder.Build(time.Now()).CG(podUID); !cg.AllocationKnown || cg.Allocation != (nr1.Amounts{}) ||
 		len(cg.IgnoredMarks) != 1 || !strings.Contains(cg.IgnoredMarks[0], "of another namespace") {
 		t.Errorf("a mark of another namespace's claim: known %v allocation %v (%q), ignored %q; want known, the mark ignored and noted", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, cg.IgnoredMarks)
@@ -627,7 +627,7 @@ func TestDRAContainerNotReadIsJudgedWithThePodsBooking(t *testing.T) {
 			hh.CDIDevices = []string{cdiShare("main-nr1")}
 			w.putContainers(t, hh, init)
 			w.tracker.Refresh(context.Background())
-			w.builder.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main, {Namespace: "default", Name: "model-nr1"}: {40, 0, 100, 2}}
+			w.builder.dra.claims = fakeClaims{{Namespace: "default", Name: "main-nr1"}: main, {Namespace: "default", Name: "model-nr1"}: {40, 0, 100, 2}}
 			cg := w.builder.Build(time.Now()).CG(podUID)
 			if !cg.AllocationKnown || cg.Allocation != main {
 				t.Errorf("running, not read: known %v allocation %v (%q), want the pod's booking %v", cg.AllocationKnown, cg.Allocation, cg.AllocationUnknown, main)
