@@ -36,7 +36,11 @@ var errNoDaemonSet = errors.New("the agent's pod has no DaemonSet controller")
 // by the time the agent is stopped, it may no longer be allowed to ask.
 //
 // Not client-go's cache.Reflector: one DaemonSet is read by name (get, watch), and a
-// Reflector lists, which the agent's RBAC does not grant on DaemonSets.
+// Reflector lists, which the agent's RBAC does not grant on DaemonSets. Nor its
+// RetryWatcher (client-go v0.37): it makes a failed watch again every second, without
+// growing the wait, and tells its failures to klog only — with the API server down,
+// every node's agent would ask once a second and say nothing; this loop doubles its wait
+// to 30 s and logs each failure with the wait.
 type Removal struct {
 	getPod         podGetter
 	daemonSets     daemonSetClient
