@@ -81,7 +81,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	changes := following{watchChanges(cfg, source, log)}
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(sampler.Options{Inventory: inv, Source: source, Targets: targets, Partition: partition,
-		ScanTimeout: paces.ScanTimeout, Clock: clk, Log: log})
+		ScanTimeout: paces.ScanTimeout, Lineage: lineage(cgroups, a, log), Clock: clk, Log: log})
 	act, pins, closeActuator := actuator(cfg, api, dev, cri, cgroups, log)
 	a.closeAtEnd(closeActuator)
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
@@ -185,6 +185,22 @@ func detectCgroups(cfg *config.Config, log *slog.Logger) (cgroup.Hierarchy, erro
 		log.Error("no cgroup v2 hierarchy: no process can be attributed to a container, nothing will be enforced", "cgroupfs", cfg.Paths.Cgroupfs)
 	}
 	return cgroups, nil
+}
+
+// lineage places the cgroups a pod nests past PATH_MAX below its own; nil without a v2
+// tree, or when the mount cannot be opened (logged: such a pod's deepest processes are
+// then no CG's).
+func lineage(cgroups cgroup.Hierarchy, a *Agent, log *slog.Logger) sampler.Lineage {
+	if cgroups.V2 == "" {
+		return nil
+	}
+	l, err := cgroup.OpenLineage(cgroups.V2)
+	if err != nil {
+		log.Error("cgroups nested past PATH_MAX cannot be placed below their pod's", "err", err)
+		return nil
+	}
+	a.closeAtEnd(func() { _ = l.Close() })
+	return l
 }
 
 // readOnDemand is how the tracker reads the kubelet: on demand when the refresh is

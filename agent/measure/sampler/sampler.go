@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -59,6 +60,13 @@ type PartitionUsage struct {
 	Failed map[string]string
 }
 
+// Lineage finds which of the CGs' cgroups a cgroup is below when no walk read it: a pod
+// that nests its cgroups past PATH_MAX, where no path reaches (cgroup.Lineage).
+type Lineage interface {
+	Below(id uint64, in func(uint64) bool) (uint64, bool, error)
+	Forget(keep func(uint64) bool)
+}
+
 // Options are what a sampler measures with.
 type Options struct {
 	Inventory Inventory
@@ -68,8 +76,11 @@ type Options struct {
 	// ScanTimeout bounds one scan: a source slowed down by what a CG does (a flood of fds
 	// or mappings) stops, and the CGs it did not read are uncertain, not the node.
 	ScanTimeout time.Duration
-	Clock       clock.PassiveClock
-	Log         *slog.Logger
+	// Lineage places a record of a cgroup no walk read below the CG whose cgroup it is
+	// in; nil without a cgroup2 hierarchy.
+	Lineage Lineage
+	Clock   clock.PassiveClock
+	Log     *slog.Logger
 }
 
 // Sampler measures the node when stepped (the cadence decides when) and publishes each
@@ -79,12 +90,15 @@ type Sampler struct {
 	duration prometheus.Histogram
 	value    *latest.Value[*Snapshot] // nil before the first sample
 	latest.View[*Snapshot]
+
+	mu     sync.Mutex
+	failed map[uint64]bool // cgroups whose climb failed, logged
 }
 
 // New returns a sampler; nothing is sampled until Step.
 func New(opts Options) *Sampler {
 	value := latest.New[*Snapshot](nil)
-	return &Sampler{opts: opts, duration: newSampleDuration(), value: value, View: value.View()}
+	return &Sampler{opts: opts, duration: newSampleDuration(), value: value, View: value.View(), failed: map[uint64]bool{}}
 }
 
 // Unsettled says why the node must be sampled at the interval rather than at rest, as
@@ -134,7 +148,13 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 		return nil, err
 	}
 	part, _ := s.opts.Partition.Load()
-	snap := Attribute(now, inv, scan, s.opts.Targets, part)
+	var lineage Lineage
+	if s.opts.Lineage != nil {
+		l := s.lineage()
+		defer l.forget()
+		lineage = l
+	}
+	snap := Attribute(now, inv, scan, s.opts.Targets, part, lineage)
 	snap.Took = s.opts.Clock.Since(now)
 	return snap, nil
 }
@@ -161,7 +181,11 @@ type group struct {
 // all its containers' records and a container's the union of its own: a range mapped by
 // two containers of a pod is held once by the pod, yet each container holds it. What no
 // known container holds is unattributed, also as one union.
-func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage) *Snapshot {
+//
+// A record of a cgroup no CG's walk read (a pod's cgroups nested past PATH_MAX) is the
+// CG's whose cgroup lineage finds it below: what a CG does to its cgroups never takes
+// what it holds out of its usage. lineage may be nil.
+func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage, lineage Lineage) *Snapshot {
 	snap := &Snapshot{Sample: &view.Sample{
 		Taken: now, Took: scan.Took, Source: scan.Source, Inputs: inv.Inputs, PartitionRead: part.Read, CGs: make([]*view.Measured, 0, len(inv.CGs)),
 	}, Detail: make(map[string]*Detail, len(inv.CGs))}
@@ -220,9 +244,10 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 			cg.PartitionUnknown = "not measured yet"
 		}
 	}
+	find := ownerFinder(owners, lineage)
 	tally := footprint.NewTally(targets, len(groups))
 	for _, m := range scan.Mappings {
-		o, ok := owners[m.CgroupID]
+		o, ok := find(m.CgroupID)
 		if !ok {
 			tally.AddMapping(unattributed, m)
 			continue
@@ -237,7 +262,7 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		o.detail.keepMapping(m)
 	}
 	for _, h := range scan.Handles {
-		o, ok := owners[h.CgroupID]
+		o, ok := find(h.CgroupID)
 		if !ok {
 			tally.AddHandle(unattributed, h)
 			continue
@@ -273,6 +298,70 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		settle(s)
 	}
 	return snap
+}
+
+// lineage is the sampler's Lineage for one sample: the cgroups asked of it are the ones
+// it remembers after the sample, and a failed climb is logged once per cgroup (it may
+// leave what a CG holds unattributed).
+func (s *Sampler) lineage() *sampleLineage {
+	return &sampleLineage{Lineage: s.opts.Lineage, sampler: s, asked: map[uint64]bool{}}
+}
+
+type sampleLineage struct {
+	Lineage
+	sampler *Sampler
+	asked   map[uint64]bool
+}
+
+func (l *sampleLineage) Below(id uint64, in func(uint64) bool) (uint64, bool, error) {
+	l.asked[id] = true
+	a, ok, err := l.Lineage.Below(id, in)
+	if err != nil {
+		l.sampler.climbFailed(id, err)
+	}
+	return a, ok, err
+}
+
+// forget drops what was found of the cgroups not asked of in this sample.
+func (l *sampleLineage) forget() {
+	l.Lineage.Forget(func(id uint64) bool { return l.asked[id] })
+	l.sampler.mu.Lock()
+	defer l.sampler.mu.Unlock()
+	for id := range l.sampler.failed {
+		if !l.asked[id] {
+			delete(l.sampler.failed, id)
+		}
+	}
+}
+
+// climbFailed logs a failed climb, once per cgroup while it fails.
+func (s *Sampler) climbFailed(id uint64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed[id] {
+		return
+	}
+	s.failed[id] = true
+	s.opts.Log.Warn("a cgroup no walk read could not be placed below a CG; what its processes hold is unattributed", "cgroupID", id, "err", err)
+}
+
+// ownerFinder returns who a cgroup's records count for: its owner, else the owner of the
+// cgroup lineage finds it below, which is then its owner for the rest of the sample.
+func ownerFinder(owners map[uint64]owner, lineage Lineage) func(uint64) (owner, bool) {
+	below := map[uint64]bool{} // climbed from, below no owner
+	known := func(id uint64) bool { _, ok := owners[id]; return ok }
+	return func(id uint64) (owner, bool) {
+		if o, ok := owners[id]; ok || lineage == nil || id == 0 || below[id] {
+			return o, ok
+		}
+		a, ok, err := lineage.Below(id, known)
+		if err != nil || !ok {
+			below[id] = true
+			return owner{}, false
+		}
+		owners[id] = owners[a]
+		return owners[id], true
+	}
 }
 
 // containerGroup is the group of the CG's container of that name, added if new: a

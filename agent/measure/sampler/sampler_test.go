@@ -4,6 +4,7 @@ package sampler
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -170,7 +171,7 @@ func TestAttributeCountsTheUnionPerCGAndContainer(t *testing.T) {
 			{CgroupID: 98, PID: 11, FD: 3, Target: 1, Description: 3},
 		},
 	}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	forking, other := snap.CGs[0], snap.CGs[1]
 	if want := (nr1.Usage{4 * mb, 0, 0, 2}); forking.Usage != want {
 		t.Errorf("CG usage %v, want %v (not the 25 MB of its mappings)", forking.Usage, want)
@@ -233,7 +234,7 @@ func TestChildCgroupsCountForTheirContainer(t *testing.T) {
 		Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Size: 1 << 20}, {CgroupID: 112, PID: 2, Offset: 1 << 20, Size: 2 << 20}},
 		Handles:  []footprint.Handle{{CgroupID: 111, PID: 3, FD: 3, Target: 1, Description: 1}},
 	}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	want := nr1.Usage{3 << 20, 0, 0, 1}
 	if cg := snap.CGs[0]; cg.Usage != want || cg.PerContainer["health-handler"] != want {
 		t.Errorf("CG %v, container %v; want %v for both", cg.Usage, cg.PerContainer["health-handler"], want)
@@ -254,7 +255,7 @@ func TestSampleDetailIsBounded(t *testing.T) {
 		scan.Mappings = append(scan.Mappings, footprint.Mapping{CgroupID: 11, PID: 1, Start: uint64(i) << 30, Offset: uint64(i) << 20, Size: uint64(i+1) << 12})
 		scan.Handles = append(scan.Handles, footprint.Handle{CgroupID: 11, PID: 1, FD: i, Target: 1, Description: uint64(i + 1)})
 	}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	cg := snap.Detail[snap.CGs[0].UID]
 	if len(cg.Mappings) != MaxDetail || len(cg.Handles) != MaxDetail || cg.MappingsTotal != n || cg.HandlesTotal != n {
 		t.Fatalf("kept %d mappings of %d and %d handles of %d; want %d of %d each", len(cg.Mappings), cg.MappingsTotal, len(cg.Handles), cg.HandlesTotal, MaxDetail, n)
@@ -277,42 +278,42 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 		{UID: "late", Name: "late", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 12, PIDs: []int{200, 5000}}}},
 	}}
 	scan := &footprint.Scan{Source: "procfs", Cutoff: 4000}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "ran out of time at PID 4000, before process 5000 of main") {
 		t.Errorf("early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
 	scan.Cutoff = 0
-	if snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}); snap.CGs[1].UsageUncertain != "" {
+	if snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil); snap.CGs[1].UsageUncertain != "" {
 		t.Errorf("a complete scan left %q", snap.CGs[1].UsageUncertain)
 	}
 	// More in flight on a socket of the late CG than a scan reads.
 	scan.InFlightUnread = []uint64{12}
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "in flight") {
 		t.Errorf("in flight unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
 	// A process of the late CG maps a queue whose description procfs cannot tell.
 	scan.InFlightUnread, scan.Uncounted = nil, []uint64{12}
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "holds queues with no fd on them") {
 		t.Errorf("uncounted mapping: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
 	// An io_uring of the late CG holds files the scan did not read.
 	scan.Uncounted, scan.RingUnread = nil, []uint64{12}
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if early, late := snap.CGs[0], snap.CGs[1]; early.UsageUncertain != "" || !strings.Contains(late.UsageUncertain, "io_uring of main") {
 		t.Errorf("ring unread: early %q, late %q", early.UsageUncertain, late.UsageUncertain)
 	}
 	// A ring of a layout the scan does not know: uncertain by the node's failing.
 	scan.RingUnread, scan.RingLayout = nil, []uint64{12}
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if late := snap.CGs[1]; late.UncertainCause != view.CauseRingLayout || late.UncertainOwn {
 		t.Errorf("ring layout unknown: cause %q own %v, want %q, the node's", late.UncertainCause, late.UncertainOwn, view.CauseRingLayout)
 	}
 	// More distinct queues in flight on a socket of the late CG than a scan counts: over
 	// on queues, not uncertain.
 	scan.RingLayout, scan.PastCap = nil, []footprint.PastCap{{CgroupID: 12, Target: 1}}
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if early, late := snap.CGs[0], snap.CGs[1]; early.PastCap != nil || late.UsageUncertain != "" ||
 		!strings.Contains(late.PastCap[nr1.HypervisorQueue], "of main holds more distinct neureality.ai/ai_hypervisor_queue files") || len(late.PastCap) != 1 {
 		t.Errorf("past the cap: early %v, late %v (uncertain %q)", early.PastCap, late.PastCap, late.UsageUncertain)
@@ -320,7 +321,7 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 	scan.PastCap = nil
 	// The pass over what is in flight cut short: any CG may hold more.
 	scan.InFlightUnread, scan.InFlightCut = nil, true
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	for _, cg := range snap.CGs {
 		if !strings.Contains(cg.UsageUncertain, "in flight") {
 			t.Errorf("in-flight pass cut: %s %q, want uncertain", cg.Name, cg.UsageUncertain)
@@ -338,7 +339,7 @@ func TestContainerWithoutCgroupLeavesItsCGUncertain(t *testing.T) {
 			{Name: "health-handler", State: view.Running, CgroupID: 12}, {Name: "init", State: view.Exited}}},
 	}}
 	scan := &footprint.Scan{Source: "bpf", Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20}}}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	if blind := snap.CGs[0]; !strings.Contains(blind.UsageUncertain, "container graph runs without a cgroup") {
 		t.Errorf("blind: uncertain %q, want the graph container named", blind.UsageUncertain)
 	}
@@ -359,7 +360,7 @@ func TestPodCgroupHoldsWhatNoContainerDescribes(t *testing.T) {
 	scan := &footprint.Scan{Source: "bpf",
 		Mappings: []footprint.Mapping{{CgroupID: 11, PID: 1, Target: 0, Size: 1 << 20}},
 		Handles:  []footprint.Handle{{CgroupID: 21, PID: 2, FD: 3, Target: 1, Description: 1}, {CgroupID: 21, PID: 2, FD: 4, Target: 1, Description: 2}, {CgroupID: 20, PID: 3, FD: 3, Target: 1, Description: 3}}}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	cg := snap.CGs[0]
 	if cg.UsageUncertain != "" {
 		t.Errorf("uncertain %q, want certain: the pod's cgroup holds the sidecar", cg.UsageUncertain)
@@ -424,5 +425,61 @@ func TestRatiosOfPodsGivenNothing(t *testing.T) {
 	}
 	if r := view.Ratios(image, nr1.Amounts{3, 0, 0, 7}); !math.IsInf(float64(r[nr1.DockerPartition]), 1) {
 		t.Errorf("a CG given no partition, holding its image: partition ratio %v, want +Inf", r[nr1.DockerPartition])
+	}
+}
+
+// fakeLineage places cgroups below others by a table.
+type fakeLineage struct {
+	parent map[uint64]uint64 // cgroup → its parent
+	fail   map[uint64]bool
+	asked  int
+}
+
+func (f *fakeLineage) Below(id uint64, in func(uint64) bool) (uint64, bool, error) {
+	f.asked++
+	if f.fail[id] {
+		return 0, false, fmt.Errorf("cgroup %d: refused", id)
+	}
+	for p, ok := f.parent[id]; ok; p, ok = f.parent[p] {
+		if in(p) {
+			return p, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+func (f *fakeLineage) Forget(func(uint64) bool) {}
+
+// A process in a cgroup no walk read (nested past PATH_MAX) holds for the container
+// whose cgroup it is below, and for no one when it is below none; a cgroup whose climb
+// fails is no CG's, and the other records are counted as they are.
+func TestACgroupNoWalkReadIsPlacedBelowItsContainer(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{{UID: "u1", Name: "cg", AllocationKnown: true, Allocation: nr1.Amounts{3, 0, 0, 7},
+		Containers: []*view.Container{{ID: "hh", Name: "health-handler", CgroupID: 11}}, PodCgroupIDs: []uint64{10}}}}
+	scan := &footprint.Scan{Handles: []footprint.Handle{
+		{CgroupID: 11, PID: 1, FD: 3, Target: 1, Description: 1},
+		{CgroupID: 501, PID: 2, FD: 3, Target: 1, Description: 2}, // deep below the container
+		{CgroupID: 502, PID: 3, FD: 3, Target: 1, Description: 3}, // deep below the pod's cgroup
+		{CgroupID: 503, PID: 4, FD: 3, Target: 1, Description: 4}, // below no CG
+		{CgroupID: 504, PID: 5, FD: 3, Target: 1, Description: 5}, // its climb refused
+		{CgroupID: 501, PID: 6, FD: 3, Target: 1, Description: 6},
+	}}
+	lineage := &fakeLineage{parent: map[uint64]uint64{501: 500, 500: 11, 11: 10, 502: 10, 503: 1, 504: 11}, fail: map[uint64]bool{504: true}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, lineage)
+	cg := snap.CGs[0]
+	if want := (nr1.Usage{0, 0, 0, 4}); cg.Usage != want {
+		t.Errorf("CG %v, want %v: its own, two below its container, one below its pod's cgroup", cg.Usage, want)
+	}
+	if want := (nr1.Usage{0, 0, 0, 3}); cg.PerContainer["health-handler"] != want {
+		t.Errorf("container %v, want %v", cg.PerContainer["health-handler"], want)
+	}
+	if want := (nr1.Usage{0, 0, 0, 2}); snap.Unattributed != want {
+		t.Errorf("unattributed %v, want %v: below no CG, and the refused climb", snap.Unattributed, want)
+	}
+	if lineage.asked != 4 {
+		t.Errorf("%d climbs, want one per cgroup no walk read (4)", lineage.asked)
+	}
+	if Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil).CGs[0].Usage != (nr1.Usage{0, 0, 0, 1}) {
+		t.Error("without a lineage, the CG holds only what its own cgroup's records say")
 	}
 }

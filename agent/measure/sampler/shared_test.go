@@ -50,7 +50,7 @@ func TestPodsSharingAClaimAreHeldToItTogether(t *testing.T) {
 			{CgroupID: 3, PID: 3, FD: 3, Target: 1, Description: 2}, // passed from b to c
 		},
 	}
-	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	group := snap.CGs[0].Shared
 	if group == nil {
 		t.Fatal("a shares a claim and has no group")
@@ -95,7 +95,7 @@ func TestSharedUsageOfAnUncertainMemberIsUncertain(t *testing.T) {
 		{UID: "b", Namespace: "ml", Name: "b", AllocationKnown: true, Allocation: claim.Amounts, Claims: []view.Claim{claim},
 			Containers: []*view.Container{{ID: "b", Name: "hh", State: view.Running}}}, // no cgroup: uncertain
 	}}
-	snap := Attribute(time.Unix(1, 0), inv, &footprint.Scan{}, targets(t), PartitionUsage{})
+	snap := Attribute(time.Unix(1, 0), inv, &footprint.Scan{}, targets(t), PartitionUsage{}, nil)
 	if g := snap.CGs[0].Shared; g == nil || g.Uncertain == "" {
 		t.Fatalf("group %+v: want it uncertain, b's usage being a lower bound", g)
 	}

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -219,47 +220,74 @@ func Descendants(dir string) ([]uint64, error) {
 	return t.Descendants, err
 }
 
+// walkSubtree reads dir, then each cgroup below it opened by its id (Lineage's file
+// handle) rather than by path: a container can nest its cgroups past PATH_MAX, where no
+// path reaches, and its processes there are still the container's. One descriptor below
+// dir is open at a time.
 func walkSubtree(dir string, procs bool) (Subtree, error) {
-	var t Subtree
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) && p != dir {
-				return nil // a child cgroup removed while we walk
-			}
-			return err
-		}
-		if !d.IsDir() {
-			return nil
-		}
-		if procs {
-			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-			if err != nil {
-				if errors.Is(err, os.ErrNotExist) && p != dir {
-					return nil
-				}
-				return fmt.Errorf("reading cgroup.procs: %w", err)
-			}
-			sc := bufio.NewScanner(bytes.NewReader(b))
-			for sc.Scan() {
-				pid, err := strconv.Atoi(sc.Text())
-				if err == nil {
-					t.PIDs = append(t.PIDs, pid)
-				}
-			}
-		}
-		if p != dir {
-			if info, err := d.Info(); err == nil {
-				if st, ok := info.Sys().(*syscall.Stat_t); ok {
-					t.Descendants = append(t.Descendants, st.Ino)
-				}
-			}
-		}
-		return nil
-	})
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return Subtree{}, fmt.Errorf("cgroup %s: %w", dir, err)
 	}
+	defer func() { _ = unix.Close(root) }()
+	var t Subtree
+	var queue []uint64
+	buf := make([]byte, 8<<10)
+	read := func(fd int) error {
+		if procs {
+			if err := readProcs(fd, &t.PIDs); err != nil {
+				return err
+			}
+		}
+		return direntries(fd, buf, func(name string, ino uint64, typ uint8) {
+			if typ == unix.DT_DIR && name != "." && name != ".." {
+				t.Descendants = append(t.Descendants, ino)
+				queue = append(queue, ino)
+			}
+		})
+	}
+	if err := read(root); err != nil {
+		return Subtree{}, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	for ; len(queue) > 0; queue = queue[1:] {
+		fd, err := openID(root, queue[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+		if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
+			continue // a child cgroup removed while we walk
+		}
+		if err != nil {
+			return Subtree{}, fmt.Errorf("cgroup %s: a cgroup below it (id %d): %w", dir, queue[0], err)
+		}
+		err = read(fd)
+		_ = unix.Close(fd)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
+			continue // removed while read
+		}
+		if err != nil {
+			return Subtree{}, fmt.Errorf("cgroup %s: a cgroup below it (id %d): %w", dir, queue[0], err)
+		}
+	}
 	return t, nil
+}
+
+// readProcs appends the PIDs in the cgroup.procs of the cgroup open as fd.
+func readProcs(fd int, pids *[]int) error {
+	f, err := unix.Openat(fd, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("reading cgroup.procs: %w", err)
+	}
+	file := os.NewFile(uintptr(f), "cgroup.procs")
+	defer func() { _ = file.Close() }()
+	b, err := io.ReadAll(file)
+	if err != nil {
+		return fmt.Errorf("reading cgroup.procs: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if pid, err := strconv.Atoi(sc.Text()); err == nil {
+			*pids = append(*pids, pid)
+		}
+	}
+	return nil
 }
 
 // ProcsDir is the directory whose cgroup.procs lists a container's processes: the v2

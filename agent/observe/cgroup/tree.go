@@ -12,7 +12,8 @@ import (
 )
 
 // Tree reads the v2 cgroup dir and every cgroup below it in one walk: their ids by
-// path. A child cgroup removed meanwhile is left out.
+// path. A child cgroup removed meanwhile is left out, and so are the cgroups below one
+// whose path is longer than PATH_MAX.
 //
 // A cgroup's id is its inode, which the directory entries already carry: the walk reads
 // each directory once (getdents) and stats only dir itself, not each cgroup below it,
@@ -31,6 +32,11 @@ func Tree(dir string) (map[string]uint64, error) {
 		fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if errors.Is(err, unix.ENOENT) && d != dir {
 			delete(tree, d) // removed while we walk
+			continue
+		}
+		if errors.Is(err, unix.ENAMETOOLONG) && d != dir {
+			// Nested past PATH_MAX, where no path reaches: its id is known, the cgroups
+			// below it are placed by their ids (Lineage), not by this walk.
 			continue
 		}
 		if err != nil {
