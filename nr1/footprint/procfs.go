@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/cgroupfs"
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // Procfs is the footprint source that reads /proc/PID/{cgroup,maps,fd,fdinfo}.
@@ -90,8 +93,11 @@ func (p *Procfs) Scan(ctx context.Context) (*Scan, error) {
 }
 
 type scanState struct {
-	ctx   context.Context
-	ids   map[string]uint64 // cgroup path → id, for this scan
+	ctx context.Context
+	ids map[string]uint64 // cgroup path → id, for this scan
+	// deep are the processes of the cgroups nested past PATH_MAX, which /proc cannot
+	// name: PID → cgroup id, read once a scan when the first of them is met.
+	deep  map[int]uint64
 	buf   []byte
 	descs describer
 	// fdTargets are the targets the process being read has fds on.
@@ -112,6 +118,9 @@ func gone(err error) bool {
 func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 	base := filepath.Join(p.root, strconv.Itoa(pid))
 	cg, err := p.cgroupID(st, base)
+	if errors.Is(err, unix.ENAMETOOLONG) {
+		cg, err = p.deepCgroupID(st, pid)
+	}
 	if err != nil {
 		return err
 	}
@@ -146,6 +155,37 @@ func (p *Procfs) process(st *scanState, s *Scan, pid int) error {
 	return nil
 }
 
+// deepCgroupID finds the cgroup of a process whose cgroup no path reaches (a pod nesting
+// its cgroups past PATH_MAX; /proc writes the path cut there): among the processes every
+// v2 cgroup lists, read by the cgroups' ids. A process in none of them is gone.
+func (p *Procfs) deepCgroupID(st *scanState, pid int) (uint64, error) {
+	if p.cgroupV2 == "" {
+		return 0, nil // no v2 membership (legacy host)
+	}
+	if st.deep == nil {
+		st.deep = map[int]uint64{}
+		var pids []int
+		err := cgroupfs.Walk(p.cgroupV2, func(fd int, id uint64) error {
+			var err error
+			if pids, err = cgroupfs.Procs(fd, pids[:0]); err != nil {
+				return err //nolint:wrapcheck // Walk names the cgroup
+			}
+			for _, pid := range pids {
+				st.deep[pid] = id
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("process %d, in a cgroup nested past PATH_MAX: %w", pid, err)
+		}
+	}
+	id, ok := st.deep[pid]
+	if !ok {
+		return 0, fmt.Errorf("process %d, in a cgroup nested past PATH_MAX: %w", pid, fs.ErrNotExist)
+	}
+	return id, nil
+}
+
 func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 	b, err := os.ReadFile(filepath.Join(base, "cgroup"))
 	if err != nil {
@@ -167,7 +207,7 @@ func (p *Procfs) cgroupID(st *scanState, base string) (uint64, error) {
 		}
 		var stat unix.Stat_t
 		if err := unix.Stat(filepath.Join(p.cgroupV2, string(path)), &stat); err != nil {
-			return 0, fmt.Errorf("cgroup %s: %w", path, err)
+			return 0, fmt.Errorf("cgroup %s: %w", untrusted.Quote(string(path)), err)
 		}
 		st.ids[string(path)] = stat.Ino
 		return stat.Ino, nil

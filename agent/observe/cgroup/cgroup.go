@@ -3,21 +3,18 @@
 package cgroup
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/opencontainers/cgroups/systemd"
 	"golang.org/x/sys/unix"
 
+	"github.com/neureality-sdk/nr1-agent/internal/cgroupfs"
 	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
@@ -220,74 +217,28 @@ func Descendants(dir string) ([]uint64, error) {
 	return t.Descendants, err
 }
 
-// walkSubtree reads dir, then each cgroup below it opened by its id (Lineage's file
-// handle) rather than by path: a container can nest its cgroups past PATH_MAX, where no
-// path reaches, and its processes there are still the container's. One descriptor below
-// dir is open at a time.
+// walkSubtree reads dir and each cgroup below it by its id (cgroupfs.Walk), not by its
+// path: a container can nest its cgroups past PATH_MAX, and its processes there are
+// still the container's.
 func walkSubtree(dir string, procs bool) (Subtree, error) {
-	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return Subtree{}, fmt.Errorf("cgroup %s: %w", dir, err)
-	}
-	defer func() { _ = unix.Close(root) }()
 	var t Subtree
-	var queue []uint64
-	buf := make([]byte, 8<<10)
-	read := func(fd int) error {
-		if procs {
-			if err := readProcs(fd, &t.PIDs); err != nil {
-				return err
-			}
+	top := true
+	err := cgroupfs.Walk(dir, func(fd int, id uint64) error {
+		if !top {
+			t.Descendants = append(t.Descendants, id)
 		}
-		return direntries(fd, buf, func(name string, ino uint64, typ uint8) {
-			if typ == unix.DT_DIR && name != "." && name != ".." {
-				t.Descendants = append(t.Descendants, ino)
-				queue = append(queue, ino)
-			}
-		})
-	}
-	if err := read(root); err != nil {
-		return Subtree{}, fmt.Errorf("cgroup %s: %w", dir, err)
-	}
-	for ; len(queue) > 0; queue = queue[1:] {
-		fd, err := openID(root, queue[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
-		if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
-			continue // a child cgroup removed while we walk
+		top = false
+		if !procs {
+			return nil
 		}
-		if err != nil {
-			return Subtree{}, fmt.Errorf("cgroup %s: a cgroup below it (id %d): %w", dir, queue[0], err)
-		}
-		err = read(fd)
-		_ = unix.Close(fd)
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) {
-			continue // removed while read
-		}
-		if err != nil {
-			return Subtree{}, fmt.Errorf("cgroup %s: a cgroup below it (id %d): %w", dir, queue[0], err)
-		}
+		var err error
+		t.PIDs, err = cgroupfs.Procs(fd, t.PIDs)
+		return err //nolint:wrapcheck // cgroupfs names the file, Walk the cgroup
+	})
+	if err != nil {
+		return Subtree{}, err //nolint:wrapcheck // names the cgroup
 	}
 	return t, nil
-}
-
-// readProcs appends the PIDs in the cgroup.procs of the cgroup open as fd.
-func readProcs(fd int, pids *[]int) error {
-	f, err := unix.Openat(fd, "cgroup.procs", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("reading cgroup.procs: %w", err)
-	}
-	file := os.NewFile(uintptr(f), "cgroup.procs")
-	defer func() { _ = file.Close() }()
-	b, err := io.ReadAll(file)
-	if err != nil {
-		return fmt.Errorf("reading cgroup.procs: %w", err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if pid, err := strconv.Atoi(sc.Text()); err == nil {
-			*pids = append(*pids, pid)
-		}
-	}
-	return nil
 }
 
 // ProcsDir is the directory whose cgroup.procs lists a container's processes: the v2

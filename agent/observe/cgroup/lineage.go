@@ -3,22 +3,18 @@
 package cgroup
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/cgroupfs"
 )
 
 // maxClimb only guards against a file system that never reaches its root: the kernel
 // sets no depth on a cgroup tree, and a pod allowed to write its cgroups can nest them
 // as deep as its memory allows, which is far less than this.
 const maxClimb = 1 << 24
-
-// fileIDKernfs is the file handle type of a kernfs node (FILEID_KERNFS): its 8 bytes are
-// the node's id, a cgroup's id.
-const fileIDKernfs = 0xfe
 
 // Lineage finds which of a set of cgroups a cgroup is below, by its id alone: it opens
 // the cgroup by its file handle and climbs "..", one descriptor at a time, with no path.
@@ -89,9 +85,9 @@ func (l *Lineage) Forget(keep func(uint64) bool) {
 }
 
 func (l *Lineage) climb(id uint64, in func(uint64) bool) (uint64, bool, error) {
-	fd, err := openID(l.mount, id, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
-	if errors.Is(err, unix.ESTALE) || errors.Is(err, unix.ENOENT) {
-		return 0, false, nil // gone
+	fd, err := cgroupfs.OpenID(l.mount, id, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if cgroupfs.Gone(err) {
+		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("cgroup %d: %w", id, err)
@@ -119,16 +115,4 @@ func (l *Lineage) climb(id uint64, in func(uint64) bool) (uint64, bool, error) {
 		}
 	}
 	return 0, false, fmt.Errorf("cgroup %d: more than %d levels deep", id, maxClimb)
-}
-
-// openID opens the cgroup of id on the cgroup file system fd is on (v1 or v2), by its
-// file handle: no path, however deep it is. It needs CAP_DAC_READ_SEARCH.
-func openID(fd int, id uint64, flags int) (int, error) {
-	b := make([]byte, 8)
-	binary.NativeEndian.PutUint64(b, id)
-	cfd, err := unix.OpenByHandleAt(fd, unix.NewFileHandle(fileIDKernfs, b), flags)
-	if err != nil {
-		return -1, fmt.Errorf("opening cgroup %d by its id: %w", id, err)
-	}
-	return cfd, nil
 }

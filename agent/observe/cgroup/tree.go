@@ -3,12 +3,13 @@
 package cgroup
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/cgroupfs"
 )
 
 // Tree reads the v2 cgroup dir and every cgroup below it in one walk: their ids by
@@ -42,7 +43,7 @@ func Tree(dir string) (map[string]uint64, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cgroup %s: %w", d, err)
 		}
-		err = direntries(fd, buf, func(name string, ino uint64, typ uint8) {
+		err = cgroupfs.Entries(fd, buf, func(name string, ino uint64, typ uint8) {
 			if typ == unix.DT_DIR && name != "." && name != ".." {
 				p := filepath.Join(d, name)
 				tree[p] = ino
@@ -55,37 +56,4 @@ func Tree(dir string) (map[string]uint64, error) {
 		}
 	}
 	return tree, nil
-}
-
-// direntries calls each for every entry of the open directory fd: its name, inode and
-// type (linux_dirent64).
-func direntries(fd int, buf []byte, each func(name string, ino uint64, typ uint8)) error {
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("getdents: %w", err)
-		}
-		if n <= 0 {
-			return nil
-		}
-		for b := buf[:n]; len(b) >= 19; {
-			ino := binary.NativeEndian.Uint64(b[0:8])
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < 19 || reclen > len(b) {
-				return fmt.Errorf("getdents: a record of %d bytes in %d", reclen, len(b))
-			}
-			name := b[19:reclen]
-			for i, c := range name {
-				if c == 0 {
-					name = name[:i]
-					break
-				}
-			}
-			each(string(name), ino, b[18])
-			b = b[reclen:]
-		}
-	}
 }
