@@ -7,6 +7,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -85,6 +87,9 @@ func TestAdversaries(t *testing.T) {
 	// new ones at 45 s; the worker, moved below the container's cgroup first, keeps the
 	// first 7 all along.
 	child := faultPod(t, c, adversaryNS, loadPod("child-cgroup", "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7"))
+	// The same, its worker moved into a cgroup nested past PATH_MAX, where no path
+	// reaches.
+	deep := faultPod(t, c, adversaryNS, loadPod("deep-cgroup", "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7"))
 	started := time.Now()
 	late := faultPod(t, c, adversaryNS, loadPod("late-over", "--compute-dma-mb=3", "--queues=7", "--step=40s:queues=9"))
 	lateStarted := time.Now()
@@ -123,7 +128,8 @@ func TestAdversaries(t *testing.T) {
 	}
 	t.Logf("under the floods: agent RSS %d MiB (peak %d MiB), one sample %v", rss>>20, hwm>>20, s.Took)
 
-	childCgroup(t, c, child)
+	childCgroup(t, c, child, 1)
+	removeDeep := childCgroup(t, c, deep, deepLevels)
 	for _, a := range advs {
 		if a.killed {
 			waitReason(t, c, a.pod, "NR1Killed", 60*time.Second)
@@ -131,21 +137,35 @@ func TestAdversaries(t *testing.T) {
 	}
 	// The worker in its child cgroup holds the first 7 for the CG when its main process
 	// has let them go.
-	eventually(t, 40*time.Second, "child-cgroup: the worker's queues counted for the CG", func() error {
-		if time.Since(started) < 30*time.Second {
-			return fmt.Errorf("the main process lets its queues go at 25 s")
-		}
-		s, err := agentDebug(t, c)
-		if err != nil {
-			return err
-		}
-		cg := s.CG(string(child.UID))
-		if cg == nil || cg.Usage[nr1.HypervisorQueue] != 7 || cg.PerContainer["health-handler"][nr1.HypervisorQueue] != 7 {
-			return fmt.Errorf("usage %+v", cg)
-		}
-		return nil
-	})
+	for _, pod := range []*corev1.Pod{child, deep} {
+		eventually(t, 40*time.Second, pod.Name+": the worker's queues counted for the CG", func() error {
+			if time.Since(started) < 30*time.Second {
+				return fmt.Errorf("the main process lets its queues go at 25 s")
+			}
+			s, err := agentDebug(t, c)
+			if err != nil {
+				return err
+			}
+			cg := s.CG(string(pod.UID))
+			if cg == nil || cg.Usage[nr1.HypervisorQueue] != 7 || cg.PerContainer["health-handler"][nr1.HypervisorQueue] != 7 {
+				return fmt.Errorf("usage %+v", cg)
+			}
+			return nil
+		})
+	}
 	childKill := waitReason(t, c, child, "NR1Killed", 60*time.Second)
+	deepKill := waitReason(t, c, deep, "NR1Killed", 60*time.Second)
+	// The kill's effect, not its Event: killed, whatever it nests, the pod ends Failed.
+	for _, pod := range []*corev1.Pod{child, deep} {
+		eventually(t, 30*time.Second, pod.Name+" ended Failed", func() error {
+			p, err := c.CoreV1().Pods(pod.Namespace).Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if err == nil && p.Status.Phase != corev1.PodFailed {
+				err = fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return err
+		})
+	}
+	removeDeep()
 	lateKill := waitReason(t, c, late, "NR1Killed", 90*time.Second)
 	lateDelay := lateKill.FirstTimestamp.Sub(lateStarted.Add(40 * time.Second))
 	if lateDelay > 25*time.Second {
@@ -164,15 +184,17 @@ func TestAdversaries(t *testing.T) {
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "agent memory\tRSS %d MiB\tpeak %d MiB\t\n", rss2>>20, hwm2>>20)
 	fmt.Fprintf(tw, "child-cgroup killed\t%v after start\t\t\n", childKill.FirstTimestamp.Sub(started).Round(time.Second))
+	fmt.Fprintf(tw, "deep-cgroup killed\t%v after start\t\t\n", deepKill.FirstTimestamp.Sub(started).Round(time.Second))
 	fmt.Fprintf(tw, "late-over killed\t%v after going over\t\t\n", lateDelay.Round(time.Second))
 	_ = tw.Flush()
 	t.Logf("adversaries:\n%s", table.String())
 	_ = agent
 }
 
-// childCgroup moves the CG's --fork worker into a child cgroup it makes below the
-// container's v2 cgroup, as a container allowed to manage its cgroup can.
-func childCgroup(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
+// childCgroup moves the CG's --fork worker into a cgroup it nests levels deep below
+// the container's v2 cgroup (nestCgroups), and returns what removes the nest once the
+// worker is gone (also at the test's end).
+func childCgroup(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, levels int) (remove func()) {
 	t.Helper()
 	var dir string
 	var pids []int
@@ -189,14 +211,16 @@ func childCgroup(t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
 		return nil
 	})
 	worker := workerOf(t, pids)
-	sub := filepath.Join(dir, "worker")
-	if err := os.Mkdir(sub, 0o755); err != nil && !os.IsExist(err) {
+	n, err := nestCgroups(dir, levels)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(worker)), 0o644); err != nil {
-		t.Fatalf("moving worker %d into %s: %v", worker, sub, err)
+	t.Cleanup(n.remove)
+	if err := n.move(worker); err != nil {
+		t.Fatalf("%s: %v", pod.Name, err)
 	}
-	t.Logf("%s: worker %d moved into %s", pod.Name, worker, sub)
+	t.Logf("%s: worker %d moved %d levels below %s", pod.Name, worker, levels, dir)
+	return n.remove
 }
 
 // workerOf picks nr1-load's --fork worker among the container's processes: the one

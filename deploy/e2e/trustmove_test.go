@@ -50,7 +50,11 @@ func (r *trustRun) moveWorkers(ctx context.Context) {
 		case <-time.After(time.Until(r.start.Add(m.h.MoveAt))):
 		}
 		ns := r.ns(m.tc.Namespace)
-		dir, pid, err := r.moveWorker(ctx, ns, m.tc.Name, m.h.Name)
+		levels := 1
+		if m.h.MoveDeep {
+			levels = deepLevels
+		}
+		dir, pid, err := r.moveWorker(ctx, ns, m.tc.Name, m.h.Name, levels)
 		if err != nil {
 			r.t.Logf("%s: %s/%s %s: worker not moved: %v", m.h.MoveAt.Round(time.Second), ns, m.tc.Name, m.h.Name, err)
 			continue
@@ -58,13 +62,13 @@ func (r *trustRun) moveWorkers(ctx context.Context) {
 		r.mu.Lock()
 		r.moved++
 		r.mu.Unlock()
-		r.t.Logf("%s: %s/%s %s: worker %d moved into %s", m.h.MoveAt.Round(time.Second), ns, m.tc.Name, m.h.Name, pid, dir)
+		r.t.Logf("%s: %s/%s %s: worker %d moved %d levels below %s", m.h.MoveAt.Round(time.Second), ns, m.tc.Name, m.h.Name, pid, levels, dir)
 	}
 }
 
 // moveWorker finds the running container of the case's pod through CRI, its cgroup v2
 // directory through its process, and the worker among the directory's processes.
-func (r *trustRun) moveWorker(ctx context.Context, ns, name, container string) (string, int, error) {
+func (r *trustRun) moveWorker(ctx context.Context, ns, name, container string, levels int) (string, int, error) {
 	pods, err := r.c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: caseLabel + "=" + name})
 	if err != nil {
 		return "", 0, err
@@ -101,11 +105,16 @@ func (r *trustRun) moveWorker(ctx context.Context, ns, name, container string) (
 		if err != nil {
 			return "", 0, err
 		}
-		sub := filepath.Join(dir, "moved")
-		if err := os.Mkdir(sub, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		n, err := nestCgroups(dir, levels)
+		if err != nil {
 			return "", 0, err
 		}
-		return sub, worker, os.WriteFile(filepath.Join(sub, "cgroup.procs"), []byte(strconv.Itoa(worker)), 0o644)
+		if err := n.move(worker); err != nil {
+			n.remove()
+			return "", 0, err
+		}
+		reap(n)
+		return dir, worker, nil
 	}
 	return "", 0, errors.New("no running container")
 }
@@ -152,4 +161,16 @@ func workerIn(dir string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no worker in %s", dir)
+}
+
+// reap removes the nest once no process is left in it (its worker killed, its pod
+// stopped, the run's pods deleted), so that the runtime and the kubelet can remove the
+// cgroups above it.
+func reap(n *nest) {
+	go func() {
+		for deadline := time.Now().Add(time.Hour); n.populated() && time.Now().Before(deadline); {
+			time.Sleep(2 * time.Second)
+		}
+		n.remove()
+	}()
 }

@@ -73,6 +73,9 @@ type Holder struct {
 	// worker into a child cgroup of the container's, as a container managing its own
 	// cgroup can; zero for never.
 	MoveAt time.Duration
+	// MoveDeep moves it past PATH_MAX instead: into a chain of cgroups nested so deep
+	// below the container's that no path reaches the worker's.
+	MoveDeep bool
 	// Exits after this long (an init container); zero for one that holds until stopped.
 	ExitAfter time.Duration
 	// Pod is which of a SharedClaim case's pods it runs in.
@@ -516,7 +519,8 @@ func hostile(r *rand.Rand, c *Case) {
 }
 
 // moves picks, now and then, a forking holder whose worker the runner moves into a child
-// cgroup while the CG runs: what the CG holds is the same, from another cgroup.
+// cgroup while the CG runs, one level down or past PATH_MAX: what the CG holds is the
+// same, from another cgroup.
 func moves(r *rand.Rand, c *Case, duration time.Duration) {
 	for i := range c.Holders {
 		h := &c.Holders[i]
@@ -524,6 +528,7 @@ func moves(r *rand.Rand, c *Case, duration time.Duration) {
 			continue
 		}
 		h.MoveAt = 10*time.Second + time.Duration(r.Int64N(int64(max(duration-3*time.Minute, time.Minute))))
+		h.MoveDeep = r.IntN(2) == 0
 	}
 }
 

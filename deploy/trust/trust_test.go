@@ -110,6 +110,12 @@ func TestShapesAreCovered(t *testing.T) {
 					if h.MoveAt > 0 {
 						seen["child cgroup"] = true
 					}
+					if h.MoveAt > 0 && h.MoveDeep {
+						seen["cgroup past PATH_MAX"] = true
+					}
+					if h.MoveDeep && h.MoveAt == 0 {
+						t.Errorf("seed %d: %s moved deep but never moved", seed, h.Name)
+					}
 					if h.Copies > 1 {
 						seen["copies"] = true
 					}
@@ -161,7 +167,7 @@ func TestShapesAreCovered(t *testing.T) {
 	}
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
-		"fork", "dup", "in flight", "io_uring", "child cgroup", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
+		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
 		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition", "forged mark"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
