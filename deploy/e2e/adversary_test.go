@@ -85,12 +85,41 @@ func TestAdversaries(t *testing.T) {
 	}
 	// The child-cgroup worker: its main process lets its 7 queues go at 25 s and opens 7
 	// new ones at 45 s; the worker, moved below the container's cgroup first, keeps the
-	// first 7 all along.
-	child := faultPod(t, c, adversaryNS, loadPod("child-cgroup", "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7"))
-	// The same, its worker moved into a cgroup nested past PATH_MAX, where no path
-	// reaches.
-	deep := faultPod(t, c, adversaryNS, loadPod("deep-cgroup", "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7"))
+	// first 7 all along. The deep-cgroup worker the same, moved into a cgroup nested past
+	// PATH_MAX, where no path reaches. Both moved as soon as they run.
 	started := time.Now()
+	mover := func(name string) *corev1.Pod {
+		pod := loadPod(name, "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7")
+		pod.Namespace = adversaryNS
+		created := createPod(t, c, pod)
+		diagnose(t, c, created)
+		return created
+	}
+	child, deep := mover("child-cgroup"), mover("deep-cgroup")
+	child, deep = running(t, c, child), running(t, c, deep)
+	childCgroup(t, c, child, 1)
+	removeDeep := childCgroup(t, c, deep, deepLevels)
+	if time.Since(started) > 25*time.Second {
+		t.Fatalf("the workers moved %v after their start, after their main processes let go", time.Since(started).Round(time.Second))
+	}
+	// The worker in its nested cgroup holds the first 7 for the CG when its main process
+	// has let them go (25 s to 45 s).
+	for _, pod := range []*corev1.Pod{child, deep} {
+		eventually(t, 40*time.Second, pod.Name+": the worker's queues counted for the CG", func() error {
+			if time.Since(started) < 30*time.Second {
+				return fmt.Errorf("the main process lets its queues go at 25 s")
+			}
+			s, err := agentDebug(t, c)
+			if err != nil {
+				return err
+			}
+			cg := s.CG(string(pod.UID))
+			if cg == nil || cg.Usage[nr1.HypervisorQueue] != 7 || cg.PerContainer["health-handler"][nr1.HypervisorQueue] != 7 {
+				return fmt.Errorf("usage %+v", cg)
+			}
+			return nil
+		})
+	}
 	late := faultPod(t, c, adversaryNS, loadPod("late-over", "--compute-dma-mb=3", "--queues=7", "--step=40s:queues=9"))
 	lateStarted := time.Now()
 
@@ -128,31 +157,12 @@ func TestAdversaries(t *testing.T) {
 	}
 	t.Logf("under the floods: agent RSS %d MiB (peak %d MiB), one sample %v", rss>>20, hwm>>20, s.Took)
 
-	childCgroup(t, c, child, 1)
-	removeDeep := childCgroup(t, c, deep, deepLevels)
 	for _, a := range advs {
 		if a.killed {
 			waitReason(t, c, a.pod, "NR1Killed", 60*time.Second)
 		}
 	}
-	// The worker in its child cgroup holds the first 7 for the CG when its main process
-	// has let them go.
-	for _, pod := range []*corev1.Pod{child, deep} {
-		eventually(t, 40*time.Second, pod.Name+": the worker's queues counted for the CG", func() error {
-			if time.Since(started) < 30*time.Second {
-				return fmt.Errorf("the main process lets its queues go at 25 s")
-			}
-			s, err := agentDebug(t, c)
-			if err != nil {
-				return err
-			}
-			cg := s.CG(string(pod.UID))
-			if cg == nil || cg.Usage[nr1.HypervisorQueue] != 7 || cg.PerContainer["health-handler"][nr1.HypervisorQueue] != 7 {
-				return fmt.Errorf("usage %+v", cg)
-			}
-			return nil
-		})
-	}
+	// At 45 s, its main process holding 7 again, each CG holds 14 of its 7.
 	childKill := waitReason(t, c, child, "NR1Killed", 60*time.Second)
 	deepKill := waitReason(t, c, deep, "NR1Killed", 60*time.Second)
 	// The kill's effect, not its Event: killed, whatever it nests, the pod ends Failed.

@@ -74,6 +74,11 @@ func Entries(fd int, buf []byte, each func(name string, ino uint64, typ uint8)) 
 // as fd (for the call only) and its id. Below dir, one descriptor is open at a time and
 // a cgroup removed meanwhile is skipped.
 func Walk(dir string, each func(fd int, id uint64) error) error {
+	return walk(dir, each, nil)
+}
+
+// walk is Walk, also telling child each cgroup as its parent's entries name it.
+func walk(dir string, each func(fd int, id uint64) error, child func(parent uint64, name string, id uint64)) error {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("cgroup %s: %w", dir, err)
@@ -86,12 +91,17 @@ func Walk(dir string, each func(fd int, id uint64) error) error {
 	var queue []uint64
 	buf := make([]byte, 8<<10)
 	visit := func(fd int, id uint64) error {
-		if err := each(fd, id); err != nil {
-			return err
+		if each != nil {
+			if err := each(fd, id); err != nil {
+				return err
+			}
 		}
 		return Entries(fd, buf, func(name string, ino uint64, typ uint8) {
 			if typ == unix.DT_DIR && name != "." && name != ".." {
 				queue = append(queue, ino)
+				if child != nil {
+					child(id, name, ino)
+				}
 			}
 		})
 	}
@@ -137,4 +147,46 @@ func Procs(fd int, pids []int) ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// Entry is a cgroup below another: its id, its parent's id and its name there, and the
+// length of its path from the directory a walk began at.
+type Entry struct {
+	ID, Parent uint64
+	Name       string
+	PathLen    int
+}
+
+// Below lists every cgroup below dir, breadth first: a cgroup's descendants come after
+// it, the deepest last.
+func Below(dir string) ([]Entry, error) {
+	var out []Entry
+	index := map[uint64]int{} // id → its entry in out; dir's is absent
+	err := walk(dir, nil, func(parent uint64, name string, id uint64) {
+		plen := len(dir)
+		if i, ok := index[parent]; ok {
+			plen = out[i].PathLen
+		}
+		index[id] = len(out)
+		out = append(out, Entry{ID: id, Parent: parent, Name: name, PathLen: plen + 1 + len(name)})
+	})
+	return out, err
+}
+
+// Remove removes the empty cgroup e, below dir, by its parent's id and its name.
+func Remove(dir string, e Entry) error {
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	defer func() { _ = unix.Close(root) }()
+	parent, err := OpenID(root, e.Parent, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(parent) }()
+	if err := unix.Unlinkat(parent, e.Name, unix.AT_REMOVEDIR); err != nil {
+		return fmt.Errorf("removing cgroup %d below %s: %w", e.ID, dir, err)
+	}
+	return nil
 }
