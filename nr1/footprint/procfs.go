@@ -168,7 +168,7 @@ func (p *Procfs) deepCgroupID(st *scanState, pid int) (uint64, error) {
 		err := cgroupfs.Walk(p.cgroupV2, func(fd int, id uint64) error {
 			var err error
 			if pids, err = cgroupfs.Procs(fd, pids[:0]); err != nil {
-				return err //nolint:wrapcheck // Walk names the cgroup
+				return err
 			}
 			for _, pid := range pids {
 				st.deep[pid] = id

@@ -324,7 +324,7 @@ func (l *sampleLineage) Below(id uint64, in func(uint64) bool) (uint64, bool, er
 
 // forget drops what was found of the cgroups not asked of in this sample.
 func (l *sampleLineage) forget() {
-	l.Lineage.Forget(func(id uint64) bool { return l.asked[id] })
+	l.Forget(func(id uint64) bool { return l.asked[id] })
 	l.sampler.mu.Lock()
 	defer l.sampler.mu.Unlock()
 	for id := range l.sampler.failed {

@@ -233,10 +233,10 @@ func walkSubtree(dir string, procs bool) (Subtree, error) {
 		}
 		var err error
 		t.PIDs, err = cgroupfs.Procs(fd, t.PIDs)
-		return err //nolint:wrapcheck // cgroupfs names the file, Walk the cgroup
+		return err
 	})
 	if err != nil {
-		return Subtree{}, err //nolint:wrapcheck // names the cgroup
+		return Subtree{}, err
 	}
 	return t, nil
 }
