@@ -35,7 +35,7 @@ func TestSourcesMeasureAProcessNestedPastPathMax(t *testing.T) {
 	fds = append(fds, top)
 	var load *exec.Cmd
 	t.Cleanup(func() {
-		if load != nil {
+		if load != nil && load.Process != nil {
 			_ = load.Process.Kill()
 			_ = load.Wait()
 		}
