@@ -528,7 +528,9 @@ func moves(r *rand.Rand, c *Case, duration time.Duration) {
 			continue
 		}
 		h.MoveAt = 10*time.Second + time.Duration(r.Int64N(int64(max(duration-3*time.Minute, time.Minute))))
-		h.MoveDeep = r.IntN(2) == 0
+		// From the time drawn, not a draw of its own: a seed plays the same cases as
+		// before deep moves were generated (make trust-mutants' seed among them).
+		h.MoveDeep = h.MoveAt/time.Second%2 == 0
 	}
 }
 
