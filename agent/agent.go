@@ -71,13 +71,13 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	tracker := allocation.NewTracker(allocation.Options{Lister: podResources, Interval: paces.AllocationRead,
 		OnDemand: readOnDemand(cfg, podResources, watcher), Clock: clk, Log: log})
 	namespaces, nsWatch := namespaceLabels(cfg, api, log)
-	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims, CDIDir: cfg.Paths.CDI,
-		Cgroups: cgroups, MaxAllocationAge: cfg.Enforcement.MaxAllocationAge.Duration, Log: log})
 	source, targets, bpfRefused, err := footprintSource(cfg, dev.files, cgroups.V2, log)
 	if err != nil {
 		return nil, err
 	}
 	a.closeAtEnd(func() { _ = source.Close() })
+	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims, CDIDir: cfg.Paths.CDI,
+		Cgroups: cgroups, CgroupChanges: cgroupChanges(source, a, log), MaxAllocationAge: cfg.Enforcement.MaxAllocationAge.Duration, Log: log})
 	changes := following{watchChanges(cfg, source, log)}
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(sampler.Options{Inventory: inv, Source: source, Targets: targets, Partition: partition,

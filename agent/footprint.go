@@ -10,6 +10,8 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/measure/cadence"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
+	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/nr1/device"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
@@ -42,6 +44,23 @@ func footprintSource(cfg *config.Config, files []device.ResolvedFile, cgroupV2 s
 	}
 	log.Info("footprint source", "source", "procfs")
 	return footprint.NewProcfs(cfg.Paths.Procfs, cgroupV2, targets), targets, refused, nil
+}
+
+// cgroupChanges counts the node's cgroups made and removed, so that the inventory walks
+// a pod's cgroups only after one changed: with the BPF source only (a kernel that
+// refuses it would refuse this too); nil, every pod's cgroups walked at every sample,
+// when the tracepoints cannot be attached, which is logged.
+func cgroupChanges(src footprint.Source, a *Agent, log *slog.Logger) inventory.CgroupChanges {
+	if _, ok := src.(*footprint.BPF); !ok {
+		return nil
+	}
+	c, err := bpf.WatchCgroups()
+	if err != nil {
+		log.Warn("following cgroups as they are made and removed is refused: every pod's cgroups are walked at every sample", "err", err)
+		return nil
+	}
+	a.closeAtEnd(func() { _ = c.Close() })
+	return c
 }
 
 // watchChanges follows the processes taking NR1 files as it happens, when the source is

@@ -165,28 +165,19 @@ func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Recor
 	if err := f.objs.InflightPass.Set(f.pass); err != nil {
 		return fmt.Errorf("starting a pass over sockets: %w", err)
 	}
-	var cut error
-	for _, ns := range netns {
-		if err := ctx.Err(); err != nil {
-			cut = fmt.Errorf("unix iterator, before network namespace %s: %w", ns, err)
-			break
-		}
-		rd, err := openIn(ns, f.unix)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
+	cut, err := eachNamespace(ctx, netns, f.unix, func(ns string, rd io.Reader) error {
 		// The program collects into maps: any output means it and this reader disagree.
 		n, err := io.Copy(io.Discard, rd)
-		_ = rd.Close()
 		if err == nil && n > 0 {
 			err = fmt.Errorf("%d bytes of output, where none is written", n)
 		}
 		if err != nil {
 			return fmt.Errorf("unix iterator in %s: %w", ns, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := f.collectInFlight(fn); err != nil {
 		return err
@@ -275,13 +266,14 @@ func (f *Footprint) collectInFlight(fn func(*Record) error) (err error) {
 // anyTarget is the in-flight counts' target of a cgroup's own record (ANY_TARGET).
 const anyTarget = 0xffffffff
 
-// openIn opens the iterator from inside the network namespace ns: the iterator keeps the
-// namespace it was opened in. The thread that entered ns is dropped unless it gets back.
-func openIn(ns string, it *link.Iter) (io.ReadCloser, error) {
-	type result struct {
-		rd  io.ReadCloser
-		err error
-	}
+// eachNamespace runs the iterator from inside each network namespace named (the
+// iterator keeps the namespace it was opened in) and calls read with its output, on one
+// thread locked for the pass: its own namespace opened once, entered again after each.
+// A namespace gone since it was named is skipped. When ctx ends between namespaces, the
+// pass stops and cut says so. A thread that cannot get back is dropped with its
+// goroutine, never left to run others in another namespace.
+func eachNamespace(ctx context.Context, netns []string, it *link.Iter, read func(ns string, rd io.Reader) error) (cut, err error) {
+	type result struct{ cut, err error }
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -292,36 +284,61 @@ func openIn(ns string, it *link.Iter) (io.ReadCloser, error) {
 			return
 		}
 		defer back.Close()
-		target, err := os.Open(ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("network namespace %s: %w", ns, err)}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: fmt.Errorf("entering network namespace %s: %w", ns, err)}
-			return
-		}
-		rd, openErr := it.Open()
-		if err := unix.Setns(int(back.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Still locked: the thread ends with this goroutine instead of running
-			// other goroutines in another namespace.
-			if openErr == nil {
+		var r result
+		for _, ns := range netns {
+			if err := ctx.Err(); err != nil {
+				r.cut = fmt.Errorf("unix iterator, before network namespace %s: %w", ns, err)
+				break
+			}
+			rd, err := openIn(ns, back, it)
+			if errors.Is(err, errStranded) {
+				done <- result{err: err} // still locked: the thread ends with this goroutine
+				return
+			}
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+				continue
+			}
+			if err == nil {
+				err = read(ns, rd)
 				_ = rd.Close()
 			}
-			done <- result{err: fmt.Errorf("leaving network namespace %s: %w", ns, err)}
-			return
+			if err != nil {
+				r.err = err
+				break
+			}
 		}
 		runtime.UnlockOSThread()
-		if openErr != nil {
-			openErr = fmt.Errorf("running the unix iterator in %s: %w", ns, openErr)
-		}
-		done <- result{rd: rd, err: openErr}
+		done <- r
 	}()
 	r := <-done
-	return r.rd, r.err
+	return r.cut, r.err
+}
+
+// errStranded is a thread that entered a namespace and could not get back.
+var errStranded = errors.New("stranded in another network namespace")
+
+// openIn opens the iterator from inside the network namespace ns, on a locked thread
+// whose own namespace is back.
+func openIn(ns string, back *os.File, it *link.Iter) (io.ReadCloser, error) {
+	target, err := os.Open(ns)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", ns, err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("entering network namespace %s: %w", ns, err)
+	}
+	rd, openErr := it.Open()
+	if err := unix.Setns(int(back.Fd()), unix.CLONE_NEWNET); err != nil {
+		if openErr == nil {
+			_ = rd.Close()
+		}
+		return nil, fmt.Errorf("leaving network namespace %s: %w: %w", ns, errStranded, err)
+	}
+	if openErr != nil {
+		return nil, fmt.Errorf("running the unix iterator in %s: %w", ns, openErr)
+	}
+	return rd, nil
 }
 
 // VMAs runs the task_vma iterator, calling fn for each mapping of a target in each

@@ -63,7 +63,8 @@ var billProcesses = []string{"kubelet", "kube-apiserver", "etcd"}
 // the medians over the windows (-benchtime=5x: five). bill-%core is the agent's CPU and
 // what the kubelet, the API server and etcd spend above the baseline. With
 // NR1_COST_PROFILE set, CPU profiles of the agent and of the kubelet (10 s, after the
-// windows; the kubelet's for NR1_COST_KUBELET_PROFILE_SECONDS) are written beside it,
+// windows; NR1_COST_AGENT_PROFILE_SECONDS and NR1_COST_KUBELET_PROFILE_SECONDS: a
+// profile of an agent at rest needs a minute to say much) are written beside it,
 // one per case.
 //
 // make bench-agent runs it on the local stack (the kubelet's resource health off, as the
@@ -432,11 +433,16 @@ func envInt(b *testing.B, name string, def int) int {
 
 // agentProfile writes a 10 s CPU profile of the agent, read from its debug listener.
 func agentProfile(agent *corev1.Pod, path string) error {
-	hc, err := debugClient(agent, 30*time.Second)
+	seconds := envOr("NR1_COST_AGENT_PROFILE_SECONDS", "10")
+	d, err := time.ParseDuration(seconds + "s")
+	if err != nil {
+		return fmt.Errorf("NR1_COST_AGENT_PROFILE_SECONDS=%q: %w", seconds, err)
+	}
+	hc, err := debugClient(agent, d+30*time.Second)
 	if err != nil {
 		return err
 	}
-	resp, err := hc.Get(debugURL("/debug/pprof/profile?seconds=10"))
+	resp, err := hc.Get(debugURL("/debug/pprof/profile?seconds=" + seconds))
 	if err != nil {
 		return err
 	}

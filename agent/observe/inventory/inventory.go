@@ -71,6 +71,9 @@ type Options struct {
 	// the source of the shares' marks (nr1.ShareOfMount).
 	CDIDir  string
 	Cgroups cgroup.Hierarchy
+	// CgroupChanges, when not nil, lets a build reuse a pod's cgroup tree while no
+	// cgroup on the node was made or removed since it was walked.
+	CgroupChanges CgroupChanges
 	// MaxAllocationAge is how old an allocation table may be: older, it is as unknown as
 	// none.
 	MaxAllocationAge time.Duration
@@ -87,6 +90,7 @@ type Builder struct {
 	log        *slog.Logger
 	plugin     *pluginBooks
 	dra        claimBooks
+	trees      *trees
 
 	mu      sync.Mutex
 	refused map[string]string // sandbox ID → last refusal logged
@@ -100,7 +104,7 @@ type Builder struct {
 func NewBuilder(o Options) *Builder {
 	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, cgroups: o.Cgroups, maxAge: o.MaxAllocationAge, log: o.Log,
 		plugin: &pluginBooks{log: o.Log, reported: map[string]string{}}, dra: claimBooks{claims: o.Claims, cdiDir: o.CDIDir},
-		refused: map[string]string{}, podDirs: map[string]string{}}
+		trees: &trees{changes: o.CgroupChanges}, refused: map[string]string{}, podDirs: map[string]string{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
@@ -118,6 +122,8 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 	snap := &Snapshot{Taken: now, Inputs: view.Inputs{RuntimeConnected: rs.Connected, AllocationRead: answered}, CGs: make([]*view.CG, 0, len(rs.Pods))}
 	seen, seenPods, seenUIDs := make(map[string]bool), make(map[string]bool), make(map[string]bool)
 	succeeded := successors(rs.Pods)
+	walks := b.trees.round()
+	defer walks.end()
 	for _, p := range rs.Pods {
 		seenPods[p.SandboxID], seenUIDs[p.UID] = true, true
 		cg := &view.CG{
@@ -136,7 +142,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 			}
 			cg.Containers = append(cg.Containers, ctr)
 		}
-		b.podCgroup(cg)
+		b.podCgroup(cg, walks)
 		if next := succeeded[p.UID]; next != nil {
 			cg.AllocationUnknown = fmt.Sprintf("a newer pod of its name (UID %s) is on the node, and the kubelet's pod-resources answer names pods, not UIDs",
 				untrusted.Quote(next.UID))
@@ -198,7 +204,7 @@ func later(a, b *runtime.Pod) bool {
 // its cgroup, found below the pod's by its ID, and every other cgroup below the pod's is
 // the CG's too. What a CG shows the runtime never decides where its processes are: the
 // kubelet puts every one of them below the pod's cgroup.
-func (b *Builder) podCgroup(cg *view.CG) {
+func (b *Builder) podCgroup(cg *view.CG, walks *round) {
 	dir := ""
 	undescribed := false
 	for _, c := range cg.Containers {
@@ -216,11 +222,12 @@ func (b *Builder) podCgroup(cg *view.CG) {
 	if dir == "" && undescribed {
 		dir = b.searchPodDir(cg)
 	}
-	// One walk of the pod's cgroup reads its containers' and every cgroup below them.
+	// One walk of the pod's cgroup reads its containers' and every cgroup below them
+	// (none while no cgroup changed on the node).
 	var tree map[string]uint64
 	if dir != "" {
 		var err error
-		if tree, err = cgroup.Tree(dir); err != nil {
+		if tree, err = walks.tree(dir); err != nil {
 			dir, tree = "", nil // the pod gone meanwhile
 		}
 	}

@@ -15,7 +15,8 @@ import (
 // BenchmarkPodCgroup100 is what a sample pays, for 100 CGs of 2 containers each on the
 // kernel's cgroupfs, to read the cgroups below each container (a walk of each, the
 // baseline) against reading them and every cgroup below each pod's (its PodCgroupIDs)
-// in one walk of the pod's cgroup, as the inventory does.
+// in one walk of the pod's cgroup, as the inventory does; and at rest, where no cgroup
+// on the node changed since the last walk and none is walked again.
 func BenchmarkPodCgroup100(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root: cgroups")
@@ -64,15 +65,20 @@ func BenchmarkPodCgroup100(b *testing.B) {
 			containers()
 		}
 	})
-	bl := &Builder{}
-	b.Run("pod", func(b *testing.B) {
-		for b.Loop() {
-			for _, cg := range cgs {
-				cg.PodCgroup, cg.PodCgroupIDs = "", nil
-				bl.podCgroup(cg)
+	pods := func(bl *Builder) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				walks := bl.trees.round()
+				for _, cg := range cgs {
+					cg.PodCgroup, cg.PodCgroupIDs = "", nil
+					bl.podCgroup(cg, walks)
+				}
+				walks.end()
 			}
 		}
-	})
+	}
+	b.Run("pod", pods(&Builder{trees: &trees{}}))
+	b.Run("pod-at-rest", pods(&Builder{trees: &trees{changes: counted{}}}))
 	if cgs[0].PodCgroup == "" || len(cgs[0].PodCgroupIDs) != 1 {
 		b.Fatalf("the pod's cgroup not read: %q %v", cgs[0].PodCgroup, cgs[0].PodCgroupIDs)
 	}
