@@ -134,7 +134,10 @@ struct record {
 // was given, since it holds more than any count the agent can make of it.
 // KIND_RING_LAYOUT: the cgroup holds a ring of a layout this program does not know: its
 // files were not read, by the node's failing, not the cgroup's.
-enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6, KIND_PAST_CAP = 7, KIND_RING_LAYOUT = 8 };
+// KIND_NETNS_MEMBER: the process is in a network namespace (file: its inode number), the
+// first met of that namespace's processes: user space enters each namespace through one
+// of them, without reading every process's /proc/PID/ns/net.
+enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6, KIND_PAST_CAP = 7, KIND_RING_LAYOUT = 8, KIND_NETNS_MEMBER = 9 };
 
 // Force the record type into BTF for bpf2go.
 const struct record *unused_record __attribute__((unused));
@@ -375,6 +378,37 @@ static __always_inline void netns(struct bpf_iter__task_file *ctx, struct task_s
 		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
 }
 
+// The task whose namespace was last handled: a process's files are met one after
+// another, so another task here is one met for the first time in this scan (or again,
+// its files shown again after a full buffer: reported once anyway). Iterators run one
+// at a time. Kept with its scan: a scan's first task may be the last one's.
+__u64 last_task = 0;
+__u32 last_task_scan = 0;
+
+// The network namespace a process is in, reported once per namespace and scan. The
+// seen key's cgroup is 1, where a namespace met through a socket (netns) has 0: one
+// namespace is reported both ways.
+// False when the record did not fit the seq buffer: the process's next file tries again.
+static __always_inline bool member(struct bpf_iter__task_file *ctx, struct task_struct *task)
+{
+	struct net *net = BPF_CORE_READ(task, nsproxy, net_ns);
+	struct record r = {};
+
+	if (!net)
+		return true; // exiting: its namespace is gone from it
+	struct seen_key key = {.file = (__u64)net, .cgroup_id = 1};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+
+	if (last && *last == scan)
+		return true;
+	fill(&r, task, 0, 0, KIND_NETNS_MEMBER);
+	r.file = BPF_CORE_READ(net, ns.inum);
+	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) != 0)
+		return false;
+	bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+	return true;
+}
+
 SEC("iter/task_file")
 int nr1_task_file(struct bpf_iter__task_file *ctx)
 {
@@ -385,6 +419,10 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 
 	if (!task || !file)
 		return 0;
+	if (((__u64)task != last_task || last_task_scan != scan) && member(ctx, task)) {
+		last_task = (__u64)task;
+		last_task_scan = scan;
+	}
 	if (BPF_CORE_READ(file, f_mode) & FMODE_PATH)
 		return 0;
 	umode_t mode;

@@ -44,6 +44,9 @@ const (
 	// KindRingLayout: a ring of the record's cgroup is of a layout the program does not
 	// know, so its files were not read.
 	KindRingLayout = 8
+	// KindNetNSMember: the record's process is in the network namespace whose inode
+	// number is in File, the first met of that namespace's processes in this scan.
+	KindNetNSMember = 9
 )
 
 // Record is one open fd or one mapping of a target file, as the iterators report it.

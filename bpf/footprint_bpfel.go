@@ -99,6 +99,8 @@ const (
 	footprintVarChangesLost             = "changes_lost"
 	footprintVarInflightFull            = "inflight_full"
 	footprintVarInflightPass            = "inflight_pass"
+	footprintVarLastTask                = "last_task"
+	footprintVarLastTaskScan            = "last_task_scan"
 	footprintVarRingFops                = "ring_fops"
 	footprintVarScan                    = "scan"
 	footprintVarUnusedChange            = "unused_change"
@@ -183,6 +185,8 @@ type footprintVariableSpecs struct {
 	ChangesLost             *ebpf.VariableSpec `ebpf:"changes_lost"`
 	InflightFull            *ebpf.VariableSpec `ebpf:"inflight_full"`
 	InflightPass            *ebpf.VariableSpec `ebpf:"inflight_pass"`
+	LastTask                *ebpf.VariableSpec `ebpf:"last_task"`
+	LastTaskScan            *ebpf.VariableSpec `ebpf:"last_task_scan"`
 	RingFops                *ebpf.VariableSpec `ebpf:"ring_fops"`
 	Scan                    *ebpf.VariableSpec `ebpf:"scan"`
 	UnusedChange            *ebpf.VariableSpec `ebpf:"unused_change"`
@@ -243,6 +247,8 @@ type footprintVariables struct {
 	ChangesLost             *ebpf.Variable `ebpf:"changes_lost"`
 	InflightFull            *ebpf.Variable `ebpf:"inflight_full"`
 	InflightPass            *ebpf.Variable `ebpf:"inflight_pass"`
+	LastTask                *ebpf.Variable `ebpf:"last_task"`
+	LastTaskScan            *ebpf.Variable `ebpf:"last_task_scan"`
 	RingFops                *ebpf.Variable `ebpf:"ring_fops"`
 	Scan                    *ebpf.Variable `ebpf:"scan"`
 	UnusedChange            *ebpf.Variable `ebpf:"unused_change"`

@@ -137,7 +137,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
-	var foreign []bpf.Record
+	var foreign, members []bpf.Record
 	err = b.fp.Files(func(r *bpf.Record) error {
 		if s.Cutoff != 0 && int(r.Pid) >= s.Cutoff {
 			return errOutOfTime // beyond what the mappings' pass read
@@ -149,6 +149,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		switch r.Kind {
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
+			return nil
+		case bpf.KindNetNSMember:
+			members = append(members, *r)
 			return nil
 		case bpf.KindRingMore, bpf.KindRingLayout, bpf.KindPastCap:
 			return s.unread(r, targets)
@@ -172,7 +175,8 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		ictx, cancel = context.WithTimeout(ictx, max(deadline.Sub(start)/4, time.Millisecond))
 		defer cancel()
 	}
-	namespaces := netNamespaces(b.procRoot)
+	namespaces := b.memberNamespaces(members, s.Cutoff == 0)
+	defer namespaces.Close()
 	entered, unreadable := enterForeign(namespaces, foreign)
 	defer entered.Close()
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
@@ -279,6 +283,39 @@ func (ns *namespaces) Close() {
 	for _, fd := range ns.fds {
 		_ = unix.Close(fd)
 	}
+}
+
+// memberNamespaces opens each network namespace a process is in through the process the
+// iterator named for it: one open per namespace, where netNamespaces reads a link per
+// process. Its inode must be the one the kernel named (the process may be gone and its
+// PID reused). When the iterator's pass was cut short (complete false), or one cannot
+// be opened so, every process's namespace is read from /proc instead.
+func (b *BPF) memberNamespaces(members []bpf.Record, complete bool) *namespaces {
+	ns := &namespaces{inos: map[uint64]bool{}}
+	if !complete {
+		return netNamespaces(b.procRoot)
+	}
+	for _, r := range members {
+		if ns.inos[r.File] {
+			continue
+		}
+		fd, err := unix.Open(filepath.Join(b.procRoot, strconv.FormatUint(uint64(r.Pid), 10), "ns", "net"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		var st unix.Stat_t
+		if err == nil {
+			if err = unix.Fstat(fd, &st); err != nil || st.Ino != r.File {
+				_ = unix.Close(fd)
+				err = errors.Join(err, errors.New("another namespace"))
+			}
+		}
+		if err != nil {
+			ns.Close()
+			return netNamespaces(b.procRoot)
+		}
+		ns.inos[r.File] = true
+		ns.fds = append(ns.fds, fd)
+		ns.paths = append(ns.paths, "/proc/self/fd/"+strconv.Itoa(fd))
+	}
+	return ns
 }
 
 // netNamespaces names each network namespace a process is in, once (by one of its

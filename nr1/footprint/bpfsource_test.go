@@ -4,9 +4,13 @@ package footprint
 
 import (
 	"encoding/binary"
+	"maps"
 	"math"
+	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -109,4 +113,33 @@ func FuzzBPFRecord(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMemberNamespacesOpenedThroughTheProcessNamed: each namespace the iterator named is
+// opened once, through its process, when that process is in it; a process in another
+// namespace (its PID reused), or a pass cut short, and every process's namespace is read
+// from /proc instead.
+func TestMemberNamespacesOpenedThroughTheProcessNamed(t *testing.T) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		t.Skipf("no network namespace to read: %v", err)
+	}
+	self := uint32(os.Getpid())
+	b := &BPF{procRoot: "/proc"}
+	member := bpf.Record{Pid: self, File: st.Ino, Kind: bpf.KindNetNSMember}
+	ns := b.memberNamespaces([]bpf.Record{member, member}, true)
+	if len(ns.paths) != 1 || !strings.HasPrefix(ns.paths[0], "/proc/self/fd/") || !ns.inos[st.Ino] {
+		t.Errorf("named through the agent: %v %v", ns.paths, ns.inos)
+	}
+	ns.Close()
+	whole := netNamespaces("/proc")
+	for name, ns := range map[string]*namespaces{
+		"another namespace's process": b.memberNamespaces([]bpf.Record{{Pid: self, File: st.Ino + 1, Kind: bpf.KindNetNSMember}}, true),
+		"pass cut short":              b.memberNamespaces([]bpf.Record{member}, false),
+	} {
+		if !maps.Equal(ns.inos, whole.inos) || len(ns.fds) != 0 {
+			t.Errorf("%s: %v, want every process's %v", name, ns.inos, whole.inos)
+		}
+		ns.Close()
+	}
 }

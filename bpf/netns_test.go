@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// netnsOf is the inode number of process pid's network namespace, from /proc.
+func netnsOf(pid string) (uint64, bool) {
+	link, err := os.Readlink(filepath.Join("/proc", pid, "ns", "net"))
+	if err != nil {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
+	return ino, err == nil
+}
+
+// TestFilesNameEveryNamespaceAProcessIsIn: the task_file pass names each network
+// namespace a process with an open file is in, once per scan and again in the next,
+// through a process that is in it: a process started in a namespace of its own among
+// them.
+func TestFilesNameEveryNamespaceAProcessIsIn(t *testing.T) {
+	f := loadOrSkip(t)
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start a process in a new network namespace here: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var own uint64
+	for deadline := time.Now().Add(5 * time.Second); own == 0 || own == mustNetns(t, "self"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the process never entered its network namespace")
+		}
+		own, _ = netnsOf(strconv.Itoa(cmd.Process.Pid))
+	}
+	for scan := range 2 {
+		before := processNamespaces(t)
+		named := map[uint64]uint32{}
+		if err := f.Files(func(r *Record) error {
+			if r.Kind != KindNetNSMember {
+				return nil
+			}
+			if _, twice := named[r.File]; twice {
+				t.Errorf("scan %d: namespace %d named twice", scan, r.File)
+			}
+			named[r.File] = r.Pid
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for ino, pid := range named {
+			// The process named may have ended since, its namespace with it.
+			if got, ok := netnsOf(strconv.Itoa(int(pid))); ok && got != ino {
+				t.Errorf("scan %d: namespace %d named through process %d, which is in %d", scan, ino, pid, got)
+			}
+		}
+		if _, ok := named[own]; !ok {
+			t.Errorf("scan %d: the namespace of process %d (%d) not named among %d", scan, cmd.Process.Pid, own, len(named))
+		}
+		// Every namespace a process with files is in, as /proc lists them before and
+		// after the scan.
+		for ino := range processNamespaces(t) {
+			if _, ok := named[ino]; !ok && before[ino] {
+				t.Errorf("scan %d: namespace %d, which processes with files were in before and after it, not named", scan, ino)
+			}
+		}
+	}
+}
+
+// processNamespaces are the network namespaces processes holding a file are in, from
+// /proc.
+func processNamespaces(t *testing.T) map[uint64]bool {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]bool{}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		fds, err := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
+		if ino, ok := netnsOf(e.Name()); ok && err == nil && len(fds) > 0 {
+			out[ino] = true
+		}
+	}
+	return out
+}
+
+func mustNetns(t *testing.T, pid string) uint64 {
+	t.Helper()
+	ino, ok := netnsOf(pid)
+	if !ok {
+		t.Fatalf("network namespace of %s unreadable", pid)
+	}
+	return ino
+}
