@@ -16,7 +16,10 @@
 // `unix` iterator collecting into maps the target files in flight on each socket's queue
 // (every socket, held by an fd or itself in flight; past 4096 messages a socket's cgroup
 // is reported as holding more than read, past 1024 distinct files as past the cap), run
-// in every network namespace (CO-RE against a minimal hand-written header, no
-// vmlinux.h), decoded by `ReadRecords`/`DecodeRecord` (no reflection; a record cut short
-// is an error); bpf2go output committed; loader.
+// in every network namespace, each named by the `task_file` pass through one process
+// in it, and entered from one locked thread per pass; `cgroups.bpf.c`: the cgroup
+// tracepoints (`cgroup_mkdir`, `cgroup_rmdir`) counting every cgroup made and removed,
+// so that a walk of a cgroup tree is redone only once the count moved. All are CO-RE
+// against a minimal hand-written header (no vmlinux.h); the records are decoded by
+// `ReadRecords`/`DecodeRecord` (no reflection; a record cut short is an error).
 package bpf

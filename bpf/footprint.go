@@ -271,43 +271,47 @@ const anyTarget = 0xffffffff
 
 // eachNamespace runs the iterator from inside each network namespace named (the
 // iterator keeps the namespace it was opened in) and calls read with its output, on one
-// thread locked for the pass: its own namespace opened once, entered again after each.
-// A namespace gone since it was named is skipped. When ctx ends between namespaces, the
-// pass stops and cut says so. A thread that cannot get back is dropped with its
-// goroutine, never left to run others in another namespace.
+// thread locked for the pass, which goes from one namespace straight to the next and
+// back to its own at the end. A namespace gone since it was named is skipped. When ctx
+// ends between namespaces, the pass stops and cut says so. A thread that cannot get
+// back is dropped with its goroutine, never left to run others in another namespace.
 func eachNamespace(ctx context.Context, netns []string, it *link.Iter, read func(ns string, rd io.Reader) error) (cut, err error) {
 	type result struct{ cut, err error }
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		back, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
 		if err != nil {
 			runtime.UnlockOSThread()
 			done <- result{err: fmt.Errorf("network namespace of the agent: %w", err)}
 			return
 		}
-		defer back.Close()
+		defer home.Close()
 		var r result
+		away := false
 		for _, ns := range netns {
 			if err := ctx.Err(); err != nil {
 				r.cut = fmt.Errorf("unix iterator, before network namespace %s: %w", ns, err)
 				break
 			}
-			rd, err := openIn(ns, back, it)
-			if errors.Is(err, errStranded) {
-				done <- result{err: err} // still locked: the thread ends with this goroutine
-				return
-			}
+			entered, err := enter(ns)
+			away = away || entered
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ESRCH) {
 				continue
 			}
 			if err == nil {
-				err = read(ns, rd)
-				_ = rd.Close()
+				err = readIn(ns, it, read)
 			}
 			if err != nil {
 				r.err = err
 				break
+			}
+		}
+		if away {
+			if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+				// Still locked: the thread ends with this goroutine.
+				done <- result{err: fmt.Errorf("back to the agent's network namespace: %w", err)}
+				return
 			}
 		}
 		runtime.UnlockOSThread()
@@ -317,31 +321,28 @@ func eachNamespace(ctx context.Context, netns []string, it *link.Iter, read func
 	return r.cut, r.err
 }
 
-// errStranded is a thread that entered a namespace and could not get back.
-var errStranded = errors.New("stranded in another network namespace")
-
-// openIn opens the iterator from inside the network namespace ns, on a locked thread
-// whose own namespace is back.
-func openIn(ns string, back *os.File, it *link.Iter) (io.ReadCloser, error) {
+// enter moves the locked thread into the network namespace ns; entered says whether it
+// left the one it was in.
+func enter(ns string) (entered bool, err error) {
 	target, err := os.Open(ns)
 	if err != nil {
-		return nil, fmt.Errorf("network namespace %s: %w", ns, err)
+		return false, fmt.Errorf("network namespace %s: %w", ns, err)
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("entering network namespace %s: %w", ns, err)
+		return false, fmt.Errorf("entering network namespace %s: %w", ns, err)
 	}
-	rd, openErr := it.Open()
-	if err := unix.Setns(int(back.Fd()), unix.CLONE_NEWNET); err != nil {
-		if openErr == nil {
-			_ = rd.Close()
-		}
-		return nil, fmt.Errorf("leaving network namespace %s: %w: %w", ns, errStranded, err)
+	return true, nil
+}
+
+// readIn opens the iterator in the namespace the thread is in, and reads it.
+func readIn(ns string, it *link.Iter, read func(ns string, rd io.Reader) error) error {
+	rd, err := it.Open()
+	if err != nil {
+		return fmt.Errorf("running the unix iterator in %s: %w", ns, err)
 	}
-	if openErr != nil {
-		return nil, fmt.Errorf("running the unix iterator in %s: %w", ns, openErr)
-	}
-	return rd, nil
+	defer rd.Close()
+	return read(ns, rd)
 }
 
 // VMAs runs the task_vma iterator, calling fn for each mapping of a target in each

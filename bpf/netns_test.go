@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,4 +105,46 @@ func mustNetns(t *testing.T, pid string) uint64 {
 		t.Fatalf("network namespace of %s unreadable", pid)
 	}
 	return ino
+}
+
+// TestInFlightPassBringsItsThreadHome: a pass through two namespaces of other
+// processes, and one gone meanwhile, leaves every thread of the agent in its own
+// namespace, pass after pass.
+func TestInFlightPassBringsItsThreadHome(t *testing.T) {
+	f := loadOrSkip(t)
+	home := mustNetns(t, "self")
+	var paths []string
+	for range 2 {
+		cmd := exec.Command("sleep", "60")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+		if err := cmd.Start(); err != nil {
+			t.Skipf("cannot start a process in a new network namespace here: %v", err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		pid := strconv.Itoa(cmd.Process.Pid)
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if ino, ok := netnsOf(pid); ok && ino != home {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the process never entered its network namespace")
+			}
+		}
+		paths = append(paths, filepath.Join("/proc", pid, "ns", "net"))
+	}
+	paths = append(paths[:1], "/proc/0/ns/net", paths[1])
+	for pass := range 20 {
+		if err := f.InFlight(context.Background(), paths, func(*Record) error { return nil }); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if ino, ok := netnsOf(filepath.Join("self", "task", task.Name())); ok && ino != home {
+			t.Errorf("thread %s left in network namespace %d", task.Name(), ino)
+		}
+	}
 }

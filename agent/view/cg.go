@@ -107,6 +107,7 @@ const (
 type Cgroup struct {
 	// V2 is the directory in the v2 tree; empty on legacy hosts.
 	V2 string `json:"v2,omitempty"`
-	// V1 maps a v1 controller (memory, freezer, devices, ...) to its directory.
+	// V1 maps a v1 controller (memory, freezer, devices, ...) to its directory. Read
+	// only: the snapshots that meet one cgroupsPath share it.
 	V1 map[string]string `json:"v1,omitempty"`
 }

@@ -16,7 +16,9 @@
 // it no container's (`PodCgroupIDs`: what their processes hold is the CG's, whatever the
 // runtime says; one walk of the pod's cgroup, `cgroup.Tree`, reads them, its containers'
 // cgroups and their child cgroups, ids from the directory entries, with no stat per
-// cgroup: `BenchmarkPodCgroup100`, `BenchmarkTree`), a running container the runtime did
+// cgroup: `BenchmarkPodCgroup100`, `BenchmarkTree`; walked again only once a cgroup was
+// made or removed on the node, as `CgroupChanges`, the kernel's cgroup tracepoints,
+// count them, so that a build at rest walks none), a running container the runtime did
 // not describe (its status unread) given its cgroup found below the pod's by its ID and
 // allocation (sum over listed containers — the device plugin's units, and in DRA mode
 // what each claim of the NR1's driver consumed, as the driver prepared it, a claim

@@ -136,7 +136,7 @@ func (b *Builder) Build(now time.Time) *Snapshot {
 		}
 		for _, c := range p.Containers {
 			seen[c.ID] = true
-			ctr, err := b.container(c)
+			ctr, err := b.container(c, walks)
 			if err != nil {
 				refused = append(refused, fmt.Sprintf("container %s: %v", c.Name, err))
 			}
@@ -377,12 +377,12 @@ func (b *Builder) refuse(cg *view.CG, sandboxID string, refused []string) {
 
 // container reads a container's cgroup. The error is a cgroupsPath refused; a cgroup
 // gone meanwhile is no error, only no processes.
-func (b *Builder) container(c *runtime.Container) (*view.Container, error) {
+func (b *Builder) container(c *runtime.Container, walks *round) (*view.Container, error) {
 	ctr := &view.Container{ID: c.ID, Name: c.Name, Image: c.Image, ImageRef: c.ImageRef, State: c.State, StartedAt: c.StartedAt}
 	if c.State != view.Running || c.CgroupsPath == "" {
 		return ctr, nil
 	}
-	paths, err := b.cgroups.Resolve(c.CgroupsPath)
+	paths, err := walks.resolve(b.cgroups, c.CgroupsPath)
 	if err != nil {
 		return ctr, err
 	}

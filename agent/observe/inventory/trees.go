@@ -22,6 +22,14 @@ type trees struct {
 
 	mu     sync.Mutex
 	walked map[string]walked // pod's cgroup directory → its tree
+	// resolved are the containers' cgroupsPaths resolved in the hierarchy: a function
+	// of the path alone, kept while a container of that path is seen.
+	resolved map[string]resolution
+}
+
+type resolution struct {
+	paths cgroup.Paths
+	err   error
 }
 
 type walked struct {
@@ -36,10 +44,11 @@ type round struct {
 	count   uint64
 	counted bool
 	used    map[string]bool
+	paths   map[string]bool
 }
 
 func (t *trees) round() *round {
-	r := &round{t: t, used: map[string]bool{}}
+	r := &round{t: t, used: map[string]bool{}, paths: map[string]bool{}}
 	if t.changes != nil {
 		n, err := t.changes.Count()
 		r.count, r.counted = n, err == nil
@@ -72,13 +81,39 @@ func (r *round) tree(dir string) (map[string]uint64, error) {
 	return tree, nil
 }
 
-// end forgets the trees of the pods this round did not walk.
+// resolve is h.Resolve(cgroupsPath), once for as long as a container of that path is
+// seen: every build meets every running container's.
+func (r *round) resolve(h cgroup.Hierarchy, cgroupsPath string) (cgroup.Paths, error) {
+	r.paths[cgroupsPath] = true
+	r.t.mu.Lock()
+	res, ok := r.t.resolved[cgroupsPath]
+	r.t.mu.Unlock()
+	if ok {
+		return res.paths, res.err
+	}
+	res.paths, res.err = h.Resolve(cgroupsPath)
+	r.t.mu.Lock()
+	defer r.t.mu.Unlock()
+	if r.t.resolved == nil {
+		r.t.resolved = map[string]resolution{}
+	}
+	r.t.resolved[cgroupsPath] = res
+	return res.paths, res.err
+}
+
+// end forgets the trees of the pods this round did not walk, and the resolutions of
+// the paths it did not meet.
 func (r *round) end() {
 	r.t.mu.Lock()
 	defer r.t.mu.Unlock()
 	for dir := range r.t.walked {
 		if !r.used[dir] {
 			delete(r.t.walked, dir)
+		}
+	}
+	for p := range r.t.resolved {
+		if !r.paths[p] {
+			delete(r.t.resolved, p)
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+
+	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
 )
 
 // counted is a count of cgroup changes that moves when the test says.
@@ -78,5 +80,36 @@ func TestTreesWalkAgainOnlyOnceACgroupChanged(t *testing.T) {
 	cached.round().end()
 	if len(cached.walked) != 0 {
 		t.Errorf("a round that walked nothing left %d trees", len(cached.walked))
+	}
+}
+
+// TestResolutionsKeptWhileTheirPathIsMet: a cgroupsPath is resolved once, its refusal
+// too, and forgotten after a round that did not meet it.
+func TestResolutionsKeptWhileTheirPathIsMet(t *testing.T) {
+	h := cgroup.Hierarchy{V2: "/sys/fs/cgroup/unified"}
+	tr := &trees{}
+	const good, bad = "/kubepods/besteffort/podx/ctr", "/../../etc"
+	r := tr.round()
+	want, err := h.Resolve(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := r.resolve(h, good); err != nil || got.V2 != want.V2 {
+			t.Errorf("resolve(%q) = %+v, %v; want %+v", good, got, err, want)
+		}
+		if _, err := r.resolve(h, bad); err == nil {
+			t.Errorf("resolve(%q): no refusal", bad)
+		}
+	}
+	r.end()
+	if len(tr.resolved) != 2 {
+		t.Errorf("after a round meeting both: %d kept", len(tr.resolved))
+	}
+	r = tr.round()
+	_, _ = r.resolve(h, good)
+	r.end()
+	if _, kept := tr.resolved[bad]; kept || len(tr.resolved) != 1 {
+		t.Errorf("after a round meeting one: %v kept", tr.resolved)
 	}
 }
