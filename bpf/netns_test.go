@@ -30,19 +30,7 @@ func netnsOf(pid string) (uint64, bool) {
 // them.
 func TestFilesNameEveryNamespaceAProcessIsIn(t *testing.T) {
 	f := loadOrSkip(t)
-	cmd := exec.Command("sleep", "60")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot start a process in a new network namespace here: %v", err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var own uint64
-	for deadline := time.Now().Add(5 * time.Second); own == 0 || own == mustNetns(t, "self"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the process never entered its network namespace")
-		}
-		own, _ = netnsOf(strconv.Itoa(cmd.Process.Pid))
-	}
+	pid, own := inNewNamespace(t)
 	for scan := range 2 {
 		before := processNamespaces(t)
 		named := map[uint64]uint32{}
@@ -65,7 +53,7 @@ func TestFilesNameEveryNamespaceAProcessIsIn(t *testing.T) {
 			}
 		}
 		if _, ok := named[own]; !ok {
-			t.Errorf("scan %d: the namespace of process %d (%d) not named among %d", scan, cmd.Process.Pid, own, len(named))
+			t.Errorf("scan %d: the namespace of process %s (%d) not named among %d", scan, pid, own, len(named))
 		}
 		// Every namespace a process with files is in, as /proc lists them before and
 		// after the scan.
@@ -98,6 +86,27 @@ func processNamespaces(t *testing.T) map[uint64]bool {
 	return out
 }
 
+// inNewNamespace starts a process in a network namespace of its own, for the test's
+// life, and returns its PID and the namespace's inode number.
+func inNewNamespace(t *testing.T) (string, uint64) {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start a process in a new network namespace here: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid, home := strconv.Itoa(cmd.Process.Pid), mustNetns(t, "self")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ino, ok := netnsOf(pid); ok && ino != home {
+			return pid, ino
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process never entered its network namespace")
+		}
+	}
+}
+
 func mustNetns(t *testing.T, pid string) uint64 {
 	t.Helper()
 	ino, ok := netnsOf(pid)
@@ -115,21 +124,7 @@ func TestInFlightPassBringsItsThreadHome(t *testing.T) {
 	home := mustNetns(t, "self")
 	var paths []string
 	for range 2 {
-		cmd := exec.Command("sleep", "60")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-		if err := cmd.Start(); err != nil {
-			t.Skipf("cannot start a process in a new network namespace here: %v", err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		pid := strconv.Itoa(cmd.Process.Pid)
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if ino, ok := netnsOf(pid); ok && ino != home {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the process never entered its network namespace")
-			}
-		}
+		pid, _ := inNewNamespace(t)
 		paths = append(paths, filepath.Join("/proc", pid, "ns", "net"))
 	}
 	paths = append(paths[:1], "/proc/0/ns/net", paths[1])
