@@ -80,7 +80,8 @@ while IFS=$'\t' read -r name what; do
     survived+=("$name")
   else
     echo "caught ($(grep -cE 'MISS:|FALSE ACTION' "$out/$name.log") failures), first:"
-    grep -E 'MISS:|FALSE ACTION' "$out/$name.log" | sed 's/^ */    /' | head -3
+    # -m3, not head: under pipefail a head that stops reading fails the script (SIGPIPE).
+    grep -m3 -E 'MISS:|FALSE ACTION' "$out/$name.log" | sed 's/^ */    /'
     grep -E '^\s+trust_test.go:[0-9]+: (devicePlugin|MODE)' "$out/$name.log" | tail -2 | sed 's/^ */    /' || true
   fi
   rm -rf "$work"
