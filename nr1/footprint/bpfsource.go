@@ -176,7 +176,6 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		defer cancel()
 	}
 	namespaces := b.memberNamespaces(members, s.Cutoff == 0)
-	defer namespaces.Close()
 	entered, unreadable := enterForeign(namespaces, foreign)
 	defer entered.Close()
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
@@ -285,37 +284,39 @@ func (ns *namespaces) Close() {
 	}
 }
 
-// memberNamespaces opens each network namespace a process is in through the process the
-// iterator named for it: one open per namespace, where netNamespaces reads a link per
-// process. Its inode must be the one the kernel named (the process may be gone and its
-// PID reused). When the iterator's pass was cut short (complete false), or one cannot
-// be opened so, every process's namespace is read from /proc instead.
+// memberNamespaces names each network namespace a process is in through the process
+// the iterator named for it: one link read per namespace, where netNamespaces reads one
+// per process, and no descriptor held (a pod may make thousands of namespaces). The
+// link must name the namespace the kernel named (the process may be gone and its PID
+// reused). When the iterator's pass was cut short (complete false), or one cannot be
+// named so, every process's namespace is read from /proc instead.
 func (b *BPF) memberNamespaces(members []bpf.Record, complete bool) *namespaces {
-	ns := &namespaces{inos: map[uint64]bool{}}
 	if !complete {
 		return netNamespaces(b.procRoot)
 	}
+	ns := &namespaces{inos: map[uint64]bool{}}
 	for _, r := range members {
 		if ns.inos[r.File] {
 			continue
 		}
-		fd, err := unix.Open(filepath.Join(b.procRoot, strconv.FormatUint(uint64(r.Pid), 10), "ns", "net"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		var st unix.Stat_t
-		if err == nil {
-			if err = unix.Fstat(fd, &st); err != nil || st.Ino != r.File {
-				_ = unix.Close(fd)
-				err = errors.Join(err, errors.New("another namespace"))
-			}
-		}
-		if err != nil {
-			ns.Close()
+		p := filepath.Join(b.procRoot, strconv.FormatUint(uint64(r.Pid), 10), "ns", "net")
+		if ino, err := netnsLink(p); err != nil || ino != r.File {
 			return netNamespaces(b.procRoot)
 		}
 		ns.inos[r.File] = true
-		ns.fds = append(ns.fds, fd)
-		ns.paths = append(ns.paths, "/proc/self/fd/"+strconv.Itoa(fd))
+		ns.paths = append(ns.paths, p)
 	}
 	return ns
+}
+
+// netnsLink is the inode number of the network namespace a /proc/PID/ns/net link
+// names: its text says it ("net:[4026531840]"), cheaper than a stat.
+func netnsLink(p string) (uint64, error) {
+	link, err := os.Readlink(p)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
 }
 
 // netNamespaces names each network namespace a process is in, once (by one of its
@@ -332,12 +333,7 @@ func netNamespaces(procRoot string) *namespaces {
 			continue
 		}
 		p := filepath.Join(procRoot, e.Name(), "ns", "net")
-		// The link's text names the namespace ("net:[4026531840]"): cheaper than stat.
-		link, err := os.Readlink(p)
-		if err != nil {
-			continue
-		}
-		ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
+		ino, err := netnsLink(p)
 		if err != nil || ns.inos[ino] {
 			continue
 		}
