@@ -314,9 +314,13 @@ func (b *BPF) memberNamespaces(members []bpf.Record, complete bool) *namespaces 
 func netnsLink(p string) (uint64, error) {
 	link, err := os.Readlink(p)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("network namespace: %w", err)
 	}
-	return strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
+	ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "net:["), "]"), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("network namespace of %s: %w", p, err)
+	}
+	return ino, nil
 }
 
 // netNamespaces names each network namespace a process is in, once (by one of its
