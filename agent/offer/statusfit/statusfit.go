@@ -204,8 +204,10 @@ func (c *Checker) readGates(ctx context.Context) {
 	}
 	done := make(chan reading, 1)
 	go func() {
-		defer c.reading.Store(false)
 		on, why, err := c.gates(ctx)
+		// Cleared before the result is handed over, so a Check that follows the one
+		// waiting here never finds this reading still under way.
+		c.reading.Store(false)
 		done <- reading{on, why, err}
 	}()
 	timer := time.NewTimer(gatesTimeout)
