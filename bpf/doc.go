@@ -19,7 +19,15 @@
 // in every network namespace, each named by the `task_file` pass through one process
 // in it, and entered from one locked thread per pass; `cgroups.bpf.c`: the cgroup
 // tracepoints (`cgroup_mkdir`, `cgroup_rmdir`) counting every cgroup made and removed,
-// so that a walk of a cgroup tree is redone only once the count moved. All are CO-RE
+// so that a walk of a cgroup tree is redone only once the count moved; `gate.bpf.c`: the
+// budget gate, a cgroup device program attached once above every pod that refuses
+// (EPERM) an open of a gated device by a pod holding as many as it booked, finding the
+// pod among the process's cgroup ancestors from the root, with the syscall and exit
+// tracepoints that give back a failed open and a description's last reference
+// (`close`, `dup2`/`dup3` over it, the exit of its last holder); its budgets live in a
+// memory-mapped array both sides move atomically (`Settle` sets a quiet pod's count
+// from the measurement), and its maps and links are pinned so that it works with the
+// agent away (`RemoveGate` lifts it). All are CO-RE
 // against a minimal hand-written header (no vmlinux.h); the records are decoded by
 // `ReadRecords`/`DecodeRecord` (no reflection; a record cut short is an error).
 package bpf

@@ -34,14 +34,8 @@ func LoadThrottle(pinDir string, devices []Device) (*Throttle, error) {
 	if err := haveSyscall(); err != nil {
 		return nil, fmt.Errorf("loading throttle program: %w", err)
 	}
-	// The nearest existing directory tells which file system the pins would land in.
-	d := pinDir
-	var st unix.Statfs_t
-	for unix.Statfs(d, &st) != nil && d != filepath.Dir(d) {
-		d = filepath.Dir(d)
-	}
-	if st.Type != unix.BPF_FS_MAGIC {
-		return nil, fmt.Errorf("throttle pins: %s is not in a mounted bpffs", pinDir)
+	if err := inBPFFS(pinDir); err != nil {
+		return nil, fmt.Errorf("throttle pins: %w", err)
 	}
 	if err := os.MkdirAll(pinDir, 0o700); err != nil {
 		return nil, fmt.Errorf("throttle pins: %w", err)
@@ -57,6 +51,20 @@ func LoadThrottle(pinDir string, devices []Device) (*Throttle, error) {
 		}
 	}
 	return t, nil
+}
+
+// inBPFFS fails unless pins made in dir would land in a mounted bpffs: the nearest
+// existing directory tells which file system that is.
+func inBPFFS(dir string) error {
+	d := dir
+	var st unix.Statfs_t
+	for unix.Statfs(d, &st) != nil && d != filepath.Dir(d) {
+		d = filepath.Dir(d)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("%s is not in a mounted bpffs", dir)
+	}
+	return nil
 }
 
 // Close releases the program; pinned attachments stay.

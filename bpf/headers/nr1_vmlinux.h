@@ -48,9 +48,19 @@ struct css_set {
 struct fdtable {
 	unsigned int max_fds;
 	struct file **fd;
+	unsigned long *open_fds;
 };
 
+typedef struct {
+	int counter;
+} atomic_t;
+
+typedef struct {
+	__s64 counter;
+} atomic_long_t;
+
 struct files_struct {
+	atomic_t count;
 	struct fdtable *fdt;
 };
 
@@ -96,7 +106,18 @@ struct path {
 	struct dentry *dentry;
 };
 
+/* A file's references: f_ref since Linux 6.13 (one reference reads 0), f_count before
+ * (one reads 1). */
+struct file_ref {
+	atomic_long_t refcnt;
+};
+
+struct file___count {
+	atomic_long_t f_count;
+};
+
 struct file {
+	struct file_ref f_ref;
 	const void *f_op;
 	unsigned int f_mode;
 	struct inode *f_inode;

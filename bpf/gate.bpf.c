@@ -1,0 +1,524 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//go:build ignore
+
+// The budget gate: an open of a gated NR1 character device (the hypervisor queue) by a
+// process of a pod that already holds as many as it booked is refused with EPERM, before
+// the driver is reached. The device program, attached once to the cgroup above every
+// pod, finds the pod by walking the process's cgroup ancestors from the root, so a
+// process moved into a child cgroup of any depth still counts against its pod.
+//
+// A pod's count moves with what the kernel reports: +1 when the device program lets an
+// open through, -1 when that open then fails (the syscall's exit), and -1 when the last
+// reference to a description the gate let through goes away at close, dup2 over it or
+// the exit of the last process holding it. What the tracepoints cannot see (a
+// description closed by close_range or exec, or given away and dropped elsewhere) leaves
+// the count high: the gate errs on refusing, and user space sets the count from the
+// footprint's measurement when the pod is quiet.
+
+#include "headers/nr1_vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define LIBBPF_PIN_BY_NAME 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_DEVCG_ACC_READ (1ULL << 1)
+#define BPF_DEVCG_ACC_WRITE (1ULL << 2)
+#define FMODE_PATH (1U << 14)
+#define EBADF 9
+#define MINORBITS 20
+#define MAX_LEVEL 32
+#define MAX_FD_WORDS (1 << 14) // 1M descriptors
+#define FILE_REF_RELEASED 0xc000000000000000ULL
+
+struct gate_dev {
+	__u32 major;
+	__u32 minor;
+};
+
+// The gated devices: the NR1's queue devices.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct gate_dev);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} gated SEC(".maps");
+
+// A pod's budget, in the slot user space gave it. booked is written by user space
+// only; held is moved by both sides with atomic operations (user space through the
+// map's memory, to set it from the footprint's measurement); the counters only grow.
+struct budget {
+	__s64 booked;
+	__s64 held;
+	__u64 granted;  // opens let through
+	__u64 refused;  // opens refused
+	__u64 released; // descriptions given back (failed opens included)
+	__u64 moves;    // every change of held, so user space knows a quiet pod
+};
+
+#define MAX_PODS 4096
+#define BPF_F_MMAPABLE (1U << 10)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PODS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct budget);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} budgets SEC(".maps");
+
+// The pods under the gate: a pod's cgroup id in the v2 tree, and its budget's slot.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PODS);
+	__type(key, __u64);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} pods SEC(".maps");
+
+// The node's settings and the opens of processes under the gate whose pod has no budget.
+enum { SETTING_REFUSE_UNKNOWN = 0, UNKNOWN_ALLOWED = 1, UNKNOWN_REFUSED = 2, NODE_SLOTS = 3 };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NODE_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} node SEC(".maps");
+
+// An open under way, by thread, from the syscall's entry to its exit: the pod the
+// device program counted it for, 0 while it did not.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} opening SEC(".maps");
+
+// A syscall under way that asks the device's permission without opening it (access,
+// inotify_add_watch, fanotify_mark): the device program lets it through uncounted.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} asking SEC(".maps");
+
+// The descriptions the gate let through and the pod each counts against, until the last
+// reference goes; one deleted here is released once, whoever saw it go first.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} charged SEC(".maps");
+
+// A close or dup2 under way whose fd held the last reference to a charged description.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} closing SEC(".maps");
+
+// pod finds the budget of the current process's pod: the first of its cgroup's
+// ancestors, from the root down, that has one.
+static __always_inline struct budget *pod(__u64 *id)
+{
+	for (int level = 1; level <= MAX_LEVEL; level++) {
+		__u64 cg = bpf_get_current_ancestor_cgroup_id(level);
+		__u32 *slot;
+
+		if (!cg)
+			return 0;
+		slot = bpf_map_lookup_elem(&pods, &cg);
+		if (slot) {
+			*id = cg;
+			return bpf_map_lookup_elem(&budgets, slot);
+		}
+	}
+	return 0;
+}
+
+static __always_inline void node_add(__u32 slot)
+{
+	__u64 *v = bpf_map_lookup_elem(&node, &slot);
+
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+SEC("cgroup/dev")
+int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
+{
+	struct gate_dev dev = {.major = ctx->major, .minor = ctx->minor};
+	__u64 thread, id = 0, *slot;
+	struct budget *b;
+	__u32 setting = SETTING_REFUSE_UNKNOWN;
+
+	if ((ctx->access_type & 0xffff) != BPF_DEVCG_DEV_CHAR)
+		return 1;
+	if (!((ctx->access_type >> 16) & (BPF_DEVCG_ACC_READ | BPF_DEVCG_ACC_WRITE)))
+		return 1;
+	if (!bpf_map_lookup_elem(&gated, &dev))
+		return 1;
+	thread = bpf_get_current_pid_tgid();
+	if (bpf_map_lookup_elem(&asking, &thread))
+		return 1;
+	b = pod(&id);
+	if (!b) {
+		__u64 *refuse = bpf_map_lookup_elem(&node, &setting);
+
+		if (refuse && *refuse) {
+			node_add(UNKNOWN_REFUSED);
+			return 0;
+		}
+		node_add(UNKNOWN_ALLOWED);
+		return 1;
+	}
+	// Taken first, given back when past the booking: of openers racing for the last
+	// queue, exactly one gets it.
+	if (__sync_fetch_and_add(&b->held, 1) >= b->booked) {
+		__sync_fetch_and_add(&b->held, -1);
+		__sync_fetch_and_add(&b->refused, 1);
+		return 0;
+	}
+	__sync_fetch_and_add(&b->granted, 1);
+	__sync_fetch_and_add(&b->moves, 1);
+	// Outside an open syscall (io_uring's openat) the grant stays counted: the queue is
+	// held, and what no exit confirms the measurement settles.
+	slot = bpf_map_lookup_elem(&opening, &thread);
+	if (slot)
+		*slot = id;
+	return 1;
+}
+
+static __always_inline void release(__u64 id)
+{
+	__u32 *slot = bpf_map_lookup_elem(&pods, &id);
+	struct budget *b = slot ? bpf_map_lookup_elem(&budgets, slot) : 0;
+
+	if (!b)
+		return;
+	__sync_fetch_and_add(&b->held, -1);
+	__sync_fetch_and_add(&b->released, 1);
+	__sync_fetch_and_add(&b->moves, 1);
+}
+
+static __always_inline struct file *fd_file(struct task_struct *task, __s64 fd)
+{
+	struct files_struct *files = BPF_CORE_READ(task, files);
+	struct file **fds;
+	struct file *file = 0;
+	struct fdtable *fdt;
+
+	if (fd < 0 || !files)
+		return 0;
+	fdt = BPF_CORE_READ(files, fdt);
+	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	if (bpf_core_read(&file, sizeof(file), &fds[fd]))
+		return 0;
+	return file;
+}
+
+// refs is the number of references to file.
+static __always_inline __s64 refs(struct file *file)
+{
+	if (bpf_core_field_exists(file->f_ref)) {
+		__u64 c = BPF_CORE_READ(file, f_ref.refcnt.counter);
+
+		return c >= FILE_REF_RELEASED ? 0 : (__s64)c + 1;
+	}
+	return BPF_CORE_READ((struct file___count *)file, f_count.counter);
+}
+
+// last says whether file is a charged description that dropping one reference releases,
+// and if so which pod it counts against.
+static __always_inline __u64 last(struct file *file)
+{
+	__u64 key = (__u64)file, *id;
+
+	if (!file || refs(file) != 1)
+		return 0;
+	id = bpf_map_lookup_elem(&charged, &key);
+	return id ? *id : 0;
+}
+
+static __always_inline void forget(struct file *file)
+{
+	__u64 key = (__u64)file, *id = bpf_map_lookup_elem(&charged, &key);
+	__u64 pod_id;
+
+	if (!id)
+		return;
+	pod_id = *id;
+	if (bpf_map_delete_elem(&charged, &key) == 0)
+		release(pod_id);
+}
+
+static __always_inline int enter_open(void)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), none = 0;
+
+	bpf_map_update_elem(&opening, &thread, &none, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), *slot, id;
+	struct file *file;
+
+	slot = bpf_map_lookup_elem(&opening, &thread);
+	if (!slot)
+		return 0;
+	id = *slot;
+	bpf_map_delete_elem(&opening, &thread);
+	if (!id)
+		return 0;
+	if (ctx->ret < 0) {
+		release(id);
+		return 0;
+	}
+	file = fd_file((struct task_struct *)bpf_get_current_task(), ctx->ret);
+	if (file) {
+		__u64 key = (__u64)file;
+
+		bpf_map_update_elem(&charged, &key, &id, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_openat")
+int nr1_gate_enter_openat(void *ctx) { return enter_open(); }
+
+SEC("tracepoint/syscalls/sys_exit_openat")
+int nr1_gate_exit_openat(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
+
+SEC("tracepoint/syscalls/sys_enter_openat2")
+int nr1_gate_enter_openat2(void *ctx) { return enter_open(); }
+
+SEC("tracepoint/syscalls/sys_exit_openat2")
+int nr1_gate_exit_openat2(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
+
+SEC("tracepoint/syscalls/sys_enter_open_by_handle_at")
+int nr1_gate_enter_open_by_handle_at(void *ctx) { return enter_open(); }
+
+SEC("tracepoint/syscalls/sys_exit_open_by_handle_at")
+int nr1_gate_exit_open_by_handle_at(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
+
+// open(2) and creat(2) exist on some architectures only (amd64, not arm64).
+SEC("tracepoint/syscalls/sys_enter_open")
+int nr1_gate_enter_open(void *ctx) { return enter_open(); }
+
+SEC("tracepoint/syscalls/sys_exit_open")
+int nr1_gate_exit_open(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
+
+SEC("tracepoint/syscalls/sys_enter_creat")
+int nr1_gate_enter_creat(void *ctx) { return enter_open(); }
+
+SEC("tracepoint/syscalls/sys_exit_creat")
+int nr1_gate_exit_creat(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
+
+static __always_inline int enter_ask(void)
+{
+	__u64 thread = bpf_get_current_pid_tgid();
+	__u8 one = 1;
+
+	bpf_map_update_elem(&asking, &thread, &one, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int exit_ask(void)
+{
+	__u64 thread = bpf_get_current_pid_tgid();
+
+	bpf_map_delete_elem(&asking, &thread);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_faccessat")
+int nr1_gate_enter_faccessat(void *ctx) { return enter_ask(); }
+
+SEC("tracepoint/syscalls/sys_exit_faccessat")
+int nr1_gate_exit_faccessat(void *ctx) { return exit_ask(); }
+
+SEC("tracepoint/syscalls/sys_enter_faccessat2")
+int nr1_gate_enter_faccessat2(void *ctx) { return enter_ask(); }
+
+SEC("tracepoint/syscalls/sys_exit_faccessat2")
+int nr1_gate_exit_faccessat2(void *ctx) { return exit_ask(); }
+
+SEC("tracepoint/syscalls/sys_enter_access")
+int nr1_gate_enter_access(void *ctx) { return enter_ask(); }
+
+SEC("tracepoint/syscalls/sys_exit_access")
+int nr1_gate_exit_access(void *ctx) { return exit_ask(); }
+
+SEC("tracepoint/syscalls/sys_enter_inotify_add_watch")
+int nr1_gate_enter_inotify_add_watch(void *ctx) { return enter_ask(); }
+
+SEC("tracepoint/syscalls/sys_exit_inotify_add_watch")
+int nr1_gate_exit_inotify_add_watch(void *ctx) { return exit_ask(); }
+
+SEC("tracepoint/syscalls/sys_enter_fanotify_mark")
+int nr1_gate_enter_fanotify_mark(void *ctx) { return enter_ask(); }
+
+SEC("tracepoint/syscalls/sys_exit_fanotify_mark")
+int nr1_gate_exit_fanotify_mark(void *ctx) { return exit_ask(); }
+
+// A close, or a dup2/dup3 over an open fd, drops one reference: when it is the last of
+// a charged description, the exit (the fd really gone) releases it.
+static __always_inline int enter_drop(__s64 fd)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), id;
+	struct file *file = fd_file((struct task_struct *)bpf_get_current_task(), fd);
+	__u64 key = (__u64)file;
+
+	id = last(file);
+	if (!id)
+		return 0;
+	bpf_map_update_elem(&closing, &thread, &key, BPF_ANY);
+	return 0;
+}
+
+// dropped says whether the syscall that ended with ret removed the fd: close removes it
+// whatever it returns but EBADF, dup2 and dup3 only when they succeed.
+static __always_inline int exit_drop(struct syscall_exit_ctx *ctx, bool dropped)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), *file;
+
+	file = bpf_map_lookup_elem(&closing, &thread);
+	if (!file)
+		return 0;
+	if (dropped)
+		forget((struct file *)*file);
+	bpf_map_delete_elem(&closing, &thread);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int nr1_gate_enter_close(struct syscall_enter_ctx *ctx) { return enter_drop((__s32)ctx->args[0]); }
+
+SEC("tracepoint/syscalls/sys_exit_close")
+int nr1_gate_exit_close(struct syscall_exit_ctx *ctx) { return exit_drop(ctx, ctx->ret != -EBADF); }
+
+SEC("tracepoint/syscalls/sys_enter_dup2")
+int nr1_gate_enter_dup2(struct syscall_enter_ctx *ctx)
+{
+	if (ctx->args[0] == ctx->args[1])
+		return 0;
+	return enter_drop((__s32)ctx->args[1]);
+}
+
+SEC("tracepoint/syscalls/sys_exit_dup2")
+int nr1_gate_exit_dup2(struct syscall_exit_ctx *ctx) { return exit_drop(ctx, ctx->ret >= 0); }
+
+SEC("tracepoint/syscalls/sys_enter_dup3")
+int nr1_gate_enter_dup3(struct syscall_enter_ctx *ctx) { return enter_drop((__s32)ctx->args[1]); }
+
+SEC("tracepoint/syscalls/sys_exit_dup3")
+int nr1_gate_exit_dup3(struct syscall_exit_ctx *ctx) { return exit_drop(ctx, ctx->ret >= 0); }
+
+// The slots of an exiting process's table that hold each charged description, by
+// thread and description: a description dup()ed within the table holds a reference per
+// slot, and the exit drops them all.
+struct slot_key {
+	__u64 thread;
+	__u64 file;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct slot_key);
+	__type(value, __s64);
+} slots SEC(".maps");
+
+struct exit_scan {
+	struct file **fds;
+	unsigned long *open_fds;
+	__u64 thread;
+	__u32 words;
+	bool release; // the second pass: release what the first tallied
+};
+
+static long exit_word(__u64 i, struct exit_scan *s)
+{
+	unsigned long word = 0;
+
+	if (i >= s->words)
+		return 1;
+	if (bpf_probe_read_kernel(&word, sizeof(word), &s->open_fds[i]) || !word)
+		return 0;
+	for (int bit = 0; bit < 64; bit++) {
+		struct slot_key key = {.thread = s->thread};
+		struct file *file = 0;
+		__s64 one = 1, *n;
+
+		if (!(word & (1UL << bit)))
+			continue;
+		if (bpf_probe_read_kernel(&file, sizeof(file), &s->fds[i * 64 + bit]) || !file)
+			continue;
+		key.file = (__u64)file;
+		if (!s->release) {
+			if (!bpf_map_lookup_elem(&charged, &key.file))
+				continue;
+			n = bpf_map_lookup_elem(&slots, &key);
+			if (n)
+				*n += 1;
+			else
+				bpf_map_update_elem(&slots, &key, &one, BPF_ANY);
+			continue;
+		}
+		n = bpf_map_lookup_elem(&slots, &key);
+		if (!n)
+			continue;
+		if (refs(file) == *n)
+			forget(file);
+		bpf_map_delete_elem(&slots, &key);
+	}
+	return 0;
+}
+
+// The last thread of a process sharing no fd table leaves: each charged description
+// whose every reference is a slot of its table is released. Only a pod that holds some is scanned.
+SEC("tracepoint/sched/sched_process_exit")
+int nr1_gate_exit_process(void *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct files_struct *files = BPF_CORE_READ(task, files);
+	struct fdtable *fdt;
+	struct exit_scan s = {};
+	struct budget *b;
+	__u64 id;
+
+	if (!files || BPF_CORE_READ(files, count.counter) != 1)
+		return 0;
+	b = pod(&id);
+	if (!b || b->held <= 0)
+		return 0;
+	fdt = BPF_CORE_READ(files, fdt);
+	if (!fdt)
+		return 0;
+	s.fds = BPF_CORE_READ(fdt, fd);
+	s.open_fds = BPF_CORE_READ(fdt, open_fds);
+	s.words = (BPF_CORE_READ(fdt, max_fds) + 63) / 64;
+	if (s.words > MAX_FD_WORDS)
+		s.words = MAX_FD_WORDS;
+	s.thread = bpf_get_current_pid_tgid();
+	bpf_loop(s.words, exit_word, &s, 0);
+	s.release = true;
+	bpf_loop(s.words, exit_word, &s, 0);
+	return 0;
+}

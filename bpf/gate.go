@@ -1,0 +1,328 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// GateCount is a pod's budget as the gate holds it.
+type GateCount struct {
+	Booked, Held                      int64
+	Granted, Refused, Released, Moves uint64
+}
+
+// GateOptions shape a budget gate.
+type GateOptions struct {
+	// PinDir, in bpffs, holds the gate's maps and links, so that it keeps working while
+	// the agent is away and a restarted agent takes it over.
+	PinDir string
+	// Devices are the character devices an open of which is counted: the NR1's queues.
+	Devices []Device
+	// RefuseUnknown refuses an open by a process under the gate whose pod has no budget;
+	// otherwise it is let through, uncounted.
+	RefuseUnknown bool
+}
+
+// Gate is the budget gate (gate.bpf.c): an open of a gated device by a process of a
+// pod that holds as many as it booked fails with EPERM. A pod is known to the gate by
+// its cgroup's id in the v2 tree, and its budget lives in a slot of a map whose memory
+// the agent shares with the programs, so that both move a count with atomic operations.
+type Gate struct {
+	objs   gateObjects
+	pinDir string
+	mem    []byte
+
+	mu    sync.Mutex
+	slots map[uint64]uint32 // a pod's cgroup id → its budget's slot
+	free  []uint32          // reused oldest first: a program that found a slot just
+	// before its pod was forgotten is long done when the slot serves another
+}
+
+const gateLinks = "links"
+
+// LoadGate loads the gate's programs, takes over the maps and links an earlier agent
+// pinned in opts.PinDir, and attaches the tracepoints that keep the counts. The device
+// program is attached by Attach.
+func LoadGate(opts GateOptions) (*Gate, error) {
+	if err := haveSyscall(); err != nil {
+		return nil, fmt.Errorf("loading the budget gate: %w", err)
+	}
+	if err := inBPFFS(opts.PinDir); err != nil {
+		return nil, fmt.Errorf("budget gate pins: %w", err)
+	}
+	maps := filepath.Join(opts.PinDir, "maps")
+	for _, d := range []string{maps, filepath.Join(opts.PinDir, gateLinks)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("budget gate pins: %w", err)
+		}
+	}
+	g := &Gate{pinDir: opts.PinDir, slots: map[uint64]uint32{}}
+	if err := loadGateObjects(&g.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: maps}}); err != nil {
+		return nil, fmt.Errorf("loading the budget gate (maps pinned in %s): %w", maps, err)
+	}
+	if err := g.open(opts); err != nil {
+		_ = g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func (g *Gate) open(opts GateOptions) error {
+	for _, d := range opts.Devices {
+		if err := g.objs.Gated.Put(gateGateDev(d), uint8(1)); err != nil {
+			return fmt.Errorf("gating device %d:%d: %w", d.Major, d.Minor, err)
+		}
+	}
+	var refuse uint64
+	if opts.RefuseUnknown {
+		refuse = 1
+	}
+	if err := g.objs.Node.Put(uint32(gateSettingRefuseUnknown), refuse); err != nil {
+		return fmt.Errorf("budget gate policy: %w", err)
+	}
+	size := int(g.objs.Budgets.MaxEntries()) * int(unsafe.Sizeof(gateBudget{}))
+	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	mem, err := unix.Mmap(g.objs.Budgets.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fmt.Errorf("mapping the budget gate's budgets: %w", err)
+	}
+	g.mem = mem
+	used := map[uint32]bool{}
+	var id uint64
+	var slot uint32
+	for it := g.objs.Pods.Iterate(); it.Next(&id, &slot); {
+		g.slots[id] = slot
+		used[slot] = true
+	}
+	for s := range g.objs.Budgets.MaxEntries() {
+		if !used[s] {
+			g.free = append(g.free, s)
+		}
+	}
+	for name, prog := range g.tracepoints() {
+		if err := g.attachTracepoint(name, prog); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gateSettingRefuseUnknown is the node map's slot of the unknown-pod policy.
+const (
+	gateSettingRefuseUnknown = 0
+	gateUnknownAllowed       = 1
+	gateUnknownRefused       = 2
+)
+
+// tracepoints are the gate's tracepoint programs by the tracepoint each attaches to
+// (group/name).
+func (g *Gate) tracepoints() map[string]*ebpf.Program {
+	p := &g.objs.gatePrograms
+	out := map[string]*ebpf.Program{"sched/sched_process_exit": p.Nr1GateExitProcess}
+	for name, pair := range map[string][2]*ebpf.Program{
+		"openat": {p.Nr1GateEnterOpenat, p.Nr1GateExitOpenat}, "openat2": {p.Nr1GateEnterOpenat2, p.Nr1GateExitOpenat2},
+		"open_by_handle_at": {p.Nr1GateEnterOpenByHandleAt, p.Nr1GateExitOpenByHandleAt},
+		"open":              {p.Nr1GateEnterOpen, p.Nr1GateExitOpen}, "creat": {p.Nr1GateEnterCreat, p.Nr1GateExitCreat},
+		"access": {p.Nr1GateEnterAccess, p.Nr1GateExitAccess}, "faccessat": {p.Nr1GateEnterFaccessat, p.Nr1GateExitFaccessat},
+		"faccessat2":        {p.Nr1GateEnterFaccessat2, p.Nr1GateExitFaccessat2},
+		"inotify_add_watch": {p.Nr1GateEnterInotifyAddWatch, p.Nr1GateExitInotifyAddWatch},
+		"fanotify_mark":     {p.Nr1GateEnterFanotifyMark, p.Nr1GateExitFanotifyMark},
+		"close":             {p.Nr1GateEnterClose, p.Nr1GateExitClose}, "dup2": {p.Nr1GateEnterDup2, p.Nr1GateExitDup2},
+		"dup3": {p.Nr1GateEnterDup3, p.Nr1GateExitDup3},
+	} {
+		out["syscalls/sys_enter_"+name] = pair[0]
+		out["syscalls/sys_exit_"+name] = pair[1]
+	}
+	return out
+}
+
+// attachTracepoint attaches prog and pins its link, replacing the link an earlier agent
+// pinned there only once the new one is attached: no event falls between the two. A
+// tracepoint this architecture lacks (open and creat on arm64) is skipped.
+func (g *Gate) attachTracepoint(tp string, prog *ebpf.Program) error {
+	group, name := filepath.Split(tp)
+	l, err := link.Tracepoint(filepath.Clean(group), name, prog, nil)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("budget gate: attaching to tracepoint %s: %w", tp, err)
+	}
+	return g.pin(filepath.Base(group)+"-"+name, l)
+}
+
+// pin pins l under name, in place of what was pinned there.
+func (g *Gate) pin(name string, l link.Link) error {
+	defer l.Close()
+	p := filepath.Join(g.pinDir, gateLinks, name)
+	old, err := link.LoadPinnedLink(p, nil)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("budget gate: the link pinned as %s: %w", p, err)
+	default:
+		defer old.Close()
+		if err := old.Unpin(); err != nil {
+			return fmt.Errorf("budget gate: unpinning %s: %w", p, err)
+		}
+	}
+	if err := l.Pin(p); err != nil {
+		return fmt.Errorf("budget gate: pinning %s: %w", p, err)
+	}
+	return nil
+}
+
+// Attach attaches the device program to cgroupDir, the v2 cgroup above every pod (the
+// kubelet's kubepods), in place of the one an earlier agent attached.
+func (g *Gate) Attach(cgroupDir string) error {
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: ebpf.AttachCGroupDevice, Program: g.objs.Nr1Gate})
+	if err != nil {
+		return fmt.Errorf("budget gate: attaching to %s: %w", cgroupDir, err)
+	}
+	return g.pin("device", l)
+}
+
+// budget is the slot's budget, in the memory the programs share.
+func (g *Gate) budget(slot uint32) *gateBudget {
+	// The array's values are laid out one after another, each 8-byte aligned, and the
+	// slot is below the map's size: the pointer stays inside the mapping.
+	return (*gateBudget)(unsafe.Pointer(&g.mem[uintptr(slot)*unsafe.Sizeof(gateBudget{})])) //nolint:gosec // see above
+}
+
+// Book sets the booking of the pod whose v2 cgroup has the id pod; a pod new to the gate
+// starts holding nothing.
+func (g *Gate) Book(pod uint64, booked int64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if slot, ok := g.slots[pod]; ok {
+		atomic.StoreInt64(&g.budget(slot).Booked, booked)
+		return nil
+	}
+	if len(g.free) == 0 {
+		return fmt.Errorf("budget gate: no room for the budget of cgroup %d (%d pods)", pod, len(g.slots))
+	}
+	slot := g.free[0]
+	b := g.budget(slot)
+	atomic.StoreInt64(&b.Held, 0)
+	for _, c := range []*uint64{&b.Granted, &b.Refused, &b.Released, &b.Moves} {
+		atomic.StoreUint64(c, 0)
+	}
+	atomic.StoreInt64(&b.Booked, booked)
+	if err := g.objs.Pods.Put(pod, slot); err != nil {
+		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
+	}
+	g.free = g.free[1:]
+	g.slots[pod] = slot
+	return nil
+}
+
+// Forget removes the pod's budget: its processes are then unknown to the gate.
+func (g *Gate) Forget(pod uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	slot, ok := g.slots[pod]
+	if !ok {
+		return nil
+	}
+	if err := g.objs.Pods.Delete(pod); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("budget gate: forgetting cgroup %d: %w", pod, err)
+	}
+	delete(g.slots, pod)
+	g.free = append(g.free, slot)
+	return nil
+}
+
+// Count is the pod's budget as the gate holds it, false when the pod has none.
+func (g *Gate) Count(pod uint64) (GateCount, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	slot, ok := g.slots[pod]
+	if !ok {
+		return GateCount{}, false
+	}
+	b := g.budget(slot)
+	return GateCount{
+		Booked: atomic.LoadInt64(&b.Booked), Held: atomic.LoadInt64(&b.Held),
+		Granted: atomic.LoadUint64(&b.Granted), Refused: atomic.LoadUint64(&b.Refused),
+		Released: atomic.LoadUint64(&b.Released), Moves: atomic.LoadUint64(&b.Moves),
+	}, true
+}
+
+// Settle sets the pod's count to what was measured, if it has not moved since Count
+// returned moves: the measurement then saw every open and release the count did.
+// It says whether it did.
+func (g *Gate) Settle(pod uint64, moves uint64, measured int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	slot, ok := g.slots[pod]
+	if !ok {
+		return false
+	}
+	b := g.budget(slot)
+	held := atomic.LoadInt64(&b.Held)
+	if atomic.LoadUint64(&b.Moves) != moves {
+		return false
+	}
+	// An open and its release between the two loads leave held as it was, and what was
+	// measured as true as before.
+	return atomic.CompareAndSwapInt64(&b.Held, held, measured)
+}
+
+// Unknown counts the opens by processes under the gate whose pod has no budget.
+func (g *Gate) Unknown() (allowed, refused uint64, err error) {
+	if err := g.objs.Node.Lookup(uint32(gateUnknownAllowed), &allowed); err != nil {
+		return 0, 0, fmt.Errorf("budget gate: %w", err)
+	}
+	if err := g.objs.Node.Lookup(uint32(gateUnknownRefused), &refused); err != nil {
+		return 0, 0, fmt.Errorf("budget gate: %w", err)
+	}
+	return allowed, refused, nil
+}
+
+// Close releases the agent's handles; the pinned gate keeps working.
+func (g *Gate) Close() error {
+	if g.mem != nil {
+		_ = unix.Munmap(g.mem)
+		g.mem = nil
+	}
+	return g.objs.Close()
+}
+
+// RemoveGate lifts the gate pinned in pinDir (uninstall): its links are detached and
+// every pin removed. It needs no program loaded; a gate that is not there is no error.
+func RemoveGate(pinDir string) error {
+	links, err := os.ReadDir(filepath.Join(pinDir, gateLinks))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("budget gate pins: %w", err)
+	}
+	for _, e := range links {
+		p := filepath.Join(pinDir, gateLinks, e.Name())
+		l, err := link.LoadPinnedLink(p, nil)
+		if err != nil {
+			return fmt.Errorf("budget gate: the link pinned as %s: %w", p, err)
+		}
+		if err := l.Unpin(); err != nil {
+			_ = l.Close()
+			return fmt.Errorf("budget gate: unpinning %s: %w", p, err)
+		}
+		if err := l.Close(); err != nil {
+			return fmt.Errorf("budget gate: detaching %s: %w", p, err)
+		}
+	}
+	if err := os.RemoveAll(pinDir); err != nil {
+		return fmt.Errorf("budget gate pins: %w", err)
+	}
+	return nil
+}

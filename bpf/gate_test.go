@@ -1,0 +1,461 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// The gate's tests run their pods' processes as openers: this test binary, started
+// again inside a cgroup, doing what it is told on stdin.
+func TestMain(m *testing.M) {
+	if os.Getenv("NR1_GATE_OPENER") == "1" {
+		opener()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// opener answers each command with "ok N" or "err ERRNO".
+func opener() {
+	in := bufio.NewScanner(os.Stdin)
+	var child *exec.Cmd
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		arg := func(i int) int { n, _ := strconv.Atoi(f[i]); return n }
+		var n int
+		var err error
+		switch f[0] {
+		case "open": // close-on-exec, so that a forked child holds only what it is given
+			n, err = unix.Open(f[1], unix.O_RDWR|unix.O_CLOEXEC, 0)
+		case "opath":
+			n, err = unix.Open(f[1], unix.O_PATH|unix.O_CLOEXEC, 0)
+		case "access":
+			err = unix.Access(f[1], unix.R_OK|unix.W_OK)
+		case "close":
+			err = unix.Close(arg(1))
+		case "dup":
+			n, err = unix.FcntlInt(uintptr(arg(1)), unix.F_DUPFD_CLOEXEC, 0)
+		case "dup2":
+			n, err = arg(2), unix.Dup2(arg(1), arg(2))
+		case "fork": // a child that is given fd N and waits
+			child = exec.Command("sleep", "3600")
+			child.ExtraFiles = []*os.File{os.NewFile(uintptr(arg(1)), "inherited")}
+			err = child.Start()
+		case "kill": // the child ends
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		case "race": // race PATH K: K threads open at once; N of them got one
+			n = race(f[1], arg(2))
+		case "exit":
+			os.Exit(0)
+		}
+		if err != nil {
+			errno := syscall.EIO // an error with no errno
+			errors.As(err, &errno)
+			fmt.Printf("err %d\n", errno)
+			continue
+		}
+		fmt.Printf("ok %d\n", n)
+	}
+}
+
+func race(path string, k int) int {
+	var ready, start, done sync.WaitGroup
+	var mu sync.Mutex
+	got := 0
+	ready.Add(k)
+	start.Add(1)
+	done.Add(k)
+	for range k {
+		go func() {
+			runtime.LockOSThread() // each opener its own thread
+			defer done.Done()
+			ready.Done()
+			start.Wait()
+			if _, err := unix.Open(path, unix.O_RDWR, 0); err == nil {
+				mu.Lock()
+				got++
+				mu.Unlock()
+			}
+		}()
+	}
+	ready.Wait()
+	start.Done()
+	done.Wait()
+	return got
+}
+
+type openerProc struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  *bufio.Writer
+	out *bufio.Scanner
+}
+
+// do sends a command and returns N of "ok N", or the errno of "err ERRNO".
+func (o *openerProc) do(cmd string) (int, error) {
+	o.t.Helper()
+	fmt.Fprintln(o.in, cmd)
+	if err := o.in.Flush(); err != nil {
+		o.t.Fatalf("opener %q: %v", cmd, err)
+	}
+	if !o.out.Scan() {
+		o.t.Fatalf("opener %q: no answer: %v", cmd, o.out.Err())
+	}
+	f := strings.Fields(o.out.Text())
+	n, _ := strconv.Atoi(f[1])
+	if f[0] == "err" {
+		return -1, syscall.Errno(n)
+	}
+	return n, nil
+}
+
+func (o *openerProc) must(cmd string) int {
+	o.t.Helper()
+	n, err := o.do(cmd)
+	if err != nil {
+		o.t.Fatalf("opener %q: %v", cmd, err)
+	}
+	return n
+}
+
+// exit ends the opener and waits for it.
+func (o *openerProc) exit() {
+	fmt.Fprintln(o.in, "exit")
+	_ = o.in.Flush()
+	_ = o.cmd.Wait()
+}
+
+type gateFixture struct {
+	t              *testing.T
+	root           string // the cgroup the gate is attached to, as kubepods
+	pins           string
+	queue, missing string // a gated device, and one whose driver is missing (ENXIO)
+	gate           *Gate
+}
+
+func newGateFixture(t *testing.T, refuseUnknown bool) *gateFixture {
+	t.Helper()
+	f := &gateFixture{t: t, root: v2CgroupOrSkip(t), pins: filepath.Join(bpffs(t), "gate")}
+	dev, err := os.MkdirTemp("/dev", "nr1-gate-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dev) })
+	f.queue, f.missing = filepath.Join(dev, "queue"), filepath.Join(dev, "missing")
+	// tun (10:200), as the simulator's queue; 240 is a major for local use, which no
+	// driver on a test host registers.
+	for path, d := range map[string]Device{f.queue: {Major: 10, Minor: 200}, f.missing: {Major: 240, Minor: 7}} {
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(d.Major, d.Minor))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}, {Major: 240, Minor: 7}}, RefuseUnknown: refuseUnknown}
+	f.gate = f.load(opts)
+	if err := f.gate.Attach(f.root); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := RemoveGate(f.pins); err != nil {
+			t.Error(err)
+		}
+	})
+	return f
+}
+
+func (f *gateFixture) load(opts GateOptions) *Gate {
+	g, err := LoadGate(opts)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		f.t.Skipf("kernel lacks what the gate needs: %v", err)
+	}
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// pod makes a pod's cgroup under the gate (and children below it, by name), booking
+// queues; it returns the pod's id and the deepest cgroup.
+func (f *gateFixture) pod(name string, booked int64, children ...string) (uint64, string) {
+	f.t.Helper()
+	dir := filepath.Join(f.root, name)
+	deepest := filepath.Join(append([]string{dir}, children...)...)
+	if err := os.MkdirAll(deepest, 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		for d := deepest; d != f.root; d = filepath.Dir(d) {
+			_ = os.Remove(d)
+		}
+	})
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		f.t.Fatal(err)
+	}
+	if booked >= 0 {
+		if err := f.gate.Book(st.Ino, booked); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return st.Ino, deepest
+}
+
+// opener starts an opener in cgroup.
+func (f *gateFixture) opener(cgroup string) *openerProc {
+	f.t.Helper()
+	cg, err := os.Open(cgroup)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer cg.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "NR1_GATE_OPENER=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		// The opener's forked children, left in its cgroup.
+		if b, err := os.ReadFile(filepath.Join(cgroup, "cgroup.procs")); err == nil {
+			for _, p := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(p); err == nil {
+					_ = unix.Kill(pid, unix.SIGKILL)
+				}
+			}
+		}
+	})
+	return &openerProc{t: f.t, cmd: cmd, in: bufio.NewWriter(in), out: bufio.NewScanner(out)}
+}
+
+func (f *gateFixture) held(pod uint64) GateCount {
+	f.t.Helper()
+	c, ok := f.gate.Count(pod)
+	if !ok {
+		f.t.Fatalf("no budget for cgroup %d", pod)
+	}
+	return c
+}
+
+// A pod opens up to its booking and no further; what does not open a new description
+// (dup, fork, O_PATH, access) is not counted; a queue given back by close can be taken
+// again at once, but only when the last reference is gone.
+func TestGateHoldsAPodToItsBooking(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 2)
+	o := f.opener(cg)
+	a := o.must("open " + f.queue)
+	o.must("open " + f.queue)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("third open with two booked: %v, want EPERM", err)
+	}
+	if c := f.held(id); c.Held != 2 || c.Refused != 1 || c.Granted != 2 {
+		t.Fatalf("count %+v, want 2 held, 1 refused, 2 granted", c)
+	}
+	d := o.must(fmt.Sprintf("dup %d", a))
+	o.must(fmt.Sprintf("fork %d", a))
+	o.must("opath " + f.queue)
+	o.must("access " + f.queue)
+	if c := f.held(id); c.Held != 2 || c.Refused != 1 {
+		t.Fatalf("after dup, fork, O_PATH and access: %+v, want 2 held and no new refusal", c)
+	}
+	o.must(fmt.Sprintf("close %d", d))
+	if c := f.held(id); c.Held != 2 {
+		t.Fatalf("closing a dup released a description still open: %+v", c)
+	}
+	o.must(fmt.Sprintf("close %d", a)) // the forked child still holds it
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("open while a child still holds the description: %v, want EPERM", err)
+	}
+	o.must("kill")
+	if c := f.held(id); c.Held != 1 {
+		t.Fatalf("after the child holding the last reference left: %+v, want 1 held", c)
+	}
+	e := o.must("open " + f.queue)
+	o.must(fmt.Sprintf("close %d", e))
+	o.must("open " + f.queue) // a close followed at once by an open
+	if c := f.held(id); c.Held != 2 {
+		t.Fatalf("after close and open: %+v, want 2 held", c)
+	}
+}
+
+// The measurement settles the count (what the tracepoints do not see, a description
+// closed by exec, stays counted until then), and only a count that did not move since
+// the measurement began.
+func TestGateSettlesAQuietPodToTheMeasurement(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 1)
+	o := f.opener(cg)
+	a := o.must("open " + f.queue)
+	before := f.held(id)
+	o.must(fmt.Sprintf("close %d", a))
+	if f.gate.Settle(id, before.Moves, 1) {
+		t.Fatal("Settle with a count that moved since did it")
+	}
+	if c := f.held(id); c.Held != 0 {
+		t.Fatalf("a refused Settle changed the count: %+v", c)
+	}
+	if !f.gate.Settle(id, f.held(id).Moves, 1) {
+		t.Fatal("Settle on a quiet pod did nothing")
+	}
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("open after settling to the booking: %v, want EPERM", err)
+	}
+	if !f.gate.Settle(id, f.held(id).Moves, 0) {
+		t.Fatal("Settle on a quiet pod did nothing")
+	}
+	o.must("open " + f.queue)
+}
+
+// An open the gate let through but the driver then refused gives its queue back.
+func TestGateGivesBackFailedOpens(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 1)
+	o := f.opener(cg)
+	for range 3 {
+		if _, err := o.do("open " + f.missing); !errors.Is(err, unix.ENXIO) && !errors.Is(err, unix.ENODEV) {
+			t.Fatalf("open of a device with no driver: %v, want ENXIO", err)
+		}
+	}
+	if c := f.held(id); c.Held != 0 || c.Released != 3 {
+		t.Fatalf("after three failed opens: %+v, want none held, 3 released", c)
+	}
+	o.must("open " + f.queue)
+}
+
+// A process leaving with queues open (one of them in two slots) gives them back: its
+// sibling may take them.
+func TestGateReleasesWhatAnExitingProcessHeld(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 2)
+	first := f.opener(cg)
+	a := first.must("open " + f.queue)
+	first.must(fmt.Sprintf("dup2 %d 40", a))
+	first.must("open " + f.queue)
+	first.exit()
+	if c := f.held(id); c.Held != 0 {
+		t.Fatalf("after the holder left: %+v, want none held", c)
+	}
+	sibling := f.opener(cg)
+	sibling.must("open " + f.queue)
+	sibling.must("open " + f.queue)
+}
+
+// A process in a cgroup nested below its pod counts against the pod.
+func TestGateCountsAChildCgroupAgainstItsPod(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, pod := f.pod("pod", 1, "a", "b", "c")
+	f.opener(filepath.Join(f.root, "pod")).must("open " + f.queue)
+	if _, err := f.opener(pod).do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("open from a child cgroup past the pod's booking: %v, want EPERM", err)
+	}
+	if c := f.held(id); c.Held != 1 || c.Refused != 1 {
+		t.Fatalf("count %+v", c)
+	}
+}
+
+// Of openers racing for a pod's last queue, exactly one gets it.
+func TestGateGivesTheLastQueueToOneOpener(t *testing.T) {
+	f := newGateFixture(t, false)
+	for round := range 20 {
+		id, cg := f.pod(fmt.Sprintf("pod%d", round), 3)
+		o := f.opener(cg)
+		o.must("open " + f.queue)
+		o.must("open " + f.queue)
+		if got := o.must("race " + f.queue + " 32"); got != 1 {
+			t.Fatalf("round %d: %d of 32 racing openers got the last queue, want 1", round, got)
+		}
+		if c := f.held(id); c.Held != 3 || c.Refused != 31 {
+			t.Fatalf("round %d: count %+v", round, c)
+		}
+	}
+}
+
+// Processes outside the gate's cgroup are never asked; a pod the gate has no budget for
+// follows the policy.
+func TestGateUnknownPodsFollowThePolicy(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refuse=%v", refuse), func(t *testing.T) {
+			f := newGateFixture(t, refuse)
+			for range 3 { // the test itself is a host process
+				fd, err := unix.Open(f.queue, unix.O_RDWR, 0)
+				if err != nil {
+					t.Fatalf("a host process's open: %v", err)
+				}
+				_ = unix.Close(fd)
+			}
+			_, cg := f.pod("unbooked", -1)
+			_, err := f.opener(cg).do("open " + f.queue)
+			allowed, refused, uerr := f.gate.Unknown()
+			if uerr != nil {
+				t.Fatal(uerr)
+			}
+			if refuse && (!errors.Is(err, unix.EPERM) || refused != 1 || allowed != 0) {
+				t.Errorf("refuse: open %v, %d allowed, %d refused", err, allowed, refused)
+			}
+			if !refuse && (err != nil || allowed != 1 || refused != 0) {
+				t.Errorf("allow: open %v, %d allowed, %d refused", err, allowed, refused)
+			}
+		})
+	}
+}
+
+// The gate keeps refusing with the agent gone; a new agent takes over its counts; once
+// removed, nothing is refused.
+func TestGateOutlivesTheAgent(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 1)
+	o := f.opener(cg)
+	o.must("open " + f.queue)
+	if err := f.gate.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("with the agent gone: %v, want EPERM", err)
+	}
+	f.gate = f.load(GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}}})
+	if err := f.gate.Attach(f.root); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(id); c.Held != 1 || c.Refused != 1 || c.Booked != 1 {
+		t.Fatalf("the restarted agent's count %+v, want the one held, refused and booked", c)
+	}
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("after a restart: %v, want EPERM", err)
+	}
+	if n := devicePrograms(t, f.root); n != 1 {
+		t.Fatalf("%d device programs on the cgroup after a restart, want 1", n)
+	}
+	if err := RemoveGate(f.pins); err != nil {
+		t.Fatal(err)
+	}
+	o.must("open " + f.queue)
+	if n := devicePrograms(t, f.root); n != 0 {
+		t.Fatalf("%d device programs left after removal", n)
+	}
+}
