@@ -67,7 +67,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 trust trust-regressions trust-mutants trust-soak fuzz bench bench-agent bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 trust trust-regressions trust-mutants trust-soak fuzz bench bench-agent bench-gate bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -169,6 +169,11 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 300000 inputs); crashe
 bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
+
+bench-gate: $(TOOLS)/benchstat ## the budget gate's cost: an open and close of /dev/null and of a queue, in a pod and on the host, with no BPF, the footprint's tracepoints, and the gate (as root)
+	@mkdir -p _output/bench
+	$(GO) test -run '^$$' -bench BenchmarkGate -count $(BENCH_COUNT) ./bpf/ | tee _output/bench/gate.out
+	$(TOOLS)/benchstat -col /bpf _output/bench/gate.out
 
 bench-ceiling: image ## the largest booking whose pod gets a status in device-plugin mode, with the kubelet's resource health on and off (stack brought up if not running; left up, resource health off)
 	@mkdir -p _output/bench

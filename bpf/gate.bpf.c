@@ -90,8 +90,11 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } node SEC(".maps");
 
-// An open under way, by thread, from the syscall's entry to its exit: the pod the
-// device program counted it for, 0 while it did not.
+// An open under way, by thread, from the syscall's entry to its exit: IN_OPEN, then the
+// pod the device program counted it for; 0 outside an open. Cgroup ids are inode
+// numbers, never 1.
+#define IN_OPEN 1
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -129,6 +132,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } closing SEC(".maps");
 
+// The cgroup the device program is attached to: the tracepoints fire for every process
+// of the node, and do their work only for those below it.
+#define BPF_MAP_TYPE_CGROUP_ARRAY 8
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} root SEC(".maps");
+
+static __always_inline bool under_gate(void)
+{
+	return bpf_current_task_under_cgroup(&root, 0) == 1;
+}
+
 // pod finds the budget of the current process's pod: the first of its cgroup's
 // ancestors, from the root down, that has one.
 static __always_inline struct budget *pod(__u64 *id)
@@ -162,6 +182,7 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 	struct gate_dev dev = {.major = ctx->major, .minor = ctx->minor};
 	__u64 thread, id = 0, *slot;
 	struct budget *b;
+	__u8 *asks;
 	__u32 setting = SETTING_REFUSE_UNKNOWN;
 
 	if ((ctx->access_type & 0xffff) != BPF_DEVCG_DEV_CHAR)
@@ -171,7 +192,8 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 	if (!bpf_map_lookup_elem(&gated, &dev))
 		return 1;
 	thread = bpf_get_current_pid_tgid();
-	if (bpf_map_lookup_elem(&asking, &thread))
+	asks = bpf_map_lookup_elem(&asking, &thread);
+	if (asks && *asks)
 		return 1;
 	b = pod(&id);
 	if (!b) {
@@ -196,7 +218,7 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 	// Outside an open syscall (io_uring's openat) the grant stays counted: the queue is
 	// held, and what no exit confirms the measurement settles.
 	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (slot)
+	if (slot && *slot == IN_OPEN)
 		*slot = id;
 	return 1;
 }
@@ -268,9 +290,18 @@ static __always_inline void forget(struct file *file)
 
 static __always_inline int enter_open(void)
 {
-	__u64 thread = bpf_get_current_pid_tgid(), none = 0;
+	__u64 thread, in_open = IN_OPEN, *slot;
 
-	bpf_map_update_elem(&opening, &thread, &none, BPF_ANY);
+	if (!under_gate())
+		return 0;
+	// A thread's entry is written in place once made: an update takes the map's locks,
+	// a lookup none.
+	thread = bpf_get_current_pid_tgid();
+	slot = bpf_map_lookup_elem(&opening, &thread);
+	if (slot)
+		*slot = IN_OPEN;
+	else
+		bpf_map_update_elem(&opening, &thread, &in_open, BPF_ANY);
 	return 0;
 }
 
@@ -283,8 +314,8 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	if (!slot)
 		return 0;
 	id = *slot;
-	bpf_map_delete_elem(&opening, &thread);
-	if (!id)
+	*slot = 0;
+	if (id == IN_OPEN || !id)
 		return 0;
 	if (ctx->ret < 0) {
 		release(id);
@@ -332,18 +363,27 @@ int nr1_gate_exit_creat(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
 
 static __always_inline int enter_ask(void)
 {
-	__u64 thread = bpf_get_current_pid_tgid();
-	__u8 one = 1;
+	__u64 thread;
+	__u8 one = 1, *asks;
 
-	bpf_map_update_elem(&asking, &thread, &one, BPF_ANY);
+	if (!under_gate())
+		return 0;
+	thread = bpf_get_current_pid_tgid();
+	asks = bpf_map_lookup_elem(&asking, &thread);
+	if (asks)
+		*asks = 1;
+	else
+		bpf_map_update_elem(&asking, &thread, &one, BPF_ANY);
 	return 0;
 }
 
 static __always_inline int exit_ask(void)
 {
 	__u64 thread = bpf_get_current_pid_tgid();
+	__u8 *asks = bpf_map_lookup_elem(&asking, &thread);
 
-	bpf_map_delete_elem(&asking, &thread);
+	if (asks)
+		*asks = 0;
 	return 0;
 }
 
@@ -381,10 +421,13 @@ int nr1_gate_exit_fanotify_mark(void *ctx) { return exit_ask(); }
 // a charged description, the exit (the fd really gone) releases it.
 static __always_inline int enter_drop(__s64 fd)
 {
-	__u64 thread = bpf_get_current_pid_tgid(), id;
-	struct file *file = fd_file((struct task_struct *)bpf_get_current_task(), fd);
-	__u64 key = (__u64)file;
+	__u64 thread = bpf_get_current_pid_tgid(), id, key;
+	struct file *file;
 
+	if (!under_gate())
+		return 0;
+	file = fd_file((struct task_struct *)bpf_get_current_task(), fd);
+	key = (__u64)file;
 	id = last(file);
 	if (!id)
 		return 0;
@@ -503,7 +546,7 @@ int nr1_gate_exit_process(void *ctx)
 	struct budget *b;
 	__u64 id;
 
-	if (!files || BPF_CORE_READ(files, count.counter) != 1)
+	if (!under_gate() || !files || BPF_CORE_READ(files, count.counter) != 1)
 		return 0;
 	b = pod(&id);
 	if (!b || b->held <= 0)

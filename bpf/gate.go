@@ -187,6 +187,14 @@ func (g *Gate) pin(name string, l link.Link) error {
 // Attach attaches the device program to cgroupDir, the v2 cgroup above every pod (the
 // kubelet's kubepods), in place of the one an earlier agent attached.
 func (g *Gate) Attach(cgroupDir string) error {
+	cg, err := os.Open(cgroupDir)
+	if err != nil {
+		return fmt.Errorf("budget gate: %w", err)
+	}
+	defer cg.Close()
+	if err := g.objs.Root.Put(uint32(0), uint32(cg.Fd())); err != nil { //nolint:gosec // an fd
+		return fmt.Errorf("budget gate: the tracepoints' cgroup %s: %w", cgroupDir, err)
+	}
 	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: ebpf.AttachCGroupDevice, Program: g.objs.Nr1Gate})
 	if err != nil {
 		return fmt.Errorf("budget gate: attaching to %s: %w", cgroupDir, err)

@@ -47,6 +47,7 @@ const (
 	gateMapNode                         = "node"
 	gateMapOpening                      = "opening"
 	gateMapPods                         = "pods"
+	gateMapRoot                         = "root"
 	gateMapSlots                        = "slots"
 	gateProgNr1Gate                     = "nr1_gate"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
@@ -162,6 +163,7 @@ type gateMapSpecs struct {
 	Node    *ebpf.MapSpec `ebpf:"node"`
 	Opening *ebpf.MapSpec `ebpf:"opening"`
 	Pods    *ebpf.MapSpec `ebpf:"pods"`
+	Root    *ebpf.MapSpec `ebpf:"root"`
 	Slots   *ebpf.MapSpec `ebpf:"slots"`
 }
 
@@ -199,6 +201,7 @@ type gateMaps struct {
 	Node    *ebpf.Map `ebpf:"node"`
 	Opening *ebpf.Map `ebpf:"opening"`
 	Pods    *ebpf.Map `ebpf:"pods"`
+	Root    *ebpf.Map `ebpf:"root"`
 	Slots   *ebpf.Map `ebpf:"slots"`
 }
 
@@ -212,6 +215,7 @@ func (m *gateMaps) Close() error {
 		m.Node,
 		m.Opening,
 		m.Pods,
+		m.Root,
 		m.Slots,
 	)
 }

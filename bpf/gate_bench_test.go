@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// joinCgroup moves the benchmark's process into cgroup, and back where it was once b
+// ends.
+func joinCgroup(b *testing.B, cgroup string) {
+	b.Helper()
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var home string
+	for _, line := range bytes.Split(self, []byte("\n")) {
+		if rest, ok := bytes.CutPrefix(line, []byte("0::")); ok {
+			home = filepath.Join(filepath.Dir(filepath.Dir(cgroup)), string(rest))
+		}
+	}
+	move := func(dir string) {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			b.Fatalf("moving the benchmark into %s: %v", dir, err)
+		}
+	}
+	move(cgroup)
+	b.Cleanup(func() { move(home) })
+}
+
+// BenchmarkGate times an open and a close of a file that is not an NR1 device
+// (/dev/null) and of a gated queue, by a process of a pod under the gate and by one of
+// the host: with no BPF, with the footprint's tracepoints (what the agent runs without
+// the gate; any syscall tracepoint moves every syscall of the node to the kernel's
+// slower path) and with the footprint's and the gate's. `make bench-gate` prints each
+// against no BPF (benchstat -col /bpf); the gate's own share is gate against footprint.
+func BenchmarkGate(b *testing.B) {
+	for _, file := range []string{"null", "queue"} {
+		for _, in := range []string{"pod", "host"} {
+			for _, loaded := range []string{"none", "footprint", "gate"} {
+				b.Run(fmt.Sprintf("file=%s/in=%s/bpf=%s", file, in, loaded), func(b *testing.B) {
+					benchmarkGate(b, file, in == "pod", loaded)
+				})
+			}
+		}
+	}
+}
+
+func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root: cgroups, bpffs, BPF")
+	}
+	if loaded != "none" {
+		fp, err := LoadFootprint()
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			b.Skipf("kernel lacks what the footprint needs: %v", err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = fp.Close() })
+		ch, err := fp.WatchChanges()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = ch.Close() })
+	}
+	f := newGateBench(b, loaded == "gate")
+	path := "/dev/null"
+	if file == "queue" {
+		path = f.queue
+	}
+	if inPod {
+		joinCgroup(b, f.pod)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = unix.Close(fd)
+	}
+}
+
+type gateBench struct {
+	pod, queue string
+}
+
+// newGateBench makes a gate root with one pod booking every queue it will open, and a
+// queue device; with gate, the gate is loaded and attached.
+func newGateBench(b *testing.B, gate bool) gateBench {
+	b.Helper()
+	var root string
+	for _, mnt := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(mnt, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			root = filepath.Join(mnt, fmt.Sprintf("nr1-gate-bench-%d", os.Getpid()))
+		}
+	}
+	if root == "" {
+		b.Skip("no cgroup v2 tree on this host")
+	}
+	pod := filepath.Join(root, "pod")
+	if err := os.MkdirAll(pod, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.Remove(pod); _ = os.Remove(root) })
+	dev, err := os.MkdirTemp("/dev", "nr1-gate-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dev) })
+	queue := filepath.Join(dev, "queue")
+	if err := unix.Mknod(queue, unix.S_IFCHR|0o666, int(unix.Mkdev(10, 200))); err != nil {
+		b.Fatal(err)
+	}
+	if !gate {
+		return gateBench{pod: pod, queue: queue}
+	}
+	pins := filepath.Join(b.TempDir(), "bpffs")
+	if err := os.Mkdir(pins, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.Mount("bpf", pins, "bpf", 0, ""); err != nil {
+		b.Fatalf("mounting bpffs: %v", err)
+	}
+	b.Cleanup(func() { _ = unix.Unmount(pins, unix.MNT_DETACH) })
+	g, err := LoadGate(GateOptions{PinDir: filepath.Join(pins, "gate"), Devices: []Device{{Major: 10, Minor: 200}}})
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		b.Skipf("kernel lacks what the gate needs: %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = g.Close()
+		if err := RemoveGate(filepath.Join(pins, "gate")); err != nil {
+			b.Error(err)
+		}
+	})
+	if err := g.Attach(root); err != nil {
+		b.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(pod, &st); err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Book(st.Ino, 1<<40); err != nil {
+		b.Fatal(err)
+	}
+	return gateBench{pod: pod, queue: queue}
+}
