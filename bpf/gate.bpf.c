@@ -26,6 +26,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define BPF_DEVCG_ACC_READ (1ULL << 1)
 #define BPF_DEVCG_ACC_WRITE (1ULL << 2)
 #define FMODE_PATH (1U << 14)
+#define S_IFMT 00170000
+#define S_IFCHR 0020000
 #define EBADF 9
 #define MINORBITS 20
 #define MAX_LEVEL 32
@@ -264,13 +266,29 @@ static __always_inline __s64 refs(struct file *file)
 	return BPF_CORE_READ((struct file___count *)file, f_count.counter);
 }
 
+// gated_file says whether file is a gated device's: a description whose release was not
+// seen leaves its address charged, and the address may come back as any file.
+static __always_inline bool gated_file(struct file *file)
+{
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	struct gate_dev dev;
+	dev_t rdev;
+
+	if (!inode || (BPF_CORE_READ(inode, i_mode) & S_IFMT) != S_IFCHR)
+		return false;
+	rdev = BPF_CORE_READ(inode, i_rdev);
+	dev.major = rdev >> MINORBITS;
+	dev.minor = rdev & ((1U << MINORBITS) - 1);
+	return bpf_map_lookup_elem(&gated, &dev) != 0;
+}
+
 // last says whether file is a charged description that dropping one reference releases,
 // and if so which pod it counts against.
 static __always_inline __u64 last(struct file *file)
 {
 	__u64 key = (__u64)file, *id;
 
-	if (!file || refs(file) != 1)
+	if (!file || !gated_file(file) || refs(file) != 1)
 		return 0;
 	id = bpf_map_lookup_elem(&charged, &key);
 	return id ? *id : 0;
@@ -515,7 +533,7 @@ static long exit_word(__u64 i, struct exit_scan *s)
 			continue;
 		key.file = (__u64)file;
 		if (!s->release) {
-			if (!bpf_map_lookup_elem(&charged, &key.file))
+			if (!bpf_map_lookup_elem(&charged, &key.file) || !gated_file(file))
 				continue;
 			n = bpf_map_lookup_elem(&slots, &key);
 			if (n)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -241,13 +242,14 @@ func (f *gateFixture) opener(cgroup string) *openerProc {
 	f.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		// The opener's forked children, left in its cgroup.
-		if b, err := os.ReadFile(filepath.Join(cgroup, "cgroup.procs")); err == nil {
-			for _, p := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(p); err == nil {
-					_ = unix.Kill(pid, unix.SIGKILL)
-				}
+		// The opener's forked children, left in its cgroup, gone before it is removed.
+		_ = os.WriteFile(filepath.Join(cgroup, "cgroup.kill"), []byte("1"), 0o644)
+		for range 500 {
+			ev, err := os.ReadFile(filepath.Join(cgroup, "cgroup.events"))
+			if err != nil || strings.Contains(string(ev), "populated 0") {
+				break
 			}
+			time.Sleep(10 * time.Millisecond)
 		}
 	})
 	return &openerProc{t: f.t, cmd: cmd, in: bufio.NewWriter(in), out: bufio.NewScanner(out)}
