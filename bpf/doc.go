@@ -24,7 +24,7 @@
 // (EPERM) an open of a gated device by a pod holding as many as it booked, finding the
 // pod among the process's cgroup ancestors from the root, with the syscall and exit
 // tracepoints that give back a failed open and a description's last reference
-// (`close`, `dup2`/`dup3` over it, the exit of its last holder); its budgets live in a
+// (`close`, `dup2`/`dup3` over it, an exec closing it, the exit of its last holder); its budgets live in a
 // memory-mapped array both sides move atomically (`Settle` sets a quiet pod's count
 // from the measurement), and its maps and links are pinned so that it works with the
 // agent away (`RemoveGate` lifts it). All are CO-RE

@@ -9,11 +9,11 @@
 //
 // A pod's count moves with what the kernel reports: +1 when the device program lets an
 // open through, -1 when that open then fails (the syscall's exit), and -1 when the last
-// reference to a description the gate let through goes away at close, dup2 over it or
-// the exit of the last process holding it. What the tracepoints cannot see (a
-// description closed by close_range or exec, or given away and dropped elsewhere) leaves
-// the count high: the gate errs on refusing, and user space sets the count from the
-// footprint's measurement when the pod is quiet.
+// reference to a description the gate let through goes away at close, dup2 over it, an
+// exec closing it or the exit of the last process holding it. What the tracepoints
+// cannot see (a description closed by close_range, or given away and dropped elsewhere,
+// or an exit racing another) leaves the count high: the gate errs on refusing, and user
+// space sets the count from the footprint's measurement when the pod is quiet.
 
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -25,7 +25,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_DEVCG_ACC_READ (1ULL << 1)
 #define BPF_DEVCG_ACC_WRITE (1ULL << 2)
-#define FMODE_PATH (1U << 14)
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
 #define EBADF 9
@@ -506,22 +505,31 @@ struct {
 	__type(value, __s64);
 } slots SEC(".maps");
 
-struct exit_scan {
+struct table_scan {
 	struct file **fds;
 	unsigned long *open_fds;
+	unsigned long *close_on_exec;
 	__u64 thread;
 	__u32 words;
 	bool release; // the second pass: release what the first tallied
+	bool exec;    // one pass over the slots closed on exec, each marked pending
 };
 
-static long exit_word(__u64 i, struct exit_scan *s)
+#define PENDING -1
+
+static long scan_word(__u64 i, struct table_scan *s)
 {
-	unsigned long word = 0;
+	unsigned long word = 0, cloexec = 0;
 
 	if (i >= s->words)
 		return 1;
 	if (bpf_probe_read_kernel(&word, sizeof(word), &s->open_fds[i]) || !word)
 		return 0;
+	if (s->exec) {
+		if (bpf_probe_read_kernel(&cloexec, sizeof(cloexec), &s->close_on_exec[i]))
+			return 0;
+		word &= cloexec;
+	}
 	for (int bit = 0; bit < 64; bit++) {
 		struct slot_key key = {.thread = s->thread};
 		struct file *file = 0;
@@ -533,8 +541,14 @@ static long exit_word(__u64 i, struct exit_scan *s)
 			continue;
 		key.file = (__u64)file;
 		if (!s->release) {
+			__s64 pending = PENDING;
+
 			if (!bpf_map_lookup_elem(&charged, &key.file) || !gated_file(file))
 				continue;
+			if (s->exec) {
+				bpf_map_update_elem(&slots, &key, &pending, BPF_ANY);
+				continue;
+			}
 			n = bpf_map_lookup_elem(&slots, &key);
 			if (n)
 				*n += 1;
@@ -552,15 +566,37 @@ static long exit_word(__u64 i, struct exit_scan *s)
 	return 0;
 }
 
+// scan_table releases the charged descriptions of a table whose every reference is a
+// slot of it (the table of a process sharing it with no other); with exec, it marks
+// pending under thread the charged descriptions of the slots closed on exec.
+static __always_inline void scan_table(struct files_struct *files, __u64 thread, bool exec)
+{
+	struct fdtable *fdt = BPF_CORE_READ(files, fdt);
+	struct table_scan s = {.thread = thread, .exec = exec};
+
+	if (!fdt)
+		return;
+	s.fds = BPF_CORE_READ(fdt, fd);
+	s.open_fds = BPF_CORE_READ(fdt, open_fds);
+	s.close_on_exec = BPF_CORE_READ(fdt, close_on_exec);
+	s.words = (BPF_CORE_READ(fdt, max_fds) + 63) / 64;
+	if (s.words > MAX_FD_WORDS)
+		s.words = MAX_FD_WORDS;
+	bpf_loop(s.words, scan_word, &s, 0);
+	if (exec)
+		return;
+	s.release = true;
+	bpf_loop(s.words, scan_word, &s, 0);
+}
+
 // The last thread of a process sharing no fd table leaves: each charged description
-// whose every reference is a slot of its table is released. Only a pod that holds some is scanned.
+// whose every reference is a slot of its table is released. Only a pod that holds some
+// is scanned.
 SEC("tracepoint/sched/sched_process_exit")
 int nr1_gate_exit_process(void *ctx)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct files_struct *files = BPF_CORE_READ(task, files);
-	struct fdtable *fdt;
-	struct exit_scan s = {};
 	struct budget *b;
 	__u64 id;
 
@@ -569,17 +605,73 @@ int nr1_gate_exit_process(void *ctx)
 	b = pod(&id);
 	if (!b || b->held <= 0)
 		return 0;
-	fdt = BPF_CORE_READ(files, fdt);
-	if (!fdt)
-		return 0;
-	s.fds = BPF_CORE_READ(fdt, fd);
-	s.open_fds = BPF_CORE_READ(fdt, open_fds);
-	s.words = (BPF_CORE_READ(fdt, max_fds) + 63) / 64;
-	if (s.words > MAX_FD_WORDS)
-		s.words = MAX_FD_WORDS;
-	s.thread = bpf_get_current_pid_tgid();
-	bpf_loop(s.words, exit_word, &s, 0);
-	s.release = true;
-	bpf_loop(s.words, exit_word, &s, 0);
+	scan_table(files, bpf_get_current_pid_tgid(), false);
 	return 0;
 }
+
+// An exec closes the slots marked close-on-exec, after ending the process's other
+// threads and unsharing its table: which descriptions that released is read at its
+// exit, where a released one has no reference left and is not yet freed (the kernel
+// frees it on the way back to user space). The candidates are marked at its entry,
+// under the process's own key (a thread that execs takes the leader's id).
+static __always_inline __u64 exec_key(void)
+{
+	return (bpf_get_current_pid_tgid() & ~0xffffffffULL) | 0xffffffffULL;
+}
+
+static __always_inline int enter_exec(void)
+{
+	struct task_struct *task;
+	struct files_struct *files;
+	struct budget *b;
+	__u64 id;
+
+	if (!under_gate())
+		return 0;
+	task = (struct task_struct *)bpf_get_current_task();
+	files = BPF_CORE_READ(task, files);
+	if (!files)
+		return 0;
+	b = pod(&id);
+	if (!b || b->held <= 0)
+		return 0;
+	scan_table(files, exec_key(), true);
+	return 0;
+}
+
+struct exec_end {
+	__u64 key;
+	bool done;
+};
+
+static long end_exec(void *map, struct slot_key *key, __s64 *n, struct exec_end *e)
+{
+	if (key->thread != e->key)
+		return 0;
+	if (e->done && refs((struct file *)key->file) == 0)
+		forget((struct file *)key->file);
+	bpf_map_delete_elem(&slots, key);
+	return 0;
+}
+
+static __always_inline int exit_exec(struct syscall_exit_ctx *ctx)
+{
+	struct exec_end e = {.key = exec_key(), .done = ctx->ret == 0};
+
+	if (!under_gate())
+		return 0;
+	bpf_for_each_map_elem(&slots, end_exec, &e, 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_execve")
+int nr1_gate_enter_execve(void *ctx) { return enter_exec(); }
+
+SEC("tracepoint/syscalls/sys_exit_execve")
+int nr1_gate_exit_execve(struct syscall_exit_ctx *ctx) { return exit_exec(ctx); }
+
+SEC("tracepoint/syscalls/sys_enter_execveat")
+int nr1_gate_enter_execveat(void *ctx) { return enter_exec(); }
+
+SEC("tracepoint/syscalls/sys_exit_execveat")
+int nr1_gate_exit_execveat(struct syscall_exit_ctx *ctx) { return exit_exec(ctx); }

@@ -140,7 +140,8 @@ func (g *Gate) tracepoints() map[string]*ebpf.Program {
 		"inotify_add_watch": {p.Nr1GateEnterInotifyAddWatch, p.Nr1GateExitInotifyAddWatch},
 		"fanotify_mark":     {p.Nr1GateEnterFanotifyMark, p.Nr1GateExitFanotifyMark},
 		"close":             {p.Nr1GateEnterClose, p.Nr1GateExitClose}, "dup2": {p.Nr1GateEnterDup2, p.Nr1GateExitDup2},
-		"dup3": {p.Nr1GateEnterDup3, p.Nr1GateExitDup3},
+		"dup3":   {p.Nr1GateEnterDup3, p.Nr1GateExitDup3},
+		"execve": {p.Nr1GateEnterExecve, p.Nr1GateExitExecve}, "execveat": {p.Nr1GateEnterExecveat, p.Nr1GateExitExecveat},
 	} {
 		out["syscalls/sys_enter_"+name] = pair[0]
 		out["syscalls/sys_exit_"+name] = pair[1]

@@ -55,6 +55,8 @@ const (
 	gateProgNr1GateEnterCreat           = "nr1_gate_enter_creat"
 	gateProgNr1GateEnterDup2            = "nr1_gate_enter_dup2"
 	gateProgNr1GateEnterDup3            = "nr1_gate_enter_dup3"
+	gateProgNr1GateEnterExecve          = "nr1_gate_enter_execve"
+	gateProgNr1GateEnterExecveat        = "nr1_gate_enter_execveat"
 	gateProgNr1GateEnterFaccessat       = "nr1_gate_enter_faccessat"
 	gateProgNr1GateEnterFaccessat2      = "nr1_gate_enter_faccessat2"
 	gateProgNr1GateEnterFanotifyMark    = "nr1_gate_enter_fanotify_mark"
@@ -68,6 +70,8 @@ const (
 	gateProgNr1GateExitCreat            = "nr1_gate_exit_creat"
 	gateProgNr1GateExitDup2             = "nr1_gate_exit_dup2"
 	gateProgNr1GateExitDup3             = "nr1_gate_exit_dup3"
+	gateProgNr1GateExitExecve           = "nr1_gate_exit_execve"
+	gateProgNr1GateExitExecveat         = "nr1_gate_exit_execveat"
 	gateProgNr1GateExitFaccessat        = "nr1_gate_exit_faccessat"
 	gateProgNr1GateExitFaccessat2       = "nr1_gate_exit_faccessat2"
 	gateProgNr1GateExitFanotifyMark     = "nr1_gate_exit_fanotify_mark"
@@ -127,6 +131,8 @@ type gateProgramSpecs struct {
 	Nr1GateEnterCreat           *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_creat"`
 	Nr1GateEnterDup2            *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_dup2"`
 	Nr1GateEnterDup3            *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_dup3"`
+	Nr1GateEnterExecve          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_execve"`
+	Nr1GateEnterExecveat        *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_execveat"`
 	Nr1GateEnterFaccessat       *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat"`
 	Nr1GateEnterFaccessat2      *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat2"`
 	Nr1GateEnterFanotifyMark    *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_fanotify_mark"`
@@ -140,6 +146,8 @@ type gateProgramSpecs struct {
 	Nr1GateExitCreat            *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_creat"`
 	Nr1GateExitDup2             *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_dup2"`
 	Nr1GateExitDup3             *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_dup3"`
+	Nr1GateExitExecve           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_execve"`
+	Nr1GateExitExecveat         *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_execveat"`
 	Nr1GateExitFaccessat        *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat"`
 	Nr1GateExitFaccessat2       *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat2"`
 	Nr1GateExitFanotifyMark     *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_fanotify_mark"`
@@ -236,6 +244,8 @@ type gatePrograms struct {
 	Nr1GateEnterCreat           *ebpf.Program `ebpf:"nr1_gate_enter_creat"`
 	Nr1GateEnterDup2            *ebpf.Program `ebpf:"nr1_gate_enter_dup2"`
 	Nr1GateEnterDup3            *ebpf.Program `ebpf:"nr1_gate_enter_dup3"`
+	Nr1GateEnterExecve          *ebpf.Program `ebpf:"nr1_gate_enter_execve"`
+	Nr1GateEnterExecveat        *ebpf.Program `ebpf:"nr1_gate_enter_execveat"`
 	Nr1GateEnterFaccessat       *ebpf.Program `ebpf:"nr1_gate_enter_faccessat"`
 	Nr1GateEnterFaccessat2      *ebpf.Program `ebpf:"nr1_gate_enter_faccessat2"`
 	Nr1GateEnterFanotifyMark    *ebpf.Program `ebpf:"nr1_gate_enter_fanotify_mark"`
@@ -249,6 +259,8 @@ type gatePrograms struct {
 	Nr1GateExitCreat            *ebpf.Program `ebpf:"nr1_gate_exit_creat"`
 	Nr1GateExitDup2             *ebpf.Program `ebpf:"nr1_gate_exit_dup2"`
 	Nr1GateExitDup3             *ebpf.Program `ebpf:"nr1_gate_exit_dup3"`
+	Nr1GateExitExecve           *ebpf.Program `ebpf:"nr1_gate_exit_execve"`
+	Nr1GateExitExecveat         *ebpf.Program `ebpf:"nr1_gate_exit_execveat"`
 	Nr1GateExitFaccessat        *ebpf.Program `ebpf:"nr1_gate_exit_faccessat"`
 	Nr1GateExitFaccessat2       *ebpf.Program `ebpf:"nr1_gate_exit_faccessat2"`
 	Nr1GateExitFanotifyMark     *ebpf.Program `ebpf:"nr1_gate_exit_fanotify_mark"`
@@ -268,6 +280,8 @@ func (p *gatePrograms) Close() error {
 		p.Nr1GateEnterCreat,
 		p.Nr1GateEnterDup2,
 		p.Nr1GateEnterDup3,
+		p.Nr1GateEnterExecve,
+		p.Nr1GateEnterExecveat,
 		p.Nr1GateEnterFaccessat,
 		p.Nr1GateEnterFaccessat2,
 		p.Nr1GateEnterFanotifyMark,
@@ -281,6 +295,8 @@ func (p *gatePrograms) Close() error {
 		p.Nr1GateExitCreat,
 		p.Nr1GateExitDup2,
 		p.Nr1GateExitDup3,
+		p.Nr1GateExitExecve,
+		p.Nr1GateExitExecveat,
 		p.Nr1GateExitFaccessat,
 		p.Nr1GateExitFaccessat2,
 		p.Nr1GateExitFanotifyMark,

@@ -43,6 +43,14 @@ func opener() {
 		switch f[0] {
 		case "open": // close-on-exec, so that a forked child holds only what it is given
 			n, err = unix.Open(f[1], unix.O_RDWR|unix.O_CLOEXEC, 0)
+		case "openkeep": // kept across exec
+			n, err = unix.Open(f[1], unix.O_RDWR, 0)
+		case "exec": // becomes sleep, answering nothing
+			sleep, lerr := exec.LookPath("sleep")
+			if lerr == nil {
+				lerr = syscall.Exec(sleep, []string{"sleep", "3600"}, os.Environ())
+			}
+			err = lerr
 		case "opath":
 			n, err = unix.Open(f[1], unix.O_PATH|unix.O_CLOEXEC, 0)
 		case "access":
@@ -366,6 +374,31 @@ func TestGateReleasesWhatAnExitingProcessHeld(t *testing.T) {
 	sibling := f.opener(cg)
 	sibling.must("open " + f.queue)
 	sibling.must("open " + f.queue)
+}
+
+// An exec gives back what it closes (close-on-exec descriptions), and only that.
+func TestGateReleasesWhatAnExecCloses(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 2)
+	o := f.opener(cg)
+	o.must("open " + f.queue)
+	o.must("openkeep " + f.queue)
+	fmt.Fprintln(o.in, "exec")
+	if err := o.in.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for f.held(id).Held != 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c := f.held(id); c.Held != 1 || c.Released != 1 {
+		t.Fatalf("after an exec closing one of two: %+v, want 1 held, 1 released", c)
+	}
+	sibling := f.opener(cg)
+	sibling.must("open " + f.queue)
+	if _, err := sibling.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("open past the booking with the exec's kept description: %v, want EPERM", err)
+	}
 }
 
 // A process in a cgroup nested below its pod counts against the pod.

@@ -48,6 +48,7 @@ struct css_set {
 struct fdtable {
 	unsigned int max_fds;
 	struct file **fd;
+	unsigned long *close_on_exec;
 	unsigned long *open_fds;
 };
 
