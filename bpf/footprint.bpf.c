@@ -9,6 +9,7 @@
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "headers/nr1_fd.h"
 
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
@@ -724,24 +725,6 @@ struct {
 
 #define MAP_ANONYMOUS 0x20
 
-static __always_inline struct file *fd_file(__s64 fd)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct files_struct *files = BPF_CORE_READ(task, files);
-	struct file **fds;
-	struct file *file = 0;
-	struct fdtable *fdt;
-
-	if (fd < 0 || !files)
-		return 0;
-	fdt = BPF_CORE_READ(files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (bpf_core_read(&file, sizeof(file), &fds[fd]))
-		return 0;
-	return file;
-}
 
 static __always_inline __u32 *fd_target(__s64 fd)
 {

@@ -18,6 +18,7 @@
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include "headers/nr1_fd.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -236,23 +237,6 @@ static __always_inline void release(__u64 id)
 	__sync_fetch_and_add(&b->moves, 1);
 }
 
-static __always_inline struct file *fd_file(struct task_struct *task, __s64 fd)
-{
-	struct files_struct *files = BPF_CORE_READ(task, files);
-	struct file **fds;
-	struct file *file = 0;
-	struct fdtable *fdt;
-
-	if (fd < 0 || !files)
-		return 0;
-	fdt = BPF_CORE_READ(files, fdt);
-	if (!fdt || fd >= BPF_CORE_READ(fdt, max_fds))
-		return 0;
-	fds = BPF_CORE_READ(fdt, fd);
-	if (bpf_core_read(&file, sizeof(file), &fds[fd]))
-		return 0;
-	return file;
-}
 
 // refs is the number of references to file.
 static __always_inline __s64 refs(struct file *file)
@@ -338,7 +322,7 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 		release(id);
 		return 0;
 	}
-	file = fd_file((struct task_struct *)bpf_get_current_task(), ctx->ret);
+	file = fd_file(ctx->ret);
 	if (file) {
 		__u64 key = (__u64)file;
 
@@ -443,7 +427,7 @@ static __always_inline int enter_drop(__s64 fd)
 
 	if (!under_gate())
 		return 0;
-	file = fd_file((struct task_struct *)bpf_get_current_task(), fd);
+	file = fd_file(fd);
 	key = (__u64)file;
 	id = last(file);
 	if (!id)
