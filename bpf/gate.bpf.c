@@ -125,7 +125,8 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } charged SEC(".maps");
 
-// A close or dup2 under way whose fd held the last reference to a charged description.
+// A close, dup2 or dup3 under way whose fd held the last reference to a charged
+// description.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -331,36 +332,20 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_openat")
-int nr1_gate_enter_openat(void *ctx) { return enter_open(); }
+// A syscall's entry and exit programs, named after it: `make generate` gives each its
+// Go name and its section its tracepoint, which the loader attaches.
+#define SYSCALL(name, enter, exit)                                                   \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                                  \
+	int nr1_gate_enter_##name(struct syscall_enter_ctx *ctx) { return enter; }   \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                   \
+	int nr1_gate_exit_##name(struct syscall_exit_ctx *ctx) { return exit; }
 
-SEC("tracepoint/syscalls/sys_exit_openat")
-int nr1_gate_exit_openat(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
-
-SEC("tracepoint/syscalls/sys_enter_openat2")
-int nr1_gate_enter_openat2(void *ctx) { return enter_open(); }
-
-SEC("tracepoint/syscalls/sys_exit_openat2")
-int nr1_gate_exit_openat2(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
-
-SEC("tracepoint/syscalls/sys_enter_open_by_handle_at")
-int nr1_gate_enter_open_by_handle_at(void *ctx) { return enter_open(); }
-
-SEC("tracepoint/syscalls/sys_exit_open_by_handle_at")
-int nr1_gate_exit_open_by_handle_at(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
-
+SYSCALL(openat, enter_open(), exit_open(ctx))
+SYSCALL(openat2, enter_open(), exit_open(ctx))
+SYSCALL(open_by_handle_at, enter_open(), exit_open(ctx))
 // open(2) and creat(2) exist on some architectures only (amd64, not arm64).
-SEC("tracepoint/syscalls/sys_enter_open")
-int nr1_gate_enter_open(void *ctx) { return enter_open(); }
-
-SEC("tracepoint/syscalls/sys_exit_open")
-int nr1_gate_exit_open(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
-
-SEC("tracepoint/syscalls/sys_enter_creat")
-int nr1_gate_enter_creat(void *ctx) { return enter_open(); }
-
-SEC("tracepoint/syscalls/sys_exit_creat")
-int nr1_gate_exit_creat(struct syscall_exit_ctx *ctx) { return exit_open(ctx); }
+SYSCALL(open, enter_open(), exit_open(ctx))
+SYSCALL(creat, enter_open(), exit_open(ctx))
 
 static __always_inline int enter_ask(void)
 {
@@ -388,35 +373,12 @@ static __always_inline int exit_ask(void)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_faccessat")
-int nr1_gate_enter_faccessat(void *ctx) { return enter_ask(); }
-
-SEC("tracepoint/syscalls/sys_exit_faccessat")
-int nr1_gate_exit_faccessat(void *ctx) { return exit_ask(); }
-
-SEC("tracepoint/syscalls/sys_enter_faccessat2")
-int nr1_gate_enter_faccessat2(void *ctx) { return enter_ask(); }
-
-SEC("tracepoint/syscalls/sys_exit_faccessat2")
-int nr1_gate_exit_faccessat2(void *ctx) { return exit_ask(); }
-
-SEC("tracepoint/syscalls/sys_enter_access")
-int nr1_gate_enter_access(void *ctx) { return enter_ask(); }
-
-SEC("tracepoint/syscalls/sys_exit_access")
-int nr1_gate_exit_access(void *ctx) { return exit_ask(); }
-
-SEC("tracepoint/syscalls/sys_enter_inotify_add_watch")
-int nr1_gate_enter_inotify_add_watch(void *ctx) { return enter_ask(); }
-
-SEC("tracepoint/syscalls/sys_exit_inotify_add_watch")
-int nr1_gate_exit_inotify_add_watch(void *ctx) { return exit_ask(); }
-
-SEC("tracepoint/syscalls/sys_enter_fanotify_mark")
-int nr1_gate_enter_fanotify_mark(void *ctx) { return enter_ask(); }
-
-SEC("tracepoint/syscalls/sys_exit_fanotify_mark")
-int nr1_gate_exit_fanotify_mark(void *ctx) { return exit_ask(); }
+SYSCALL(faccessat, enter_ask(), exit_ask())
+SYSCALL(faccessat2, enter_ask(), exit_ask())
+// access(2) exists on some architectures only (amd64, not arm64).
+SYSCALL(access, enter_ask(), exit_ask())
+SYSCALL(inotify_add_watch, enter_ask(), exit_ask())
+SYSCALL(fanotify_mark, enter_ask(), exit_ask())
 
 // A close, or a dup2/dup3 over an open fd, drops one reference: when it is the last of
 // a charged description, the exit (the fd really gone) releases it.
@@ -451,28 +413,11 @@ static __always_inline int exit_drop(struct syscall_exit_ctx *ctx, bool dropped)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_close")
-int nr1_gate_enter_close(struct syscall_enter_ctx *ctx) { return enter_drop((__s32)ctx->args[0]); }
-
-SEC("tracepoint/syscalls/sys_exit_close")
-int nr1_gate_exit_close(struct syscall_exit_ctx *ctx) { return exit_drop(ctx, ctx->ret != -EBADF); }
-
-SEC("tracepoint/syscalls/sys_enter_dup2")
-int nr1_gate_enter_dup2(struct syscall_enter_ctx *ctx)
-{
-	if (ctx->args[0] == ctx->args[1])
-		return 0;
-	return enter_drop((__s32)ctx->args[1]);
-}
-
-SEC("tracepoint/syscalls/sys_exit_dup2")
-int nr1_gate_exit_dup2(struct syscall_exit_ctx *ctx) { return exit_drop(ctx, ctx->ret >= 0); }
-
-SEC("tracepoint/syscalls/sys_enter_dup3")
-int nr1_gate_enter_dup3(struct syscall_enter_ctx *ctx) { return enter_drop((__s32)ctx->args[1]); }
-
-SEC("tracepoint/syscalls/sys_exit_dup3")
-int nr1_gate_exit_dup3(struct syscall_exit_ctx *ctx) { return exit_drop(ctx, ctx->ret >= 0); }
+SYSCALL(close, enter_drop((__s32)ctx->args[0]), exit_drop(ctx, ctx->ret != -EBADF))
+// dup2(2) exists on some architectures only (amd64, not arm64); dup2 of an fd onto
+// itself drops nothing.
+SYSCALL(dup2, ctx->args[0] == ctx->args[1] ? 0 : enter_drop((__s32)ctx->args[1]), exit_drop(ctx, ctx->ret >= 0))
+SYSCALL(dup3, enter_drop((__s32)ctx->args[1]), exit_drop(ctx, ctx->ret >= 0))
 
 // The slots of an exiting process's table that hold each charged description, by
 // thread and description: a description dup()ed within the table holds a reference per
@@ -648,14 +593,5 @@ static __always_inline int exit_exec(struct syscall_exit_ctx *ctx)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_execve")
-int nr1_gate_enter_execve(void *ctx) { return enter_exec(); }
-
-SEC("tracepoint/syscalls/sys_exit_execve")
-int nr1_gate_exit_execve(struct syscall_exit_ctx *ctx) { return exit_exec(ctx); }
-
-SEC("tracepoint/syscalls/sys_enter_execveat")
-int nr1_gate_enter_execveat(void *ctx) { return enter_exec(); }
-
-SEC("tracepoint/syscalls/sys_exit_execveat")
-int nr1_gate_exit_execveat(struct syscall_exit_ctx *ctx) { return exit_exec(ctx); }
+SYSCALL(execve, enter_exec(), exit_exec(ctx))
+SYSCALL(execveat, enter_exec(), exit_exec(ctx))

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -68,18 +69,35 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 			return nil, fmt.Errorf("budget gate pins: %w", err)
 		}
 	}
-	g := &Gate{pinDir: opts.PinDir, slots: map[uint64]uint32{}}
-	if err := loadGateObjects(&g.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: maps}}); err != nil {
+	spec, err := loadGate()
+	if err != nil {
+		return nil, fmt.Errorf("loading the budget gate: %w", err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: maps}})
+	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate (maps pinned in %s): %w", maps, err)
 	}
-	if err := g.open(opts); err != nil {
+	// Each program in a tracepoint section is attached to the tracepoint it names.
+	tracepoints := map[string]*ebpf.Program{}
+	for name, p := range spec.Programs {
+		if tp, ok := strings.CutPrefix(p.SectionName, "tracepoint/"); ok {
+			tracepoints[tp] = coll.Programs[name]
+		}
+	}
+	g := &Gate{pinDir: opts.PinDir, slots: map[uint64]uint32{}}
+	if err := coll.Assign(&g.objs); err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("loading the budget gate: %w", err)
+	}
+	coll.Close() // what was not assigned
+	if err := g.open(opts, tracepoints); err != nil {
 		_ = g.Close()
 		return nil, err
 	}
 	return g, nil
 }
 
-func (g *Gate) open(opts GateOptions) error {
+func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program) error {
 	for _, d := range opts.Devices {
 		if err := g.objs.Gated.Put(gateGateDev(d), uint8(1)); err != nil {
 			return fmt.Errorf("gating device %d:%d: %w", d.Major, d.Minor, err)
@@ -111,8 +129,8 @@ func (g *Gate) open(opts GateOptions) error {
 			g.free = append(g.free, s)
 		}
 	}
-	for name, prog := range g.tracepoints() {
-		if err := g.attachTracepoint(name, prog); err != nil {
+	for tp, prog := range tracepoints {
+		if err := g.attachTracepoint(tp, prog); err != nil {
 			return err
 		}
 	}
@@ -126,29 +144,6 @@ const (
 	gateUnknownRefused       = 2
 )
 
-// tracepoints are the gate's tracepoint programs by the tracepoint each attaches to
-// (group/name).
-func (g *Gate) tracepoints() map[string]*ebpf.Program {
-	p := &g.objs.gatePrograms
-	out := map[string]*ebpf.Program{"sched/sched_process_exit": p.Nr1GateExitProcess}
-	for name, pair := range map[string][2]*ebpf.Program{
-		"openat": {p.Nr1GateEnterOpenat, p.Nr1GateExitOpenat}, "openat2": {p.Nr1GateEnterOpenat2, p.Nr1GateExitOpenat2},
-		"open_by_handle_at": {p.Nr1GateEnterOpenByHandleAt, p.Nr1GateExitOpenByHandleAt},
-		"open":              {p.Nr1GateEnterOpen, p.Nr1GateExitOpen}, "creat": {p.Nr1GateEnterCreat, p.Nr1GateExitCreat},
-		"access": {p.Nr1GateEnterAccess, p.Nr1GateExitAccess}, "faccessat": {p.Nr1GateEnterFaccessat, p.Nr1GateExitFaccessat},
-		"faccessat2":        {p.Nr1GateEnterFaccessat2, p.Nr1GateExitFaccessat2},
-		"inotify_add_watch": {p.Nr1GateEnterInotifyAddWatch, p.Nr1GateExitInotifyAddWatch},
-		"fanotify_mark":     {p.Nr1GateEnterFanotifyMark, p.Nr1GateExitFanotifyMark},
-		"close":             {p.Nr1GateEnterClose, p.Nr1GateExitClose}, "dup2": {p.Nr1GateEnterDup2, p.Nr1GateExitDup2},
-		"dup3":   {p.Nr1GateEnterDup3, p.Nr1GateExitDup3},
-		"execve": {p.Nr1GateEnterExecve, p.Nr1GateExitExecve}, "execveat": {p.Nr1GateEnterExecveat, p.Nr1GateExitExecveat},
-	} {
-		out["syscalls/sys_enter_"+name] = pair[0]
-		out["syscalls/sys_exit_"+name] = pair[1]
-	}
-	return out
-}
-
 // attachTracepoint attaches prog and pins its link, replacing the link an earlier agent
 // pinned there only once the new one is attached: no event falls between the two. A
 // tracepoint this architecture lacks (open and creat on arm64) is skipped.
@@ -161,11 +156,11 @@ func (g *Gate) attachTracepoint(tp string, prog *ebpf.Program) error {
 	if err != nil {
 		return fmt.Errorf("budget gate: attaching to tracepoint %s: %w", tp, err)
 	}
-	return g.pin(filepath.Base(group)+"-"+name, l)
+	return g.pinLink(filepath.Base(group)+"-"+name, l)
 }
 
-// pin pins l under name, in place of what was pinned there.
-func (g *Gate) pin(name string, l link.Link) error {
+// pinLink pins l under name, in place of what was pinned there.
+func (g *Gate) pinLink(name string, l link.Link) error {
 	defer l.Close()
 	p := filepath.Join(g.pinDir, gateLinks, name)
 	old, err := link.LoadPinnedLink(p, nil)
@@ -200,7 +195,7 @@ func (g *Gate) Attach(cgroupDir string) error {
 	if err != nil {
 		return fmt.Errorf("budget gate: attaching to %s: %w", cgroupDir, err)
 	}
-	return g.pin("device", l)
+	return g.pinLink("device", l)
 }
 
 // budget is the slot's budget, in the memory the programs share.

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// joinCgroup moves the benchmark's process into cgroup, and back where it was once b
-// ends.
-func joinCgroup(b *testing.B, cgroup string) {
+// joinCgroup moves the benchmark's process into cgroup, in the v2 tree mounted at mnt,
+// and back where it was once b ends.
+func joinCgroup(b *testing.B, mnt, cgroup string) {
 	b.Helper()
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
@@ -26,7 +26,7 @@ func joinCgroup(b *testing.B, cgroup string) {
 	var home string
 	for _, line := range bytes.Split(self, []byte("\n")) {
 		if rest, ok := bytes.CutPrefix(line, []byte("0::")); ok {
-			home = filepath.Join(filepath.Dir(filepath.Dir(cgroup)), string(rest))
+			home = filepath.Join(mnt, string(rest))
 		}
 	}
 	move := func(dir string) {
@@ -81,7 +81,7 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 		path = f.queue
 	}
 	if inPod {
-		joinCgroup(b, f.pod)
+		joinCgroup(b, f.mnt, f.pod)
 	}
 	b.ResetTimer()
 	for b.Loop() {
@@ -94,21 +94,22 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 }
 
 type gateBench struct {
-	pod, queue string
+	mnt, pod, queue string
 }
 
 // newGateBench makes a gate root with one pod booking every queue it will open, and a
 // queue device; with gate, the gate is loaded and attached.
 func newGateBench(b *testing.B, gate bool) gateBench {
 	b.Helper()
-	var root string
-	for _, mnt := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+	var mnt string
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
 		var st unix.Statfs_t
-		if unix.Statfs(mnt, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			root = filepath.Join(mnt, fmt.Sprintf("nr1-gate-bench-%d", os.Getpid()))
+		if unix.Statfs(m, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			mnt = m
 		}
 	}
-	if root == "" {
+	root := filepath.Join(mnt, fmt.Sprintf("nr1-gate-bench-%d", os.Getpid()))
+	if mnt == "" {
 		b.Skip("no cgroup v2 tree on this host")
 	}
 	pod := filepath.Join(root, "pod")
@@ -126,7 +127,7 @@ func newGateBench(b *testing.B, gate bool) gateBench {
 		b.Fatal(err)
 	}
 	if !gate {
-		return gateBench{pod: pod, queue: queue}
+		return gateBench{mnt: mnt, pod: pod, queue: queue}
 	}
 	pins := filepath.Join(b.TempDir(), "bpffs")
 	if err := os.Mkdir(pins, 0o700); err != nil {
@@ -159,5 +160,5 @@ func newGateBench(b *testing.B, gate bool) gateBench {
 	if err := g.Book(st.Ino, 1<<40); err != nil {
 		b.Fatal(err)
 	}
-	return gateBench{pod: pod, queue: queue}
+	return gateBench{mnt: mnt, pod: pod, queue: queue}
 }

@@ -118,9 +118,9 @@ func FuzzBPFRecord(f *testing.F) {
 }
 
 // TestMemberNamespacesOpenedThroughTheProcessNamed: each namespace the iterator named is
-// named once, through its process, when that process is in it, with no descriptor held; a process in another
-// namespace (its PID reused), or a pass cut short, and every process's namespace is read
-// from /proc instead.
+// named once, through its process, when that process is in it, with no descriptor held;
+// a process in another namespace (its PID reused), or a pass cut short, and every
+// process's namespace is read from /proc instead.
 func TestMemberNamespacesOpenedThroughTheProcessNamed(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
