@@ -111,7 +111,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, __u8);
+	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } asking SEC(".maps");
 
@@ -183,9 +183,8 @@ SEC("cgroup/dev")
 int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 {
 	struct gate_dev dev = {.major = ctx->major, .minor = ctx->minor};
-	__u64 thread, id = 0, *slot;
+	__u64 thread, id = 0, *slot, *asks;
 	struct budget *b;
-	__u8 *asks;
 	__u32 setting = SETTING_REFUSE_UNKNOWN;
 
 	if ((ctx->access_type & 0xffff) != BPF_DEVCG_DEV_CHAR)
@@ -290,20 +289,23 @@ static __always_inline void forget(struct file *file)
 		release(pod_id);
 }
 
+// mark sets the current thread's entry in a per-thread map to v. A thread's entry is
+// written in place once made: an update takes the map's locks, a lookup none.
+static __always_inline void mark(void *map, __u64 v)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), *slot;
+
+	slot = bpf_map_lookup_elem(map, &thread);
+	if (slot)
+		*slot = v;
+	else
+		bpf_map_update_elem(map, &thread, &v, BPF_ANY);
+}
+
 static __always_inline int enter_open(void)
 {
-	__u64 thread, in_open = IN_OPEN, *slot;
-
-	if (!under_gate())
-		return 0;
-	// A thread's entry is written in place once made: an update takes the map's locks,
-	// a lookup none.
-	thread = bpf_get_current_pid_tgid();
-	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (slot)
-		*slot = IN_OPEN;
-	else
-		bpf_map_update_elem(&opening, &thread, &in_open, BPF_ANY);
+	if (under_gate())
+		mark(&opening, IN_OPEN);
 	return 0;
 }
 
@@ -349,24 +351,15 @@ SYSCALL(creat, enter_open(), exit_open(ctx))
 
 static __always_inline int enter_ask(void)
 {
-	__u64 thread;
-	__u8 one = 1, *asks;
-
-	if (!under_gate())
-		return 0;
-	thread = bpf_get_current_pid_tgid();
-	asks = bpf_map_lookup_elem(&asking, &thread);
-	if (asks)
-		*asks = 1;
-	else
-		bpf_map_update_elem(&asking, &thread, &one, BPF_ANY);
+	if (under_gate())
+		mark(&asking, 1);
 	return 0;
 }
 
 static __always_inline int exit_ask(void)
 {
 	__u64 thread = bpf_get_current_pid_tgid();
-	__u8 *asks = bpf_map_lookup_elem(&asking, &thread);
+	__u64 *asks = bpf_map_lookup_elem(&asking, &thread);
 
 	if (asks)
 		*asks = 0;
