@@ -76,6 +76,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 		return nil, err
 	}
 	a.closeAtEnd(func() { _ = source.Close() })
+	followMappers(source, log)
 	inv := inventory.NewBuilder(inventory.Options{Runtime: watcher, Allocations: tracker, Namespaces: namespaces, Claims: claims, CDIDir: cfg.Paths.CDI,
 		Cgroups: cgroups, CgroupChanges: cgroupChanges(source, a, log), MaxAllocationAge: cfg.Enforcement.MaxAllocationAge.Duration, Log: log})
 	changes := following{watchChanges(cfg, source, log)}

@@ -63,6 +63,19 @@ func cgroupChanges(src footprint.Source, a *Agent, log *slog.Logger) inventory.C
 	return c
 }
 
+// followMappers makes the BPF source's scans walk the mappings of the processes that
+// may map an NR1 file only; when the tracepoints cannot be attached, every process's
+// are walked at every sample, which is logged.
+func followMappers(src footprint.Source, log *slog.Logger) {
+	b, ok := src.(*footprint.BPF)
+	if !ok {
+		return
+	}
+	if err := b.FollowMappers(); err != nil {
+		log.Warn("following the processes that map NR1 files is refused: every process's mappings are walked at every sample", "err", err)
+	}
+}
+
 // watchChanges follows the processes taking NR1 files as it happens, when the source is
 // BPF and sampling.onChange asks: nil otherwise, or when the tracepoints cannot be
 // attached (the sampler then samples at its interval only, which is logged).

@@ -31,15 +31,14 @@ type Changes struct {
 	lost  *ebpf.Variable
 }
 
-// changeTracepoints are the syscalls followed; an optional one is missing on some
-// architectures (open(2) on arm64) or kernels.
+// changeTracepoints are the syscalls followed besides mmap, which the mappers' marks
+// share (Footprint.attachMmap); an optional one is missing on some architectures
+// (open(2) on arm64) or kernels.
 var changeTracepoints = []struct {
 	name     string
 	prog     func(*footprintPrograms) *ebpf.Program
 	optional bool
 }{
-	{"sys_enter_mmap", func(p *footprintPrograms) *ebpf.Program { return p.Nr1EnterMmap }, false},
-	{"sys_exit_mmap", func(p *footprintPrograms) *ebpf.Program { return p.Nr1ExitMmap }, false},
 	{"sys_exit_openat", func(p *footprintPrograms) *ebpf.Program { return p.Nr1ExitOpenat }, false},
 	{"sys_exit_openat2", func(p *footprintPrograms) *ebpf.Program { return p.Nr1ExitOpenat2 }, true},
 	{"sys_exit_open", func(p *footprintPrograms) *ebpf.Program { return p.Nr1ExitOpen }, true},
@@ -51,6 +50,9 @@ var changeTracepoints = []struct {
 // when no tracefs is mounted anywhere the agent sees.
 func (f *Footprint) WatchChanges() (*Changes, error) {
 	if err := ensureTracefs(); err != nil {
+		return nil, err
+	}
+	if err := f.attachMmap(); err != nil {
 		return nil, err
 	}
 	c := &Changes{lost: f.objs.ChangesLost}
@@ -100,7 +102,8 @@ func (c *Changes) Lost() (uint64, error) {
 	return n, nil
 }
 
-// Close detaches the tracepoints and unblocks Read.
+// Close detaches the tracepoints, but mmap's, which the footprint keeps, and unblocks
+// Read.
 func (c *Changes) Close() error {
 	var errs []error
 	if c.rd != nil {

@@ -450,6 +450,98 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 	return 0;
 }
 
+// The processes whose mappings a scan walks: those that may map a target or a ring. A
+// process gets here by trying to map one (marked at the syscall's entry, before the
+// mapping is made, and again at its exit, once it is), by being forked from one that is
+// here, by an exec (the kernel maps the program and its interpreter itself), or by a
+// walk that finds it holding one; it leaves at its exit. User space walks each process
+// whose last walk found something, or that was marked since a walk found nothing
+// (seq moved), and skips the rest: they map no target, and nothing they did since could
+// have made them. Where that cannot be known, the next scan walks every process:
+// - a mark not kept (the map full): mappers_lost moves;
+// - a mapping made by a process that shares its memory with another (CLONE_VM without
+//   CLONE_THREAD, vfork): the other process holds it too, unmarked. shared_mapped moves.
+// A 32-bit process's mmap is not traced (the syscall tracepoints skip compat syscalls):
+// it is always walked.
+struct mapper {
+	__u64 seq;    // the last mark's, from mark_seq
+	__u32 found;  // the last scan whose walk of it met a target or a ring
+	__u32 always; // walked at every scan: a 32-bit process
+};
+
+const struct mapper *unused_mapper __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, (1U << 0)); // BPF_F_NO_PREALLOC: entries made as marked
+	__uint(max_entries, 65536);
+	__type(key, __u32); // tgid
+	__type(value, struct mapper);
+} mappers SEC(".maps");
+
+__u64 mark_seq = 0;
+__u64 mappers_lost = 0;
+__u64 shared_mapped = 0;
+
+// A 32-bit task's address space ends at 4 GiB, a 64-bit one's far above: the test needs
+// no architecture's flags.
+#define COMPAT_TASK_SIZE (1ULL << 32)
+
+static __always_inline __u32 compat(struct task_struct *task)
+{
+	struct mm_struct *mm = BPF_CORE_READ(task, mm);
+
+	return mm && BPF_CORE_READ(mm, task_size) <= COMPAT_TASK_SIZE;
+}
+
+// mark records that tgid may have mapped something since its last walk: a new seq, never
+// given before, so that no walk begun earlier can stand for it. An exec sets always
+// anew; any other mark only adds to it.
+static __always_inline void mark(__u32 tgid, __u32 always, bool exec)
+{
+	__u64 seq = __sync_add_and_fetch(&mark_seq, 1);
+	struct mapper *m = bpf_map_lookup_elem(&mappers, &tgid);
+
+	if (!m) {
+		struct mapper fresh = {.seq = seq, .always = always};
+
+		if (bpf_map_update_elem(&mappers, &tgid, &fresh, BPF_NOEXIST) == 0)
+			return;
+		// Made by another mark meanwhile, or no room left.
+		m = bpf_map_lookup_elem(&mappers, &tgid);
+		if (!m) {
+			__sync_fetch_and_add(&mappers_lost, 1);
+			return;
+		}
+	}
+	// Values are changed in place, never replaced: a walk's found and a mark's seq
+	// written side by side both stay.
+	m->seq = seq;
+	if (exec)
+		m->always = always;
+	else if (always)
+		m->always = 1;
+}
+
+// found records that this scan's walk of task met a target or a ring.
+static __always_inline void found(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	struct mapper *m = bpf_map_lookup_elem(&mappers, &tgid);
+
+	if (!m) {
+		mark(tgid, 0, false);
+		m = bpf_map_lookup_elem(&mappers, &tgid);
+		if (!m)
+			return;
+	}
+	m->found = scan;
+}
+
+// The task the task_vma iterator last met: a process's mappings come one after another.
+__u64 last_vma_task = 0;
+__u32 last_vma_task_scan = 0;
+
 SEC("iter/task_vma")
 int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 {
@@ -461,16 +553,27 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 
 	if (!task || !vma)
 		return 0;
+	// A 32-bit process met for the first time (one running before the agent): its
+	// mmap is not traced, so it is walked at every scan.
+	if ((__u64)task != last_vma_task || last_vma_task_scan != scan) {
+		last_vma_task = (__u64)task;
+		last_vma_task_scan = scan;
+		if (compat(task))
+			mark(BPF_CORE_READ(task, tgid), 1, false);
+	}
 	file = BPF_CORE_READ(vma, vm_file);
 	if (!file)
 		return 0;
 	umode_t mode;
 	target = match_mode(file, &mode);
 	if (!target) {
-		if (is_ring(file, mode))
+		if (is_ring(file, mode)) {
+			found(task);
 			registered(ctx->meta->seq, task, file, 0);
+		}
 		return 0;
 	}
+	found(task);
 	fill(&r, task, file, *target, KIND_VMA);
 	r.start = BPF_CORE_READ(vma, vm_start);
 	r.size = BPF_CORE_READ(vma, vm_end) - r.start;
@@ -716,8 +819,10 @@ __u64 changes_lost = 0;
 
 // A mapping of a target under way: its target, by thread, from the syscall's entry (where
 // the fd is known) to its exit (where its success is).
+// Not an LRU: an entry pushed out would lose its mark. One not made moves mappers_lost.
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
 	__type(value, __u32);
@@ -749,17 +854,45 @@ static __always_inline void report(__u32 target)
 	bpf_ringbuf_submit(c, 0);
 }
 
+// A mapping of a ring in mapping's values: marked, not reported as a change.
+#define MAPPING_RING (~0U)
+
+// mark_mapper marks the current process as a mapper, and tells user space to walk every
+// process when its memory is shared with another process, which holds the mapping too.
+static __always_inline void mark_mapper(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct mm_struct *mm = BPF_CORE_READ(task, mm);
+
+	mark(BPF_CORE_READ(task, tgid), 0, false);
+	// Each thread holds one user of the memory; a count above theirs is another
+	// process's (or a passing reader's, which costs a walk of all, never a miss).
+	if (mm && BPF_CORE_READ(mm, mm_users.counter) > BPF_CORE_READ(task, signal, nr_threads))
+		__sync_fetch_and_add(&shared_mapped, 1);
+}
+
 SEC("tracepoint/syscalls/sys_enter_mmap")
 int nr1_enter_mmap(struct syscall_enter_ctx *ctx)
 {
 	__u64 thread = bpf_get_current_pid_tgid();
+	__u32 ring = MAPPING_RING;
+	struct file *file;
 	__u32 *target;
+	umode_t mode;
 
 	if (ctx->args[3] & MAP_ANONYMOUS)
 		return 0;
-	target = fd_target((__s32)ctx->args[4]);
-	if (target)
-		bpf_map_update_elem(&mapping, &thread, target, BPF_ANY);
+	file = fd_file((__s32)ctx->args[4]);
+	if (!file || (BPF_CORE_READ(file, f_mode) & FMODE_PATH))
+		return 0;
+	target = match_mode(file, &mode);
+	if (!target && !is_ring(file, mode))
+		return 0;
+	// Marked before the mapping is made: a fork that copies it finds this process
+	// marked, and gives its child a mark of its own.
+	mark_mapper();
+	if (bpf_map_update_elem(&mapping, &thread, target ? target : &ring, BPF_ANY))
+		__sync_fetch_and_add(&mappers_lost, 1);
 	return 0;
 }
 
@@ -776,8 +909,54 @@ int nr1_exit_mmap(struct syscall_exit_ctx *ctx)
 		bpf_map_delete_elem(&mapping, &thread);
 		return 0;
 	}
-	report(*target);
+	// Marked again once the mapping is made: a walk that began before it may have
+	// missed it.
+	mark_mapper();
+	if (*target != MAPPING_RING)
+		report(*target);
 	bpf_map_delete_elem(&mapping, &thread);
+	return 0;
+}
+
+// A child process of a mapper is one: it holds copies of its parent's mappings. A child
+// that shares its parent's memory (CLONE_VM) needs nothing more: a mapping made in it
+// by either makes every process be walked. Threads are their process.
+SEC("raw_tp/sched_process_fork")
+int nr1_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u32 tgid = BPF_CORE_READ(child, tgid);
+
+	if (tgid == ptgid)
+		return 0;
+	__u32 always = compat(child);
+	if (always || bpf_map_lookup_elem(&mappers, &ptgid))
+		mark(tgid, always, false);
+	return 0;
+}
+
+// An exec replaces the process's mappings with those the kernel makes for the program,
+// without an mmap the tracepoints see: the process is walked once more.
+SEC("tracepoint/sched/sched_process_exec")
+int nr1_exec(void *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	mark(BPF_CORE_READ(task, tgid), compat(task), true);
+	return 0;
+}
+
+// The last thread of a process leaves with its mappings.
+SEC("tracepoint/sched/sched_process_exit")
+int nr1_exit(void *ctx)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+
+	if (BPF_CORE_READ(task, signal, live.counter) == 0)
+		bpf_map_delete_elem(&mappers, &tgid);
 	return 0;
 }
 

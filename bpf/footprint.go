@@ -70,6 +70,8 @@ type Footprint struct {
 	unix  *link.Iter
 	scan  uint32
 	pass  uint32 // of InFlight
+	mmap  []link.Link
+	maps  *mappers // nil until FollowMappers
 }
 
 // LoadFootprint loads the task_file and task_vma iterators. It fails when the kernel
@@ -103,7 +105,11 @@ func LoadFootprint() (*Footprint, error) {
 
 // Close releases the programs.
 func (f *Footprint) Close() error {
-	return errors.Join(f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())
+	errs := []error{f.maps.close()}
+	for _, l := range f.mmap {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(append(errs, f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())...)
 }
 
 // TargetBytes marks a target counted in mapped bytes in SetTargets' values: its
@@ -132,6 +138,10 @@ func (f *Footprint) SetTargets(targets map[TargetKey]uint32) error {
 		if err := f.objs.Targets.Put(k, v); err != nil {
 			return fmt.Errorf("setting target %+v: %w", k, err)
 		}
+	}
+	if f.maps != nil {
+		// A file mapped before it was a target marked nothing.
+		f.maps.full = "new targets"
 	}
 	return nil
 }
@@ -351,11 +361,18 @@ func readIn(ns string, it *link.Iter, read func(ns string, rd io.Reader) error) 
 // others; and for the targets registered with an io_uring a process maps (its fd may be
 // closed: the mapping keeps the ring), as Files does.
 func (f *Footprint) VMAs(fn func(*Record) error) error {
+	full, err := f.startFull()
+	if err != nil {
+		return err
+	}
 	f.scan++
 	if err := f.objs.Scan.Set(f.scan); err != nil {
 		return fmt.Errorf("starting a footprint scan: %w", err)
 	}
-	return run(f.vmas, fn)
+	if err := run(f.vmas, fn); err != nil {
+		return err
+	}
+	return f.endFull(full)
 }
 
 func run(it *link.Iter, fn func(*Record) error) error {

@@ -41,6 +41,13 @@ type footprintInflightFileVal struct {
 	Target uint32
 }
 
+type footprintMapper struct {
+	_      structs.HostLayout
+	Seq    uint64
+	Found  uint32
+	Always uint32
+}
+
 type footprintRecord struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -82,17 +89,21 @@ const (
 	footprintMapChanges                 = "changes"
 	footprintMapInflightCgroups         = "inflight_cgroups"
 	footprintMapInflightFiles           = "inflight_files"
+	footprintMapMappers                 = "mappers"
 	footprintMapMapping                 = "mapping"
 	footprintMapSeen                    = "seen"
 	footprintMapSeenVma                 = "seen_vma"
 	footprintMapTargets                 = "targets"
 	footprintMapVisited                 = "visited"
 	footprintProgNr1EnterMmap           = "nr1_enter_mmap"
+	footprintProgNr1Exec                = "nr1_exec"
+	footprintProgNr1Exit                = "nr1_exit"
 	footprintProgNr1ExitMmap            = "nr1_exit_mmap"
 	footprintProgNr1ExitOpen            = "nr1_exit_open"
 	footprintProgNr1ExitOpenat          = "nr1_exit_openat"
 	footprintProgNr1ExitOpenat2         = "nr1_exit_openat2"
 	footprintProgNr1ExitPidfdGetfd      = "nr1_exit_pidfd_getfd"
+	footprintProgNr1Fork                = "nr1_fork"
 	footprintProgNr1TaskFile            = "nr1_task_file"
 	footprintProgNr1TaskVma             = "nr1_task_vma"
 	footprintProgNr1Unix                = "nr1_unix"
@@ -101,12 +112,18 @@ const (
 	footprintVarInflightPass            = "inflight_pass"
 	footprintVarLastTask                = "last_task"
 	footprintVarLastTaskScan            = "last_task_scan"
+	footprintVarLastVmaTask             = "last_vma_task"
+	footprintVarLastVmaTaskScan         = "last_vma_task_scan"
+	footprintVarMappersLost             = "mappers_lost"
+	footprintVarMarkSeq                 = "mark_seq"
 	footprintVarRingFops                = "ring_fops"
 	footprintVarScan                    = "scan"
+	footprintVarSharedMapped            = "shared_mapped"
 	footprintVarUnusedChange            = "unused_change"
 	footprintVarUnusedInflightCgroup    = "unused_inflight_cgroup"
 	footprintVarUnusedInflightCgroupKey = "unused_inflight_cgroup_key"
 	footprintVarUnusedInflightFileVal   = "unused_inflight_file_val"
+	footprintVarUnusedMapper            = "unused_mapper"
 	footprintVarUnusedRecord            = "unused_record"
 	footprintVarVisits                  = "visits"
 )
@@ -154,11 +171,14 @@ type footprintSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintProgramSpecs struct {
 	Nr1EnterMmap      *ebpf.ProgramSpec `ebpf:"nr1_enter_mmap"`
+	Nr1Exec           *ebpf.ProgramSpec `ebpf:"nr1_exec"`
+	Nr1Exit           *ebpf.ProgramSpec `ebpf:"nr1_exit"`
 	Nr1ExitMmap       *ebpf.ProgramSpec `ebpf:"nr1_exit_mmap"`
 	Nr1ExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_exit_open"`
 	Nr1ExitOpenat     *ebpf.ProgramSpec `ebpf:"nr1_exit_openat"`
 	Nr1ExitOpenat2    *ebpf.ProgramSpec `ebpf:"nr1_exit_openat2"`
 	Nr1ExitPidfdGetfd *ebpf.ProgramSpec `ebpf:"nr1_exit_pidfd_getfd"`
+	Nr1Fork           *ebpf.ProgramSpec `ebpf:"nr1_fork"`
 	Nr1TaskFile       *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
 	Nr1TaskVma        *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
 	Nr1Unix           *ebpf.ProgramSpec `ebpf:"nr1_unix"`
@@ -171,6 +191,7 @@ type footprintMapSpecs struct {
 	Changes         *ebpf.MapSpec `ebpf:"changes"`
 	InflightCgroups *ebpf.MapSpec `ebpf:"inflight_cgroups"`
 	InflightFiles   *ebpf.MapSpec `ebpf:"inflight_files"`
+	Mappers         *ebpf.MapSpec `ebpf:"mappers"`
 	Mapping         *ebpf.MapSpec `ebpf:"mapping"`
 	Seen            *ebpf.MapSpec `ebpf:"seen"`
 	SeenVma         *ebpf.MapSpec `ebpf:"seen_vma"`
@@ -187,12 +208,18 @@ type footprintVariableSpecs struct {
 	InflightPass            *ebpf.VariableSpec `ebpf:"inflight_pass"`
 	LastTask                *ebpf.VariableSpec `ebpf:"last_task"`
 	LastTaskScan            *ebpf.VariableSpec `ebpf:"last_task_scan"`
+	LastVmaTask             *ebpf.VariableSpec `ebpf:"last_vma_task"`
+	LastVmaTaskScan         *ebpf.VariableSpec `ebpf:"last_vma_task_scan"`
+	MappersLost             *ebpf.VariableSpec `ebpf:"mappers_lost"`
+	MarkSeq                 *ebpf.VariableSpec `ebpf:"mark_seq"`
 	RingFops                *ebpf.VariableSpec `ebpf:"ring_fops"`
 	Scan                    *ebpf.VariableSpec `ebpf:"scan"`
+	SharedMapped            *ebpf.VariableSpec `ebpf:"shared_mapped"`
 	UnusedChange            *ebpf.VariableSpec `ebpf:"unused_change"`
 	UnusedInflightCgroup    *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup"`
 	UnusedInflightCgroupKey *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup_key"`
 	UnusedInflightFileVal   *ebpf.VariableSpec `ebpf:"unused_inflight_file_val"`
+	UnusedMapper            *ebpf.VariableSpec `ebpf:"unused_mapper"`
 	UnusedRecord            *ebpf.VariableSpec `ebpf:"unused_record"`
 	Visits                  *ebpf.VariableSpec `ebpf:"visits"`
 }
@@ -220,6 +247,7 @@ type footprintMaps struct {
 	Changes         *ebpf.Map `ebpf:"changes"`
 	InflightCgroups *ebpf.Map `ebpf:"inflight_cgroups"`
 	InflightFiles   *ebpf.Map `ebpf:"inflight_files"`
+	Mappers         *ebpf.Map `ebpf:"mappers"`
 	Mapping         *ebpf.Map `ebpf:"mapping"`
 	Seen            *ebpf.Map `ebpf:"seen"`
 	SeenVma         *ebpf.Map `ebpf:"seen_vma"`
@@ -232,6 +260,7 @@ func (m *footprintMaps) Close() error {
 		m.Changes,
 		m.InflightCgroups,
 		m.InflightFiles,
+		m.Mappers,
 		m.Mapping,
 		m.Seen,
 		m.SeenVma,
@@ -249,12 +278,18 @@ type footprintVariables struct {
 	InflightPass            *ebpf.Variable `ebpf:"inflight_pass"`
 	LastTask                *ebpf.Variable `ebpf:"last_task"`
 	LastTaskScan            *ebpf.Variable `ebpf:"last_task_scan"`
+	LastVmaTask             *ebpf.Variable `ebpf:"last_vma_task"`
+	LastVmaTaskScan         *ebpf.Variable `ebpf:"last_vma_task_scan"`
+	MappersLost             *ebpf.Variable `ebpf:"mappers_lost"`
+	MarkSeq                 *ebpf.Variable `ebpf:"mark_seq"`
 	RingFops                *ebpf.Variable `ebpf:"ring_fops"`
 	Scan                    *ebpf.Variable `ebpf:"scan"`
+	SharedMapped            *ebpf.Variable `ebpf:"shared_mapped"`
 	UnusedChange            *ebpf.Variable `ebpf:"unused_change"`
 	UnusedInflightCgroup    *ebpf.Variable `ebpf:"unused_inflight_cgroup"`
 	UnusedInflightCgroupKey *ebpf.Variable `ebpf:"unused_inflight_cgroup_key"`
 	UnusedInflightFileVal   *ebpf.Variable `ebpf:"unused_inflight_file_val"`
+	UnusedMapper            *ebpf.Variable `ebpf:"unused_mapper"`
 	UnusedRecord            *ebpf.Variable `ebpf:"unused_record"`
 	Visits                  *ebpf.Variable `ebpf:"visits"`
 }
@@ -264,11 +299,14 @@ type footprintVariables struct {
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintPrograms struct {
 	Nr1EnterMmap      *ebpf.Program `ebpf:"nr1_enter_mmap"`
+	Nr1Exec           *ebpf.Program `ebpf:"nr1_exec"`
+	Nr1Exit           *ebpf.Program `ebpf:"nr1_exit"`
 	Nr1ExitMmap       *ebpf.Program `ebpf:"nr1_exit_mmap"`
 	Nr1ExitOpen       *ebpf.Program `ebpf:"nr1_exit_open"`
 	Nr1ExitOpenat     *ebpf.Program `ebpf:"nr1_exit_openat"`
 	Nr1ExitOpenat2    *ebpf.Program `ebpf:"nr1_exit_openat2"`
 	Nr1ExitPidfdGetfd *ebpf.Program `ebpf:"nr1_exit_pidfd_getfd"`
+	Nr1Fork           *ebpf.Program `ebpf:"nr1_fork"`
 	Nr1TaskFile       *ebpf.Program `ebpf:"nr1_task_file"`
 	Nr1TaskVma        *ebpf.Program `ebpf:"nr1_task_vma"`
 	Nr1Unix           *ebpf.Program `ebpf:"nr1_unix"`
@@ -277,11 +315,14 @@ type footprintPrograms struct {
 func (p *footprintPrograms) Close() error {
 	return _FootprintClose(
 		p.Nr1EnterMmap,
+		p.Nr1Exec,
+		p.Nr1Exit,
 		p.Nr1ExitMmap,
 		p.Nr1ExitOpen,
 		p.Nr1ExitOpenat,
 		p.Nr1ExitOpenat2,
 		p.Nr1ExitPidfdGetfd,
+		p.Nr1Fork,
 		p.Nr1TaskFile,
 		p.Nr1TaskVma,
 		p.Nr1Unix,

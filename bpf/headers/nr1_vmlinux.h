@@ -27,6 +27,7 @@ enum bpf_map_type {
 
 enum {
 	BPF_ANY = 0,
+	BPF_NOEXIST = 1,
 };
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
@@ -77,11 +78,23 @@ struct nsproxy {
 	struct net *net_ns;
 };
 
+struct mm_struct {
+	unsigned long task_size;
+	atomic_t mm_users;
+};
+
+struct signal_struct {
+	atomic_t live;
+	int nr_threads;
+};
+
 struct task_struct {
 	__s32 tgid;
 	struct css_set *cgroups;
 	struct files_struct *files;
 	struct nsproxy *nsproxy;
+	struct mm_struct *mm;
+	struct signal_struct *signal;
 };
 
 struct super_block {
@@ -247,6 +260,11 @@ struct syscall_enter_ctx {
 	__s32 nr;
 	__u32 pad;
 	__u64 args[6];
+};
+
+/* UAPI: a raw tracepoint's context, the tracepoint's arguments as they are. */
+struct bpf_raw_tracepoint_args {
+	__u64 args[0];
 };
 
 struct syscall_exit_ctx {

@@ -23,8 +23,19 @@ import (
 type BPF struct {
 	fp       *bpf.Footprint
 	targets  *Targets
-	procRoot string // for fdinfo values
+	procRoot string    // for fdinfo values
+	lastFull time.Time // the last pass over every process's mappings
 }
+
+// FullMappingPass is how often a scan walks every process's mappings, not only those of
+// the processes that may map a target (FollowMappers): the bound on how long a mapping
+// made where no tracepoint sees it stays uncounted.
+const FullMappingPass = time.Minute
+
+// FollowMappers makes scans walk the mappings of the processes that may map a target
+// only, with every process's walked every FullMappingPass; an error leaves every scan
+// walking every process.
+func (b *BPF) FollowMappers() error { return b.fp.FollowMappers() }
 
 // ErrUnattributable is a BPF source that loads but cannot tell which cgroup a process
 // is in: every record would be unattributed, so it is refused.
@@ -109,8 +120,14 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		vctx, cancel = context.WithDeadline(ctx, start.Add(time.Until(deadline)/2))
 		defer cancel()
 	}
+	vmas := b.fp.MapperVMAs
+	if start.Sub(b.lastFull) >= FullMappingPass {
+		vmas = func(fn func(*bpf.Record) error) (bpf.MapperPass, error) {
+			return bpf.MapperPass{Full: "the backstop"}, b.fp.VMAs(fn)
+		}
+	}
 	n := 0
-	err := b.fp.VMAs(func(r *bpf.Record) error {
+	pass, err := vmas(func(r *bpf.Record) error {
 		if n++; n%1024 == 0 && vctx.Err() != nil {
 			s.Cutoff = int(r.Pid)
 			return errOutOfTime
@@ -136,6 +153,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	})
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
+	}
+	if pass.Full != "" && err == nil {
+		b.lastFull = start
 	}
 	var foreign, members []bpf.Record
 	err = b.fp.Files(func(r *bpf.Record) error {
