@@ -284,7 +284,7 @@ func iterFor(prog *ebpf.Program, pid uint32) (*os.File, error) {
 		return nil, fmt.Errorf("linking the iterator: %w", errno)
 	}
 	defer unix.Close(int(linkFD))
-	create := struct{ linkFD, flags uint32 }{linkFD: uint32(linkFD)} //nolint:gosec // an fd
+	create := struct{ linkFD, flags uint32 }{linkFD: uint32(linkFD)}                                                              //nolint:gosec // an fd
 	iterFD, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_ITER_CREATE, uintptr(unsafe.Pointer(&create)), unsafe.Sizeof(create)) //nolint:gosec // as above
 	if errno != 0 {
 		return nil, fmt.Errorf("creating the iterator: %w", errno)
