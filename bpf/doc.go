@@ -17,7 +17,10 @@
 // (every socket, held by an fd or itself in flight; past 4096 messages a socket's cgroup
 // is reported as holding more than read, past 1024 distinct files as past the cap), run
 // in every network namespace, each named by the `task_file` pass through one process
-// in it, and entered from one locked thread per pass; `cgroups.bpf.c`: the cgroup
+// in it, and entered from one locked thread per pass, and the mappers (`mappers.go`):
+// the processes marked by `mmap` of a target or ring, fork from a marked one and exec,
+// whose mappings alone a pass walks (`MapperVMAs`, one `task_vma` iterator per process
+// by PID), every process walked when the marks cannot be trusted; `cgroups.bpf.c`: the cgroup
 // tracepoints (`cgroup_mkdir`, `cgroup_rmdir`) counting every cgroup made and removed,
 // so that a walk of a cgroup tree is redone only once the count moved; `gate.bpf.c`: the
 // budget gate, a cgroup device program attached once above every pod that refuses
