@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -287,6 +288,13 @@ func FuzzDecodeTable(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := decodeTable(b)
+		// The codec reads the buffers gRPC received, of any size, as decodeTable reads
+		// them whole.
+		var viaCodec Table
+		cerr := (tableCodec{}).Unmarshal(chunked(b, 1+len(b)%7), &viaCodec)
+		if (err == nil) != (cerr == nil) || (err == nil && !reflect.DeepEqual(got, viaCodec)) {
+			t.Fatalf("decodeTable: %v, %v; the codec on buffers of %d bytes: %v, %v", got, err, 1+len(b)%7, viaCodec, cerr)
+		}
 		var resp podresourcesapi.ListPodResourcesResponse
 		if proto.Unmarshal(b, &resp) != nil {
 			return // the decoder may be more lenient; it must only not panic
@@ -326,4 +334,25 @@ func BenchmarkDecodeFullNode(b *testing.B) {
 			}
 		}
 	})
+	// As gRPC hands the answer over: in buffers of 16 KiB read from the socket.
+	b.Run("decoder=codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var t Table
+			if err := (tableCodec{}).Unmarshal(chunked(raw, 16<<10), &t); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// chunked is b in buffers of n bytes, as gRPC receives a message.
+func chunked(b []byte, n int) mem.BufferSlice {
+	var s mem.BufferSlice
+	for len(b) > 0 {
+		k := min(n, len(b))
+		s = append(s, mem.SliceBuffer(b[:k]))
+		b = b[k:]
+	}
+	return s
 }

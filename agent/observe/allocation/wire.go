@@ -3,8 +3,11 @@
 package allocation
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -58,9 +61,12 @@ func (tableCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return fmt.Errorf("pod-resources answer: decoding into %T, want *Table", v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	table, err := decodeTable(buf.ReadOnlyData())
+	table, err := decodeBuffers(data)
+	if errors.Is(err, errGroup) {
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		table, err = decodeTable(buf.ReadOnlyData())
+	}
 	if err != nil {
 		return fmt.Errorf("pod-resources List answer: %w", err)
 	}
@@ -68,7 +74,66 @@ func (tableCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-var errTruncated = errors.New("truncated or malformed protobuf")
+var (
+	errTruncated = errors.New("truncated or malformed protobuf")
+	errGroup     = errors.New("a group at the top of the answer")
+)
+
+// decodeBuffers is decodeTable on the buffers gRPC received the answer in, one pod at a
+// time: a booked node's answer is MBs and a pod's a few KB, and copying the whole into
+// one buffer first cost more than decoding it. A group at the top (no kubelet sends one)
+// is errGroup, left to decodeTable.
+func decodeBuffers(data mem.BufferSlice) (Table, error) {
+	r := data.Reader()
+	defer r.Close()
+	t := Table{}
+	var field []byte
+	for r.Remaining() > 0 {
+		tag, err := binary.ReadUvarint(r)
+		if err != nil {
+			return nil, errTruncated
+		}
+		num, typ := protowire.DecodeTag(tag)
+		if num < protowire.MinValidNumber {
+			return nil, errTruncated
+		}
+		var n uint64
+		switch typ {
+		case protowire.VarintType:
+			if _, err := binary.ReadUvarint(r); err != nil {
+				return nil, errTruncated
+			}
+			continue
+		case protowire.Fixed32Type:
+			n = 4
+		case protowire.Fixed64Type:
+			n = 8
+		case protowire.BytesType:
+			if n, err = binary.ReadUvarint(r); err != nil {
+				return nil, errTruncated
+			}
+		default:
+			return nil, errGroup
+		}
+		if n > uint64(r.Remaining()) {
+			return nil, errTruncated
+		}
+		if num != listPodResources || typ != protowire.BytesType {
+			if _, err := r.Discard(int(n)); err != nil {
+				return nil, errTruncated
+			}
+			continue
+		}
+		field = slices.Grow(field[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, field); err != nil {
+			return nil, errTruncated
+		}
+		if err := decodePod(field, t); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
 
 // fields calls f with each field of the message b, and fails on a malformed one.
 func fields(b []byte, f func(num protowire.Number, typ protowire.Type, v []byte) error) error {
