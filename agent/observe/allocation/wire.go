@@ -115,7 +115,7 @@ func decodeBuffers(data mem.BufferSlice) (Table, error) {
 		default:
 			return nil, errGroup
 		}
-		if n > uint64(r.Remaining()) {
+		if n > uint64(r.Remaining()) { //nolint:gosec // a length, never negative
 			return nil, errTruncated
 		}
 		if num != listPodResources || typ != protowire.BytesType {
