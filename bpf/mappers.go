@@ -96,6 +96,11 @@ func (f *Footprint) FollowMappers() error {
 	return nil
 }
 
+// maxWalked is how many processes a pass walks one by one at most: an iterator per
+// process costs a few system calls more than one iterator over all, so that past this
+// many (a pod that forks thousands of mappers), one over all is cheaper.
+var maxWalked = 1024
+
 // MapperPass says what a pass over mappings walked.
 type MapperPass struct {
 	// Full is why every process was walked; empty when only the mappers were.
@@ -143,6 +148,9 @@ func (f *Footprint) MapperVMAs(fn func(*Record) error) (MapperPass, error) {
 		if v.Always != 0 || m.cleared[pid] != v.Seq {
 			walk = append(walk, pid)
 		}
+	}
+	if len(walk) > maxWalked {
+		return MapperPass{Full: "more mappers than walked one by one"}, f.VMAs(fn)
 	}
 	slices.Sort(walk)
 	pass := MapperPass{pids: walk}

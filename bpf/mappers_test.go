@@ -122,6 +122,20 @@ func TestMapperVMAsWalkOnlyWhatMayMap(t *testing.T) {
 		}
 	})
 
+	t.Run("more mappers than walked one by one", func(t *testing.T) {
+		defer func(n int) { maxWalked = n }(maxWalked)
+		maxWalked = 0
+		m, err := unix.Mmap(int(file.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(m)
+		got, pass := mappingsOf(t, f, self, dma)
+		if pass.Full == "" || len(got) != 1 {
+			t.Fatalf("pass %+v: mappings %+v, want every process walked and the one mapping", pass, got)
+		}
+	})
+
 	t.Run("a forked child", func(t *testing.T) {
 		m, err := unix.Mmap(int(file.Fd()), 0, 4*4096, unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
