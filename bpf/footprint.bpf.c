@@ -482,6 +482,9 @@ struct {
 __u64 mark_seq = 0;
 __u64 mappers_lost = 0;
 __u64 shared_mapped = 0;
+// Set once the exit tracepoint that forgets a process is attached: until then nothing
+// is marked, or the marks of processes gone would stay.
+__u32 following = 0;
 
 // A 32-bit task's address space ends at 4 GiB, a 64-bit one's far above: the test needs
 // no architecture's flags.
@@ -499,6 +502,8 @@ static __always_inline __u32 compat(struct task_struct *task)
 // anew; any other mark only adds to it.
 static __always_inline void mark(__u32 tgid, __u32 always, bool exec)
 {
+	if (!following)
+		return;
 	__u64 seq = __sync_add_and_fetch(&mark_seq, 1);
 	struct mapper *m = bpf_map_lookup_elem(&mappers, &tgid);
 
@@ -529,6 +534,10 @@ static __always_inline void found(struct task_struct *task)
 	__u32 tgid = BPF_CORE_READ(task, tgid);
 	struct mapper *m = bpf_map_lookup_elem(&mappers, &tgid);
 
+	// A process whose last thread is leaving was forgotten, or is about to be: it is
+	// not marked again, to stay for good.
+	if (!m && BPF_CORE_READ(task, signal, live.counter) == 0)
+		return;
 	if (!m) {
 		mark(tgid, 0, false);
 		m = bpf_map_lookup_elem(&mappers, &tgid);
@@ -865,9 +874,11 @@ static __always_inline void mark_mapper(void)
 	struct mm_struct *mm = BPF_CORE_READ(task, mm);
 
 	mark(BPF_CORE_READ(task, tgid), 0, false);
-	// Each thread holds one user of the memory; a count above theirs is another
-	// process's (or a passing reader's, which costs a walk of all, never a miss).
-	if (mm && BPF_CORE_READ(mm, mm_users.counter) > BPF_CORE_READ(task, signal, nr_threads))
+	// Each live thread holds one user of the memory (a thread leaves the count of live
+	// ones before it lets go of the memory): a count above theirs is another process's,
+	// or a passing reader's, which costs a walk of all, never a miss. Not nr_threads: a
+	// leader that exited before its threads is still counted there, and no longer here.
+	if (mm && BPF_CORE_READ(mm, mm_users.counter) > BPF_CORE_READ(task, signal, live.counter))
 		__sync_fetch_and_add(&shared_mapped, 1);
 }
 
@@ -891,8 +902,13 @@ int nr1_enter_mmap(struct syscall_enter_ctx *ctx)
 	// Marked before the mapping is made: a fork that copies it finds this process
 	// marked, and gives its child a mark of its own.
 	mark_mapper();
-	if (bpf_map_update_elem(&mapping, &thread, target ? target : &ring, BPF_ANY))
+	// Without its entry the exit cannot mark the mapping once made, and a walk between
+	// this mark and the mapping would clear it: the process is walked at every scan
+	// until its next exec.
+	if (bpf_map_update_elem(&mapping, &thread, target ? target : &ring, BPF_ANY)) {
 		__sync_fetch_and_add(&mappers_lost, 1);
+		mark(bpf_get_current_pid_tgid() >> 32, 1, false);
+	}
 	return 0;
 }
 

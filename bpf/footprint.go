@@ -381,7 +381,23 @@ func run(it *link.Iter, fn func(*Record) error) error {
 		return fmt.Errorf("running iterator: %w", err)
 	}
 	defer rd.Close()
-	return ReadRecords(bufio.NewReaderSize(rd, 64<<10), fn)
+	return ReadRecords(bufio.NewReaderSize(again{rd}, 64<<10), fn)
+}
+
+// again reads an iterator's output past the kernel's limit of objects met in one read
+// with nothing written (bpf_seq_read's MAX_ITER_OBJECTS, a million): the kernel then
+// answers EAGAIN, and the next read resumes where it stopped. A pod that makes a
+// million mappings or files, none of them a target's, must not fail every scan. Each
+// read moves the iterator on, so the retries end with the objects.
+type again struct{ r io.Reader }
+
+func (a again) Read(p []byte) (int, error) {
+	for {
+		n, err := a.r.Read(p)
+		if n > 0 || !errors.Is(err, unix.EAGAIN) {
+			return n, err //nolint:wrapcheck // a Reader passes io.EOF as it is
+		}
+	}
 }
 
 // RecordSize is the size of struct record in footprint.bpf.c, as the iterators write it.

@@ -108,6 +108,7 @@ const (
 	footprintProgNr1TaskVma             = "nr1_task_vma"
 	footprintProgNr1Unix                = "nr1_unix"
 	footprintVarChangesLost             = "changes_lost"
+	footprintVarFollowing               = "following"
 	footprintVarInflightFull            = "inflight_full"
 	footprintVarInflightPass            = "inflight_pass"
 	footprintVarLastTask                = "last_task"
@@ -204,6 +205,7 @@ type footprintMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintVariableSpecs struct {
 	ChangesLost             *ebpf.VariableSpec `ebpf:"changes_lost"`
+	Following               *ebpf.VariableSpec `ebpf:"following"`
 	InflightFull            *ebpf.VariableSpec `ebpf:"inflight_full"`
 	InflightPass            *ebpf.VariableSpec `ebpf:"inflight_pass"`
 	LastTask                *ebpf.VariableSpec `ebpf:"last_task"`
@@ -274,6 +276,7 @@ func (m *footprintMaps) Close() error {
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintVariables struct {
 	ChangesLost             *ebpf.Variable `ebpf:"changes_lost"`
+	Following               *ebpf.Variable `ebpf:"following"`
 	InflightFull            *ebpf.Variable `ebpf:"inflight_full"`
 	InflightPass            *ebpf.Variable `ebpf:"inflight_pass"`
 	LastTask                *ebpf.Variable `ebpf:"last_task"`

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
 
@@ -359,4 +360,61 @@ func FuzzReadRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A pass over a process with a million mappings, none of them a target's: the kernel
+// stops a read that met a million objects without writing (EAGAIN), and the pass reads
+// on from there to the mapping that counts.
+func TestAPassReadsOnPastAMillionMappingsOfNothing(t *testing.T) {
+	f := loadOrSkip(t)
+	const pages = 1_000_100
+	const limit = "/proc/sys/vm/max_map_count"
+	old, err := os.ReadFile(limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(limit, []byte(strconv.Itoa(pages+100_000)), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(limit, old, 0) })
+	// One region, every other page made inaccessible: a mapping per page, and no memory.
+	region, err := unix.Mmap(-1, 0, pages*4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(region)
+	for i := 0; i < pages; i += 2 {
+		if err := unix.Mprotect(region[i*4096:(i+1)*4096], unix.PROT_NONE); err != nil {
+			t.Fatalf("page %d: %v", i, err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "dma")
+	if err := os.WriteFile(path, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): 7}); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	m, err := unix.Mmap(int(file.Fd()), 0, 4096, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	pid, found := uint32(os.Getpid()), 0
+	if err := f.VMAs(func(r *Record) error {
+		if r.Pid == pid && r.Target == 7 {
+			found++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if found != 1 {
+		t.Fatalf("%d mappings of the target found, want 1", found)
+	}
 }

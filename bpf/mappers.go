@@ -52,8 +52,15 @@ func (f *Footprint) attachMmap() error {
 	if err := ensureTracefs(); err != nil {
 		return err
 	}
-	for name, prog := range map[string]*ebpf.Program{"sys_enter_mmap": f.objs.Nr1EnterMmap, "sys_exit_mmap": f.objs.Nr1ExitMmap} {
-		l, err := link.Tracepoint("syscalls", name, prog, nil)
+	// The entry first: an mmap under way when the exit is attached first would be
+	// reported at its exit unmarked at its entry, which is harmless; the other order
+	// would lose its mark.
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sys_enter_mmap", f.objs.Nr1EnterMmap}, {"sys_exit_mmap", f.objs.Nr1ExitMmap}} {
+		name := tp.name
+		l, err := link.Tracepoint("syscalls", name, tp.prog, nil)
 		if err != nil {
 			for _, l := range f.mmap {
 				_ = l.Close()
@@ -91,6 +98,10 @@ func (f *Footprint) FollowMappers() error {
 			return fmt.Errorf("following mappers: %w", err)
 		}
 		m.links = append(m.links, l)
+	}
+	if err := f.objs.Following.Set(uint32(1)); err != nil {
+		_ = m.close()
+		return fmt.Errorf("following mappers: %w", err)
 	}
 	f.maps = m
 	return nil
@@ -254,17 +265,14 @@ func (f *Footprint) Mappers() (map[uint32]Mapper, error) {
 }
 
 // vmasOf runs the task_vma iterator over the mappings of one process. A process gone
-// meanwhile has none.
+// meanwhile has none: the kernel looks the PID up as it iterates.
 func (f *Footprint) vmasOf(pid uint32, fn func(*Record) error) error {
 	it, err := iterFor(f.objs.Nr1TaskVma, pid)
-	if errors.Is(err, unix.ESRCH) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("walking the mappings of process %d: %w", pid, err)
 	}
 	defer it.Close()
-	f.maps.rd.Reset(it)
+	f.maps.rd.Reset(again{it})
 	return ReadRecords(f.maps.rd, fn)
 }
 
