@@ -29,10 +29,11 @@ type BPF struct {
 
 // FullMappingPass is how often a scan walks every process's mappings, not only those of
 // the processes that may map a target (FollowMappers): the bound on how long a mapping
-// made where no tracepoint sees it stays uncounted. Every path the kernel has for a
-// process to map a file is marked (mmap, fork, exec); this is for one it may add. A pass
-// over every process costs about 50 ms on a node of 100 pods, so once every 5 minutes
-// is 0.02 % of a core.
+// made where no mark sees it stays uncounted: a 32-bit mmap by a 64-bit process (x86's
+// int 0x80, which the syscall tracepoints skip), an fd replaced by another thread
+// between mmap's entry and the kernel's lookup of it, a file mapped through a stacking
+// filesystem (overlayfs maps the file below the one opened). A pass over every process
+// costs about 50 ms on a node of 100 pods, so once every 5 minutes is 0.02 % of a core.
 const FullMappingPass = 5 * time.Minute
 
 // FollowMappers makes scans walk the mappings of the processes that may map a target
