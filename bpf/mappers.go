@@ -116,9 +116,7 @@ var maxWalked = 1024
 type MapperPass struct {
 	// Full is why every process was walked; empty when only the mappers were.
 	Full string
-	// Walked is how many processes a pass over the mappers walked.
-	Walked int
-	pids   []uint32
+	pids []uint32 // the processes a pass over the mappers walked
 }
 
 // MapperVMAs is VMAs for the processes that may map a target or a ring: those whose last
@@ -166,7 +164,6 @@ func (f *Footprint) MapperVMAs(fn func(*Record) error) (MapperPass, error) {
 	slices.Sort(walk)
 	pass := MapperPass{pids: walk}
 	for _, pid := range walk {
-		pass.Walked++
 		if err := f.vmasOf(pid, fn); err != nil {
 			return pass, err
 		}
