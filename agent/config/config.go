@@ -183,7 +183,7 @@ func Default() Config {
 		},
 		Runtime: Runtime{Resync: Duration{Duration: 30 * time.Second}},
 		Sampling: Sampling{Interval: Duration{Duration: time.Second}, IdleInterval: Duration{Duration: 10 * time.Second}, PartitionInterval: Duration{Duration: 10 * time.Second}, Source: "auto",
-			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}, AllocationRefresh: Duration{Duration: 30 * time.Second}},
+			OnChange: true, ChangeGap: Duration{Duration: 50 * time.Millisecond}, AllocationRefresh: Duration{Duration: 5 * time.Minute}},
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
 		Node:        Node{ModeLabel: "nr1.neureality.ai/mode", Labels: true},

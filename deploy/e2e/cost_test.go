@@ -92,7 +92,7 @@ func BenchmarkAgentCost(b *testing.B) {
 				node := nodeName(b, c)
 				b.Cleanup(func() { deleteNodeSlices(b, c, node) })
 			}
-			withDesign(b, c, design{name: bc.name, onChange: true, allocationRefresh: "30s", mode: map[bool]string{true: "dra"}[bc.dra]})
+			withDesign(b, c, design{name: bc.name, onChange: true, mode: map[bool]string{true: "dra"}[bc.dra]})
 			newNamespace(b, c, costNS)
 			b.Cleanup(func() { deleteNamespace(b, c, costNS) })
 			booked, held := costCGs(b, c, n, costNS, bc)

@@ -25,12 +25,12 @@ import (
 // whole pod-resources table at each (as it did before sampling on change), or also at
 // once when the kernel reports a process taking an NR1 file, reading the table when a
 // pod awaits it and asking the kubelet about one pod otherwise.
-var designs = []design{{"interval", false, "0s", ""}, {"onChange", true, "30s", ""}}
+var designs = []design{{"interval", false, "0s", ""}, {"onChange", true, "", ""}}
 
 type design struct {
 	name              string
 	onChange          bool
-	allocationRefresh string
+	allocationRefresh string // empty: the agent's default
 	mode              string // the agent's mode; empty: the device plugin
 }
 
@@ -45,7 +45,10 @@ func withDesign(b *testing.B, c kubernetes.Interface, d design) {
 		if sampling == nil {
 			sampling = map[string]any{}
 		}
-		sampling["onChange"], sampling["allocationRefresh"] = d.onChange, d.allocationRefresh
+		sampling["onChange"] = d.onChange
+		if d.allocationRefresh != "" {
+			sampling["allocationRefresh"] = d.allocationRefresh
+		}
 		cfg["sampling"] = sampling
 		if d.mode != "" {
 			cfg["mode"] = d.mode
