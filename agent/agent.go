@@ -96,13 +96,18 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 		Wakes: []func() <-chan struct{}{next(watcher), next(partition), next(tracker), enforcer.TurnedBusy, tracker.StartsFailing},
 		Needs: []cadence.Need{smp.Unsettled, enforcer.Needs, tracker.Needs}})
 
-	// The kubelet is read at its own cadence: every interval, at once (never twice
-	// within the gap) when the runtime's pods change.
-	reads := cadence.New(cadence.Options{Interval: paces.AllocationRead, Gap: cfg.Sampling.ChangeGap.Duration,
-		Wakes: tracker.Wakes(), WakeAlways: true, Clock: clk})
+	// The kubelet is read at its own cadence: at once (never twice within the gap) when
+	// the runtime's pods change, every interval while a read fails or a pod is not in its
+	// table, and otherwise only just before each sample, which has it vouch for the table.
+	reads := cadence.New(cadence.Options{Interval: paces.AllocationRead, Idle: paces.AllocationRest, Gap: cfg.Sampling.ChangeGap.Duration,
+		Wakes: tracker.Wakes(), WakesSuffice: true, Needs: []cadence.Need{tracker.Needs, tracker.Unread}, Clock: clk})
+	sample := func(ctx context.Context) {
+		tracker.Vouch(ctx, paces.VouchWait)
+		smp.Step(ctx)
+	}
 	a.run(dev.monitor.Run, offer.Run, watcher.Run, partition.Run, enforcer.Run)
 	a.run(func(ctx context.Context) error { reads.Run(ctx, tracker.Step); return nil })
-	a.run(func(ctx context.Context) error { pace.Run(ctx, smp.Step); return nil })
+	a.run(func(ctx context.Context) error { pace.Run(ctx, sample); return nil })
 	if r, ok := offer.(recoverer); ok {
 		a.run(func(ctx context.Context) error { return r.RecoverFrom(ctx, tracker) })
 	}

@@ -98,10 +98,11 @@ type Sampling struct {
 	ChangeGap Duration `json:"changeGap"`
 	// AllocationRefresh is how often the kubelet's whole pod-resources table is read at
 	// least. It is also read when the runtime starts a pod the table lacks, and while
-	// reads fail; every other interval the kubelet is asked about one pod (the age of its
-	// last answer is what enforcement.maxAllocationAge bounds). A pod's allocation does not
-	// change while it runs, so the table need not be read whole every interval: that is a
-	// megabyte and more once a node's capacity is allocated. 0s reads it every interval.
+	// reads fail; otherwise, just before each sample, the kubelet is asked about one pod
+	// (the age of its last answer is what enforcement.maxAllocationAge bounds), so at rest
+	// it is asked once an idle interval. A pod's allocation does not change while it
+	// runs, so the table need not be read whole every interval: that is a megabyte and
+	// more once a node's capacity is allocated. 0s reads it every interval.
 	AllocationRefresh Duration `json:"allocationRefresh"`
 }
 
@@ -111,9 +112,16 @@ type Paces struct {
 	// RuntimePoll is how often a runtime without container events is listed.
 	RuntimePoll time.Duration
 	// AllocationRead is how often the kubelet is read (its table, or one pod asked
-	// about), and the deadline of one question: a kubelet that takes longer does not
-	// answer, and the allocations start aging.
+	// about) while it must be (a read failing, a pod not in its table), and the deadline
+	// of one question: a kubelet that takes longer does not answer, and the allocations
+	// start aging.
 	AllocationRead time.Duration
+	// AllocationRest is how long the kubelet's reads rest otherwise: each sample has it
+	// vouch for the table, so they wait only for the whole table's refresh.
+	AllocationRest time.Duration
+	// VouchWait is how long a sample waits for the kubelet to vouch for the table: a
+	// kubelet that stops answering delays a sample by no more than a change may.
+	VouchWait time.Duration
 	// ScanTimeout bounds one footprint scan: a scan that takes an interval is cut
 	// short, and what it did not read is uncertain.
 	ScanTimeout time.Duration
@@ -121,7 +129,12 @@ type Paces struct {
 
 // Paces derives the stages' paces from the sampling interval.
 func (s Sampling) Paces() Paces {
-	return Paces{RuntimePoll: s.Interval.Duration, AllocationRead: s.Interval.Duration, ScanTimeout: s.Interval.Duration}
+	rest := s.Interval.Duration
+	if s.AllocationRefresh.Duration > rest {
+		rest = s.AllocationRefresh.Duration
+	}
+	return Paces{RuntimePoll: s.Interval.Duration, AllocationRead: s.Interval.Duration, AllocationRest: rest,
+		VouchWait: s.ChangeGap.Duration, ScanTimeout: s.Interval.Duration}
 }
 
 // Paths are the host roots the agent reads, so tests and containers can move them.

@@ -25,6 +25,7 @@ import (
 const (
 	partitionEvictAfter = 20 * time.Second // docker partition ladder: warn at 0, evict after
 	maxAllocationAge    = 5 * time.Second  // an older pod-resources answer is unknown
+	idleInterval        = 10 * time.Second // samples at rest, each asking the kubelet first
 )
 
 // stack runs a subcommand of deploy/local/stack.sh.
@@ -571,11 +572,14 @@ func TestFaultPodResourcesUnavailable(t *testing.T) {
 	seen := <-watched
 
 	// During the outage, from when the last answer went stale until the kubelet answered.
+	// At rest the kubelet is asked only before each sample: a sample comes within an idle
+	// interval of the pause, and it, like every later one, judges an answer from before
+	// the pause, by then older than maxAllocationAge.
 	var during, stale, unknownShown, overSeen int
 	var maxAge time.Duration
 	var firstOver time.Time
 	for _, s := range seen {
-		if s.at.Before(pausedAt.Add(maxAllocationAge+2*time.Second)) || !s.at.Before(resumedAt) {
+		if s.at.Before(pausedAt.Add(max(maxAllocationAge, idleInterval)+2*time.Second)) || !s.at.Before(resumedAt) {
 			continue
 		}
 		during++

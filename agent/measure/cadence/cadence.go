@@ -29,15 +29,17 @@ type Options struct {
 	// Changes are the kernel's reports of processes taking an NR1 file: each wakes a
 	// sample. Closed when no more will come, and then the cadence never rests, since
 	// what a CG takes would be seen only at rest's pace. Nil: no changes are followed,
-	// and samples come every Interval only.
+	// and samples come every Interval only, unless WakesSuffice.
 	Changes <-chan struct{}
 	// Wakes each return a channel closed at their source's next value (a new container,
 	// a new docker-partition reading, a ladder starting, the kubelet failing): each
-	// wakes a step, while Changes are followed, or always with WakeAlways.
+	// wakes a step, while Changes are followed, or always with WakesSuffice.
 	Wakes []func() <-chan struct{}
-	// WakeAlways has Wakes wake a step whether or not Changes are followed: a reading
-	// that must follow what it reads (the kubelet's, when the runtime starts a pod).
-	WakeAlways bool
+	// WakesSuffice says the Wakes tell all a step follows, without Changes: they wake a
+	// step whether or not Changes are followed, and the cadence rests on them alone
+	// while no Need gives a reason (the kubelet's reads, woken when the runtime starts a
+	// pod or a read fails, and vouched for by each sample between).
+	WakesSuffice bool
 	// Needs are asked before every wait; the first to give a reason keeps the interval.
 	Needs []Need
 	Clock clock.WithTicker
@@ -61,7 +63,7 @@ func New(opts Options) *Cadence {
 // Next is the time to the next sample if nothing wakes one, and why not at rest.
 func (c *Cadence) Next(now time.Time) (time.Duration, string) {
 	switch {
-	case c.opts.Changes == nil || c.opts.Idle <= c.opts.Interval:
+	case c.opts.Idle <= c.opts.Interval || (c.opts.Changes == nil && !c.opts.WakesSuffice):
 		return c.opts.Interval, "no rest configured"
 	case c.deaf.Load():
 		return c.opts.Interval, "the kernel's reports of NR1 files taken stopped"
@@ -92,7 +94,7 @@ func (c *Cadence) plan() time.Duration {
 
 // Run calls step at once, then at the cadence, until ctx ends.
 func (c *Cadence) Run(ctx context.Context, step func(context.Context)) {
-	if c.opts.Changes == nil && !c.opts.WakeAlways {
+	if c.opts.Changes == nil && !c.opts.WakesSuffice {
 		loop.Every(ctx, c.opts.Clock, c.opts.Interval, step)
 		return
 	}

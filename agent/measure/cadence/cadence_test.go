@@ -56,6 +56,22 @@ func TestNoRestWithoutChanges(t *testing.T) {
 	}
 }
 
+// With WakesSuffice (the kubelet's reads), the cadence rests on its wakes alone, without
+// the kernel's changes, while no need gives a reason.
+func TestWakesSufficeRestsWithoutChanges(t *testing.T) {
+	clk := clocktest.New(time.Unix(0, 0))
+	var failing string
+	c := New(Options{Interval: time.Second, Idle: 5 * time.Minute, Clock: clk, WakesSuffice: true,
+		Needs: []Need{func(time.Time) string { return failing }}})
+	if d, why := c.Next(clk.Now()); d != 5*time.Minute || why != "" {
+		t.Errorf("nothing needing the interval: next in %v (%q), want the idle interval", d, why)
+	}
+	failing = "pod-resources failing"
+	if d, why := c.Next(clk.Now()); d != time.Second || why != failing {
+		t.Errorf("reads failing: next in %v (%q), want the interval", d, why)
+	}
+}
+
 // Run samples at once, at rest every idle interval, at once (after the gap) when woken,
 // and never rests again once the kernel's changes stop.
 func TestRunSamplesAtRestOnWakesAndNoLongerRestsOnceChangesStop(t *testing.T) {
@@ -128,15 +144,15 @@ func TestRunSamplesAtRestOnWakesAndNoLongerRestsOnceChangesStop(t *testing.T) {
 	}
 }
 
-// With WakeAlways (the kubelet's reads), a wake steps at once, after the gap, with no
+// With WakesSuffice (the kubelet's reads), a wake steps at once, after the gap, with no
 // kernel's changes followed; without it, and without changes, wakes wait for the
 // interval.
-func TestWakeAlwaysWakesWithoutChanges(t *testing.T) {
+func TestWakesSufficeWakesWithoutChanges(t *testing.T) {
 	for _, always := range []bool{true, false} {
 		t0 := time.Unix(0, 0)
 		clk := clocktest.New(t0)
 		woken := make(chan struct{})
-		c := New(Options{Interval: time.Second, Gap: 100 * time.Millisecond, Clock: clk, WakeAlways: always,
+		c := New(Options{Interval: time.Second, Gap: 100 * time.Millisecond, Clock: clk, WakesSuffice: always,
 			Wakes: []func() <-chan struct{}{func() <-chan struct{} { return woken }}})
 		steps := make(chan time.Duration, 4)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -163,10 +179,10 @@ func TestWakeAlwaysWakesWithoutChanges(t *testing.T) {
 		select {
 		case at := <-steps:
 			if at != want {
-				t.Errorf("WakeAlways %v: a step at %v, want %v", always, at, want)
+				t.Errorf("WakesSuffice %v: a step at %v, want %v", always, at, want)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("WakeAlways %v: no step", always)
+			t.Fatalf("WakesSuffice %v: no step", always)
 		}
 		cancel()
 		<-done

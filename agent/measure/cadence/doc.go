@@ -7,7 +7,9 @@
 // The kubelet's allocations are read at a cadence of their own, woken by new pods.
 //
 // When the node is sampled, decided in one place, and the kubelet's reads at a cadence
-// of their own (`WakeAlways`: every interval, and at once when a pod starts): every
+// of their own (`WakesSuffice`: at once when a pod starts or a read fails, every
+// interval while a read fails or a pod is not in the table, otherwise only at the
+// table's refresh, each sample having the kubelet vouch for it just before): every
 // `sampling.interval`; at rest, every `sampling.idleInterval`, while no `Need` gives a
 // reason (the sampler's `Unsettled`, the enforcement's `Needs` — a ladder under way, a
 // warm-up —, the tracker's `Needs` — the kubelet not answering) and the kernel's changes

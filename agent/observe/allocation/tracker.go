@@ -51,11 +51,12 @@ type Options struct {
 // OnDemand makes the tracker read the whole table only when it may lack something: at
 // start, when Pods change and a pod the runtime runs is missing from the table or newer
 // than it, every interval while that lasts or reads fail, after a failure, and at least
-// every Refresh. Every other interval it asks the kubelet about one listed pod, which
-// answers in a few hundred bytes where a List of a node whose capacity is allocated is
-// megabytes (one entry per unit): the age of the kubelet's last answer stays within an
-// interval either way. A pod's allocation cannot change while it lives, so a table that
-// has every running pod, read after each was created, is current.
+// every Refresh. Otherwise each sample has the kubelet vouch for the table (Vouch) by
+// asking it about one listed pod, which answers in a few hundred bytes where a List of a
+// node whose capacity is allocated is megabytes (one entry per unit): the kubelet's
+// last answer is fresh for every sample either way. A pod's allocation cannot change
+// while it lives, so a table that has every running pod, read after each was created,
+// is current.
 type OnDemand struct {
 	Asker   Asker
 	Refresh time.Duration
@@ -80,6 +81,8 @@ type Tracker struct {
 	onDemand *OnDemand // nil: the whole table every interval
 	clock    clock.WithTicker
 	log      *slog.Logger
+
+	stepping sync.Mutex // one read at a time: the reads' cadence and the samples both step
 
 	mu         sync.Mutex
 	failingNow chan struct{} // closed when reads start failing
@@ -111,9 +114,23 @@ func (t *Tracker) Needs(time.Time) string {
 	return ""
 }
 
+// Unread says why the kubelet must be read at the interval although it answers: a pod
+// the runtime runs is not in the table yet. Only on demand; "" otherwise.
+func (t *Tracker) Unread(time.Time) string {
+	if t.onDemand == nil {
+		return ""
+	}
+	if state, _ := t.Load(); t.onDemand.Pods.Awaits(state) {
+		return "a pod the runtime runs is not in the kubelet's table yet"
+	}
+	return ""
+}
+
 // Step reads the kubelet once: the whole table, or, on demand, only what it may lack.
 // Its cadence is the caller's: every interval, and at once when Wakes say so.
 func (t *Tracker) Step(ctx context.Context) {
+	t.stepping.Lock()
+	defer t.stepping.Unlock()
 	if t.onDemand == nil {
 		t.Refresh(ctx)
 		return
@@ -121,13 +138,46 @@ func (t *Tracker) Step(ctx context.Context) {
 	t.step(ctx)
 }
 
+// Vouch has the kubelet vouch for the table just before a sample, when the tracker
+// reads on demand and the kubelet answers: the sample then judges an answer milliseconds
+// old, and at rest the kubelet is asked once a sample, never between. It waits at most
+// wait, so a kubelet that stops answering delays no sample by its deadline: the read
+// goes on, and fails on its own. While reads fail, the tracker's own cadence retries
+// them, and a sample takes the allocations as they are, aging into unknown.
+func (t *Tracker) Vouch(ctx context.Context, wait time.Duration) {
+	if _, failing := t.Health(); t.onDemand == nil || failing != nil {
+		return
+	}
+	asked := t.clock.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t.stepping.Lock()
+		defer t.stepping.Unlock()
+		// A read that answered while this one waited its turn vouches as well; one that
+		// failed leaves the retries to the tracker's cadence, a List's deadline to no sample.
+		if answered, err := t.Health(); err != nil || !answered.Before(asked) {
+			return
+		}
+		t.step(ctx)
+	}()
+	timer := t.clock.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C():
+	case <-ctx.Done():
+	}
+}
+
 // Wakes are what should have the tracker step at once: the runtime's pods changing,
-// when it reads on demand (a new pod's allocation is in no table read before it).
+// when it reads on demand (a new pod's allocation is in no table read before it), and
+// its reads starting to fail, which its cadence retries every interval.
 func (t *Tracker) Wakes() []func() <-chan struct{} {
 	if t.onDemand == nil {
 		return nil
 	}
-	return []func() <-chan struct{}{t.onDemand.Pods.Changed}
+	return []func() <-chan struct{}{t.onDemand.Pods.Changed, t.StartsFailing}
 }
 
 // step reads the table when it may lack something, and otherwise asks about one pod,

@@ -68,6 +68,8 @@ type kubelet struct {
 	askErr      error
 	lists, asks int
 	askedAbout  []PodKey
+	// hold, when set, keeps each Get waiting until it is closed or the Get's deadline.
+	hold chan struct{}
 }
 
 func (k *kubelet) List(context.Context) (Table, error) {
@@ -77,12 +79,20 @@ func (k *kubelet) List(context.Context) (Table, error) {
 	return k.table, k.listErr
 }
 
-func (k *kubelet) Ask(_ context.Context, pod PodKey) error {
+func (k *kubelet) Ask(ctx context.Context, pod PodKey) error {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.asks++
 	k.askedAbout = append(k.askedAbout, pod)
-	return k.askErr
+	hold, err := k.hold, k.askErr
+	k.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	return err
 }
 
 func (k *kubelet) counts() (lists, asks int) {
@@ -225,3 +235,96 @@ type pods func() bool
 
 func (pods) Changed() <-chan struct{} { return nil }
 func (p pods) Awaits(State) bool      { return p() }
+
+// Before each sample the kubelet vouches for the table: one question, whose answer is
+// the stage's success. A kubelet slow to answer delays the sample by the wait only, its
+// question going on; a kubelet that does not answer is left to the tracker's own
+// cadence, and a tracker reading the whole table every interval is never asked.
+func TestVouchAsksBeforeASampleAndWaitsAtMostItsWait(t *testing.T) {
+	small := PodKey{"web", "nginx"}
+	k := &kubelet{table: Table{small: {"nginx": {}}}}
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDemand: &OnDemand{Asker: k, Refresh: time.Minute, Pods: pods(func() bool { return false })}})
+	ctx := context.Background()
+	expect := func(what string, lists, asks int) {
+		t.Helper()
+		if l, a := k.counts(); l != lists || a != asks {
+			t.Fatalf("%s: %d lists and %d asks, want %d and %d", what, l, a, lists, asks)
+		}
+	}
+	tr.Vouch(ctx, 50*time.Millisecond)
+	expect("the first vouch reads the table", 1, 0)
+	clk.Step(10 * time.Second)
+	tr.Vouch(ctx, 50*time.Millisecond)
+	expect("a vouch at rest", 1, 1)
+	if answered, err := tr.Health(); !answered.Equal(clk.Now()) || err != nil {
+		t.Fatalf("the answer before the sample is not the stage's success: %s, %v", answered, err)
+	}
+
+	// Slow: the sample goes on after the wait; the answer lands when it comes.
+	hold := make(chan struct{})
+	k.set(func(k *kubelet) { k.hold = hold })
+	clk.Step(10 * time.Second)
+	asked := clk.Now()
+	vouched := make(chan struct{})
+	go func() { defer close(vouched); tr.Vouch(ctx, 50*time.Millisecond) }()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(50 * time.Millisecond)
+	select {
+	case <-vouched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a vouch waited past its wait for a slow kubelet")
+	}
+	if answered, _ := tr.Health(); !answered.Before(asked) {
+		t.Fatal("a question not answered yet counted as an answer")
+	}
+	// A step of the tracker's own cadence waits its turn behind the question.
+	stepped := make(chan struct{})
+	go func() { defer close(stepped); tr.Step(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	expect("a step while a question is under way", 1, 2)
+	close(hold)
+	<-stepped
+	expect("a step behind a slow vouch", 1, 3)
+	if answered, err := tr.Health(); answered.Before(asked) || err != nil {
+		t.Fatalf("the slow answer is not the stage's success: %s, %v", answered, err)
+	}
+
+	// Away: the question fails on its deadline, and no later vouch asks.
+	k.set(func(k *kubelet) { k.hold, k.askErr = nil, status.Error(codes.Unavailable, "connection refused") })
+	clk.Step(10 * time.Second)
+	tr.Vouch(ctx, 50*time.Millisecond)
+	expect("a vouch of a kubelet away", 1, 4)
+	if tr.Needs(clk.Now()) == "" {
+		t.Fatal("not failing after the kubelet did not answer")
+	}
+	clk.Step(10 * time.Second)
+	tr.Vouch(ctx, 50*time.Millisecond)
+	expect("a vouch while reads fail", 1, 4)
+
+	whole := &kubelet{table: Table{small: {"nginx": {}}}}
+	every := NewTracker(Options{Lister: whole, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	every.Vouch(ctx, 50*time.Millisecond)
+	if l, a := whole.counts(); l != 0 || a != 0 {
+		t.Errorf("a tracker reading every interval vouched: %d lists and %d asks", l, a)
+	}
+}
+
+// A pod the runtime runs and the table lacks keeps the reads at the interval; nothing
+// else does while the kubelet answers.
+func TestUnreadWhileAPodAwaitsTheTable(t *testing.T) {
+	var awaiting atomic.Bool
+	k := &kubelet{table: Table{}}
+	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: testingclock.NewFakeClock(time.Unix(0, 0)), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDemand: &OnDemand{Asker: k, Refresh: time.Minute, Pods: pods(awaiting.Load)}})
+	if why := tr.Unread(time.Time{}); why != "" {
+		t.Errorf("unread with no pod awaiting: %q", why)
+	}
+	awaiting.Store(true)
+	if why := tr.Unread(time.Time{}); why == "" {
+		t.Error("no reason while a pod awaits the table")
+	}
+}
