@@ -24,7 +24,7 @@
 // tracepoints (`cgroup_mkdir`, `cgroup_rmdir`) counting every cgroup made and removed,
 // so that a walk of a cgroup tree is redone only once the count moved; `gate.bpf.c`: the
 // budget gate, a cgroup device program attached once above every pod that refuses
-// (EPERM) an open of a gated device by a pod holding as many as it booked, finding the
+// (EDQUOT) an open of a gated device by a pod holding as many as it booked, finding the
 // pod among the process's cgroup ancestors from the root, with the syscall and exit
 // tracepoints that give back a failed open and a description's last reference
 // (`close`, `dup2`/`dup3` over it, an exec closing it, the exit of its last holder); its budgets live in a

@@ -2,7 +2,7 @@
 //go:build ignore
 
 // The budget gate: an open of a gated NR1 character device (the hypervisor queue) by a
-// process of a pod that already holds as many as it booked is refused with EPERM, before
+// process of a pod that already holds as many as it booked is refused with EDQUOT, before
 // the driver is reached. The device program, attached once to the cgroup above every
 // pod, finds the pod by walking the process's cgroup ancestors from the root, so a
 // process moved into a child cgroup of any depth still counts against its pod.
@@ -29,6 +29,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
 #define EBADF 9
+#define EDQUOT 122
 #define MINORBITS 20
 #define MAX_LEVEL 32
 #define MAX_FD_WORDS (1 << 14) // 1M descriptors
@@ -213,6 +214,9 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 	if (__sync_fetch_and_add(&b->held, 1) >= b->booked) {
 		__sync_fetch_and_add(&b->held, -1);
 		__sync_fetch_and_add(&b->refused, 1);
+		// The open fails with EDQUOT, not the device cgroup's EPERM: the opener is
+		// told it is past its booking, not that it may never open the device.
+		bpf_set_retval(-EDQUOT);
 		return 0;
 	}
 	__sync_fetch_and_add(&b->granted, 1);

@@ -276,8 +276,8 @@ func TestGateHoldsAPodToItsBooking(t *testing.T) {
 	o := f.opener(cg)
 	a := o.must("open " + f.queue)
 	o.must("open " + f.queue)
-	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("third open with two booked: %v, want EPERM", err)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("third open with two booked: %v, want EDQUOT", err)
 	}
 	if c := f.held(id); c.Held != 2 || c.Refused != 1 || c.Granted != 2 {
 		t.Fatalf("count %+v, want 2 held, 1 refused, 2 granted", c)
@@ -294,8 +294,8 @@ func TestGateHoldsAPodToItsBooking(t *testing.T) {
 		t.Fatalf("closing a dup released a description still open: %+v", c)
 	}
 	o.must(fmt.Sprintf("close %d", a)) // the forked child still holds it
-	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("open while a child still holds the description: %v, want EPERM", err)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open while a child still holds the description: %v, want EDQUOT", err)
 	}
 	o.must("kill")
 	if c := f.held(id); c.Held != 1 {
@@ -328,8 +328,8 @@ func TestGateSettlesAQuietPodToTheMeasurement(t *testing.T) {
 	if !f.gate.Settle(id, f.held(id).Moves, 1) {
 		t.Fatal("Settle on a quiet pod did nothing")
 	}
-	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("open after settling to the booking: %v, want EPERM", err)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open after settling to the booking: %v, want EDQUOT", err)
 	}
 	if !f.gate.Settle(id, f.held(id).Moves, 0) {
 		t.Fatal("Settle on a quiet pod did nothing")
@@ -398,8 +398,8 @@ func TestGateReleasesWhatAnExecCloses(t *testing.T) {
 	}
 	sibling := f.opener(cg)
 	sibling.must("open " + f.queue)
-	if _, err := sibling.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("open past the booking with the exec's kept description: %v, want EPERM", err)
+	if _, err := sibling.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open past the booking with the exec's kept description: %v, want EDQUOT", err)
 	}
 }
 
@@ -408,8 +408,8 @@ func TestGateCountsAChildCgroupAgainstItsPod(t *testing.T) {
 	f := newGateFixture(t, false)
 	id, pod := f.pod("pod", 1, "a", "b", "c")
 	f.opener(filepath.Join(f.root, "pod")).must("open " + f.queue)
-	if _, err := f.opener(pod).do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("open from a child cgroup past the pod's booking: %v, want EPERM", err)
+	if _, err := f.opener(pod).do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open from a child cgroup past the pod's booking: %v, want EDQUOT", err)
 	}
 	if c := f.held(id); c.Held != 1 || c.Refused != 1 {
 		t.Fatalf("count %+v", c)
@@ -472,8 +472,8 @@ func TestGateOutlivesTheAgent(t *testing.T) {
 	if err := f.gate.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("with the agent gone: %v, want EPERM", err)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("with the agent gone: %v, want EDQUOT", err)
 	}
 	f.gate = f.load(GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}}})
 	if err := f.gate.Attach(f.root); err != nil {
@@ -482,8 +482,8 @@ func TestGateOutlivesTheAgent(t *testing.T) {
 	if c := f.held(id); c.Held != 1 || c.Refused != 1 || c.Booked != 1 {
 		t.Fatalf("the restarted agent's count %+v, want the one held, refused and booked", c)
 	}
-	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("after a restart: %v, want EPERM", err)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("after a restart: %v, want EDQUOT", err)
 	}
 	if n := devicePrograms(t, f.root); n != 1 {
 		t.Fatalf("%d device programs on the cgroup after a restart, want 1", n)
