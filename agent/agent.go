@@ -101,9 +101,19 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	// table, and otherwise only just before each sample, which has it vouch for the table.
 	reads := cadence.New(cadence.Options{Interval: paces.AllocationRead, Idle: paces.AllocationRest, Gap: cfg.Sampling.ChangeGap.Duration,
 		Wakes: tracker.Wakes(), WakesSuffice: true, Needs: []cadence.Need{tracker.Needs, tracker.Unread}, Clock: clk})
+	keeper := prevention(cfg, dev, cgroups, act.Events, a, log)
 	sample := func(ctx context.Context) {
 		tracker.Vouch(ctx, paces.VouchWait)
+		if keeper == nil {
+			smp.Step(ctx)
+			return
+		}
+		// The gate's counts are read before the measurement, so that a pod's count is
+		// settled only when nothing moved it while the footprint was taken.
+		keeper.Before()
 		smp.Step(ctx)
+		s, _ := judged{smp}.Load()
+		keeper.After(s)
 	}
 	a.run(dev.monitor.Run, offer.Run, watcher.Run, partition.Run, enforcer.Run)
 	a.run(func(ctx context.Context) error { reads.Run(ctx, tracker.Step); return nil })
@@ -120,7 +130,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	}
 	err = a.expose(cfg, version, exposed{dev: dev, offer: offer, watcher: watcher, tracker: tracker, namespaces: nsWatch,
 		inventory: inv, partition: partition, sampler: smp, source: source.Name(), bpfRefused: bpfRefused, changes: changes,
-		cadence: pace, enforcer: enforcer, actuator: act}, log)
+		cadence: pace, enforcer: enforcer, actuator: act, prevention: cfg.Prevention.Enabled, keeper: keeper}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/act/actuate"
 	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/act/prevent"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
 	"github.com/neureality-sdk/nr1-agent/agent/kube"
 	"github.com/neureality-sdk/nr1-agent/agent/measure/cadence"
@@ -43,6 +44,8 @@ type exposed struct {
 	cadence    *cadence.Cadence
 	enforcer   *enforce.Manager
 	actuator   *actuate.Actuator
+	prevention bool            // turned on
+	keeper     *prevent.Keeper // nil when the gate does not run
 }
 
 // expose adds the metrics server (with the probes) and the debug server to the stages;
@@ -66,6 +69,11 @@ func (a *Agent) expose(cfg *config.Config, version string, o exposed, log *slog.
 	}
 	if err := registerAll(reg, metrics.NewProcessCollectors()...); err != nil {
 		return err
+	}
+	if o.prevention {
+		if err := registerAll(reg, prevent.NewCollector(o.keeper)); err != nil {
+			return err
+		}
 	}
 	if cfg.Mode == config.ModeDevicePlugin {
 		fit := statusfit.New(func(ctx context.Context) (bool, string, error) {

@@ -248,6 +248,18 @@ func (g *Gate) Forget(pod uint64) error {
 	return nil
 }
 
+// Pods are the cgroup ids of the pods the gate has a budget for, an earlier agent's
+// included.
+func (g *Gate) Pods() []uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]uint64, 0, len(g.slots))
+	for id := range g.slots {
+		out = append(out, id)
+	}
+	return out
+}
+
 // Count is the pod's budget as the gate holds it, false when the pod has none.
 func (g *Gate) Count(pod uint64) (GateCount, bool) {
 	g.mu.Lock()

@@ -47,6 +47,7 @@ type Config struct {
 	Runtime      Runtime        `json:"runtime"`
 	Sampling     Sampling       `json:"sampling"`
 	Enforcement  enforce.Policy `json:"enforcement"`
+	Prevention   Prevention     `json:"prevention"`
 	// Kubeconfig reaches the API server from outside a cluster; empty uses the pod's
 	// service account. Without an API server, Events and evictions are only logged.
 	Kubeconfig string        `json:"kubeconfig"`
@@ -63,6 +64,19 @@ type Node struct {
 	// Labels has the agent label its node with what it found: the mode it runs in, each
 	// resource's capacity and the NR1 driver's version (neureality.ai/nr1.*).
 	Labels bool `json:"labels"`
+}
+
+// Prevention configures the budget gate: a program in the kernel that refuses an open
+// of an NR1 queue device by a CG already holding every queue it booked, so that it never
+// holds more. The enforcement ladders stay for what the gate cannot see.
+type Prevention struct {
+	// Enabled loads the gate; a node whose kernel refuses it runs without, and says so.
+	Enabled bool `json:"enabled"`
+	// Unknown is what the gate does with an open by a pod whose booking it does not know
+	// yet (between the pod's start and the agent's first sample of it, or any pod while
+	// the agent is away before its first sample): allow it, uncounted until the next
+	// sample settles the pod's count, or refuse it (EPERM).
+	Unknown string `json:"unknown" enum:"allow|refuse"`
 }
 
 // Runtime configures the CRI watcher.
@@ -200,11 +214,21 @@ func Default() Config {
 		Enforcement: enforce.DefaultPolicy(),
 		NR1:         device.DefaultConfig(),
 		Node:        Node{ModeLabel: "nr1.neureality.ai/mode", Labels: true},
+		Prevention:  Prevention{Unknown: UnknownAllow},
 	}
 }
 
+// The policies for an open by a pod the gate has no booking of.
+const (
+	UnknownAllow  = "allow"
+	UnknownRefuse = "refuse"
+)
+
 // ThrottlePins is the bpffs directory holding the pinned throttles.
 func (c *Config) ThrottlePins() string { return filepath.Join(c.Paths.Bpffs, "nr1-agent", "throttle") }
+
+// GatePins is the bpffs directory holding the budget gate's maps and links.
+func (c *Config) GatePins() string { return filepath.Join(c.Paths.Bpffs, "nr1-agent", "gate") }
 
 // EnforcementCheckpoint is the file holding the enforcement state.
 func (c *Config) EnforcementCheckpoint() string {
@@ -300,6 +324,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Enforcement.Validate("enforcement"); err != nil {
 		errs = append(errs, err)
+	}
+	if u := c.Prevention.Unknown; u != UnknownAllow && u != UnknownRefuse {
+		field("prevention.unknown", "must be %s or %s, got %q", UnknownAllow, UnknownRefuse, u)
 	}
 	if err := c.NR1.Validate("nr1"); err != nil {
 		errs = append(errs, err)

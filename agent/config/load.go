@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,8 @@ var options = []option{
 	{"sample-interval", "how often each CG's usage is measured", setDuration(func(c *Config) *Duration { return &c.Sampling.Interval })},
 	{"sampling.source", "footprint source: auto, bpf or procfs", setString(func(c *Config) *string { return &c.Sampling.Source })},
 	{"path.bpffs", "bpffs mount, where throttles are pinned", setString(func(c *Config) *string { return &c.Paths.Bpffs })},
+	{"prevention.enabled", "refuse in the kernel an open of an NR1 queue past the CG's booking: true or false", setBool(func(c *Config) *bool { return &c.Prevention.Enabled })},
+	{"prevention.unknown", "an open by a pod whose booking is not known yet: allow or refuse", setString(func(c *Config) *string { return &c.Prevention.Unknown })},
 	{"path.state", "the agent's state directory on the host, where enforcement is checkpointed", setString(func(c *Config) *string { return &c.Paths.State })},
 	{"kubeconfig", "kubeconfig for the API server; empty: in-cluster", setString(func(c *Config) *string { return &c.Kubeconfig })},
 	{"enforcement.mode", "enforce or dry-run", func(c *Config, v string) error { c.Enforcement.Mode = enforce.Mode(v); return nil }},
@@ -60,6 +63,17 @@ var options = []option{
 
 func setString(field func(*Config) *string) func(*Config, string) error {
 	return func(c *Config, v string) error { *field(c) = v; return nil }
+}
+
+func setBool(field func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		*field(c) = b
+		return nil
+	}
 }
 
 func setDuration(field func(*Config) *Duration) func(*Config, string) error {

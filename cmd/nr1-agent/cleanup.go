@@ -18,9 +18,9 @@ import (
 )
 
 // cleanup undoes on this node what the agent did: it thaws the frozen cgroups of the pods
-// it throttled, removes every throttle pin (which detaches the device program), then the
-// agent's bpffs directories and its enforcement checkpoint, which a later agent must not
-// take for its own. A pin is named by its pod's UID, so only the cgroups of those pods
+// it throttled, removes every throttle pin (which detaches the device program) and the
+// budget gate, then the agent's bpffs directories and its enforcement checkpoint, which
+// a later agent must not take for its own. A pin is named by its pod's UID, so only the cgroups of those pods
 // are thawed. The pin of a pod that could not be thawed is kept, and the checkpoint with
 // it, so that running cleanup again finds that pod. Each thing undone is written to out;
 // what could not be is returned.
@@ -29,6 +29,7 @@ func cleanup(cfg *config.Config, out io.Writer) error {
 	if err := u.throttles(cfg.ThrottlePins(), cfg.Paths.Cgroupfs); err != nil {
 		return err
 	}
+	u.gate(cfg.GatePins())
 	paths := []string{cfg.ThrottlePins(), filepath.Dir(cfg.ThrottlePins())}
 	if len(u.errs) == 0 {
 		partial, _ := filepath.Glob(filepath.Join(cfg.Paths.State, ".checkpoint-*")) // a crash's leftovers
@@ -81,6 +82,18 @@ func (u *undoer) throttles(pinDir, cgroupfs string) error {
 		u.done("removed the throttle of pod %s (%s)", uid, filepath.Join(pinDir, uid))
 	}
 	return nil
+}
+
+// gate lifts the budget gate pinned in pinDir, if there is one: no open is refused then.
+func (u *undoer) gate(pinDir string) {
+	if _, err := os.Stat(pinDir); errors.Is(err, fs.ErrNotExist) { //nolint:gosec // the agent's own configuration
+		return
+	}
+	if err := bpf.RemoveGate(pinDir); err != nil {
+		u.errs = append(u.errs, err)
+		return
+	}
+	u.done("removed the budget gate (%s)", pinDir)
 }
 
 // thaw thaws the frozen cgroups of the pods with these UIDs and returns, per pod, what

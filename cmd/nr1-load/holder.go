@@ -83,6 +83,9 @@ type queues struct {
 	fds  []*os.File
 }
 
+// set opens or closes handles until target are held. An open refused as past the
+// CG's booking (EDQUOT, the budget gate's answer) ends the growth there, as a CG whose
+// runtime is told no would: the error says so, and what is held stays.
 func (q *queues) set(target int64) error {
 	for int64(len(q.fds)) < target {
 		f, err := os.OpenFile(q.path, os.O_RDWR, 0)

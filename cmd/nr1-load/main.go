@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -222,7 +223,10 @@ func (l *load) apply(target Holding) error {
 	if err := l.cpu.set(target.CPUDMAMB); err != nil {
 		return err
 	}
-	if err := l.queues.set(target.Queues); err != nil {
+	if err := l.queues.set(target.Queues); errors.Is(err, unix.EDQUOT) {
+		fmt.Fprintf(l.out, "%s refused: %v\n", l.now().UTC().Format(time.RFC3339Nano), err)
+		target.Queues = int64(len(l.queues.fds))
+	} else if err != nil {
 		return err
 	}
 	if err := l.write.set(target.WriteMB); err != nil {

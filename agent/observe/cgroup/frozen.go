@@ -173,3 +173,36 @@ func readTrimmed(path string) (string, error) {
 	}
 	return strings.TrimSpace(string(b)), nil
 }
+
+// KubepodsDir finds the v2 cgroup directory above every pod: the kubelet's kubepods
+// (either driver), the shallowest found; "" when there is none (a host without a v2
+// tree, or the kubelet's pods not put there).
+func (h Hierarchy) KubepodsDir() (string, error) {
+	if h.V2 == "" {
+		return "", nil
+	}
+	level := []string{h.V2}
+	for range searchDepth + 1 {
+		var next []string
+		for _, dir := range level {
+			entries, err := os.ReadDir(dir)
+			if errors.Is(err, fs.ErrNotExist) && dir != h.V2 {
+				continue // removed while we look
+			}
+			if err != nil {
+				return "", fmt.Errorf("looking for the kubepods cgroup: %w", err)
+			}
+			for _, e := range entries {
+				if !e.IsDir() {
+					continue
+				}
+				if isKubepods(e.Name()) {
+					return filepath.Join(dir, e.Name()), nil
+				}
+				next = append(next, filepath.Join(dir, e.Name()))
+			}
+		}
+		level = next
+	}
+	return "", nil
+}

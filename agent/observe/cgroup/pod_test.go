@@ -58,3 +58,39 @@ func TestContainerDir(t *testing.T) {
 		t.Errorf("a pod cgroup gone: %q, %v", got, err)
 	}
 }
+
+// The cgroup above every pod is found under either driver, nested by a cgroup root or
+// not, the shallowest when a pod's own cgroups are named alike.
+func TestKubepodsDir(t *testing.T) {
+	for _, tc := range []struct {
+		dirs []string
+		want string
+	}{
+		{[]string{"system.slice/containerd.service", "kubepods/burstable/podx/kubepods"}, "kubepods"},
+		{[]string{"kubepods.slice/kubepods-burstable.slice"}, "kubepods.slice"},
+		{[]string{"a/b/node-kubepods.slice/kubepods-besteffort.slice"}, "a/b/node-kubepods.slice"},
+		{[]string{"system.slice", "user.slice/user-0.slice"}, ""},
+		{[]string{"a/b/c/d/e/kubepods"}, ""}, // deeper than the kubelet nests it
+	} {
+		root := t.TempDir()
+		for _, d := range tc.dirs {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := Hierarchy{V2: root}.KubepodsDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		if tc.want != "" {
+			want = filepath.Join(root, tc.want)
+		}
+		if got != want {
+			t.Errorf("%v: KubepodsDir() = %q, want %q", tc.dirs, got, want)
+		}
+	}
+	if got, err := (Hierarchy{}).KubepodsDir(); got != "" || err != nil {
+		t.Errorf("without a v2 tree: %q, %v", got, err)
+	}
+}

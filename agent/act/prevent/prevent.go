@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package prevent
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/neureality-sdk/nr1-agent/agent/view"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// Gated is the resource the gate holds CGs to: what one open takes, one queue.
+const Gated = nr1.HypervisorQueue
+
+// Count is a pod's budget as the gate holds it.
+type Count struct {
+	Booked, Held                      int64
+	Granted, Refused, Released, Moves uint64
+}
+
+// Gate is the kernel's budget gate, keyed by a pod's v2 cgroup id.
+type Gate interface {
+	Book(pod uint64, booked int64) error
+	Forget(pod uint64) error
+	Pods() []uint64
+	Count(pod uint64) (Count, bool)
+	// Settle sets the count to measured if it has not moved since moves.
+	Settle(pod uint64, moves uint64, measured int64) bool
+	Unknown() (allowed, refused uint64, err error)
+}
+
+// Events reports on a pod.
+type Events interface {
+	Event(namespace, pod, uid, eventType, reason, message string)
+}
+
+// ReasonRefused is the Event reason of the gate's refusals.
+const ReasonRefused = "NR1OpenRefused"
+
+// Options shape a Keeper.
+type Options struct {
+	Gate   Gate
+	Events Events // nil: refusals are only logged
+	// EventGap is the least time between two refusal Events on one pod: the refusals
+	// in between are told together in the next.
+	EventGap time.Duration
+	Clock    clock.PassiveClock
+	Log      *slog.Logger
+}
+
+// Keeper books the gate from the samples and tells what it refused.
+type Keeper struct {
+	opts Options
+
+	mu            sync.Mutex
+	before        map[uint64]uint64 // a pod's moves when the sample began
+	pods          map[uint64]*pod   // what the gate books, by the pod's cgroup id
+	falseRefusals uint64
+	fixes         uint64
+}
+
+// pod is a booked pod as the keeper follows it.
+type pod struct {
+	namespace, name, uid string
+	count                Count
+	measured             int64 // at the last sample that measured it; -1 when unknown
+	told                 uint64
+	toldAt               time.Time
+	settledRefused       uint64 // refusals up to the last settle
+}
+
+// New keeps opts.Gate.
+func New(opts Options) *Keeper {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Keeper{opts: opts, pods: map[uint64]*pod{}}
+}
+
+// Before is called as a sample begins: a pod whose count has not moved from here to
+// the end of the measurement was quiet while it was measured.
+func (k *Keeper) Before() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.before = map[uint64]uint64{}
+	for _, id := range k.opts.Gate.Pods() {
+		if c, ok := k.opts.Gate.Count(id); ok {
+			k.before[id] = c.Moves
+		}
+	}
+}
+
+// After books, settles and forgets from the sample s, and tells what was refused.
+func (k *Keeper) After(s *view.Sample) {
+	if s == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	seen := map[uint64]bool{}
+	for _, m := range s.CGs {
+		if !m.Ready || len(m.PodCgroupIDs) == 0 {
+			continue
+		}
+		id := m.PodCgroupIDs[0]
+		seen[id] = true
+		if err := k.keep(id, m); err != nil {
+			k.opts.Log.Error("budget gate", "namespace", m.Namespace, "pod", m.Name, "err", err)
+		}
+	}
+	if !s.RuntimeConnected {
+		return // its pods are the last ones seen: none is known to be gone
+	}
+	for _, id := range k.opts.Gate.Pods() {
+		if seen[id] {
+			continue
+		}
+		if err := k.opts.Gate.Forget(id); err != nil {
+			k.opts.Log.Error("budget gate", "err", err)
+			continue
+		}
+		delete(k.pods, id)
+	}
+}
+
+// keep books the CG m, whose pod's cgroup is id, settles its count to what was measured
+// and tells what was refused since the last time.
+func (k *Keeper) keep(id uint64, m *view.Measured) error {
+	c, booked := k.opts.Gate.Count(id)
+	if m.AllocationKnown {
+		want := int64(m.Allocation[Gated]) // a queue's unit is one handle
+		if !booked || c.Booked != want {
+			if err := k.opts.Gate.Book(id, want); err != nil {
+				return fmt.Errorf("booking %d queues of cgroup %d: %w", want, id, err)
+			}
+		}
+		if !booked {
+			// A new slot's count has not moved: opens let through uncounted before it
+			// was booked are what this measurement saw.
+			k.before[id] = 0
+		}
+		c, booked = k.opts.Gate.Count(id)
+	}
+	if !booked {
+		return nil // not known yet: the gate follows its policy for unknown pods
+	}
+	p := k.pods[id]
+	if p == nil {
+		p = &pod{told: c.Refused, settledRefused: c.Refused}
+		k.pods[id] = p
+	}
+	p.namespace, p.name, p.uid = m.Namespace, m.Name, m.UID
+	p.measured = -1
+	if m.UsageUncertain == "" {
+		measured := int64(m.Usage[Gated])
+		p.measured = measured
+		if moves, ok := k.before[id]; ok && c.Held != measured && k.opts.Gate.Settle(id, moves, measured) {
+			k.fixes++
+			if c.Held > measured && measured < c.Booked {
+				// The count was high: what it refused since the last settle, the pod
+				// holding less than it booked, may have fit.
+				k.falseRefusals += c.Refused - p.settledRefused
+			}
+			c.Held = measured
+		}
+		if moves, ok := k.before[id]; ok && moves == c.Moves {
+			p.settledRefused = c.Refused
+		}
+	}
+	p.count = c
+	k.tell(p)
+	return nil
+}
+
+// tell reports the refusals not told yet, at most one Event per gap.
+func (k *Keeper) tell(p *pod) {
+	n := p.count.Refused - p.told
+	now := k.opts.Clock.Now()
+	if n == 0 || (!p.toldAt.IsZero() && now.Sub(p.toldAt) < k.opts.EventGap) {
+		return
+	}
+	msg := fmt.Sprintf("the kernel refused %d open(s) of %s: the pod holds %d of the %d it booked",
+		n, Gated.Name(), p.count.Held, p.count.Booked)
+	k.opts.Log.Info("budget gate refused", "namespace", p.namespace, "pod", p.name, "refused", n, "held", p.count.Held, "booked", p.count.Booked)
+	if k.opts.Events != nil {
+		k.opts.Events.Event(p.namespace, p.name, p.uid, "Warning", ReasonRefused, msg)
+	}
+	p.told, p.toldAt = p.count.Refused, now
+}
+
+// Booked is a pod as the gate counts it, for the metrics.
+type Booked struct {
+	Namespace, Pod, UID string
+	Count
+	// Mismatch is the gate's count less what the last sample measured, 0 when it was
+	// not measured.
+	Mismatch int64
+}
+
+// Booked lists the pods the gate books, ordered by namespace and name.
+func (k *Keeper) Booked() []Booked {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]Booked, 0, len(k.pods))
+	for _, id := range slices.Sorted(maps.Keys(k.pods)) {
+		p := k.pods[id]
+		b := Booked{Namespace: p.namespace, Pod: p.name, UID: p.uid, Count: p.count}
+		if p.measured >= 0 {
+			b.Mismatch = p.count.Held - p.measured
+		}
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b Booked) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod))
+	})
+	return out
+}
+
+// Totals are the node's counts: corrections of the gate's count to a measurement, the
+// refusals a measurement found within the booking, and the opens by unknown pods.
+func (k *Keeper) Totals() (fixes, falseRefusals, unknownAllowed, unknownRefused uint64) {
+	k.mu.Lock()
+	fixes, falseRefusals = k.fixes, k.falseRefusals
+	k.mu.Unlock()
+	unknownAllowed, unknownRefused, err := k.opts.Gate.Unknown()
+	if err != nil {
+		k.opts.Log.Error("budget gate", "err", err)
+	}
+	return fixes, falseRefusals, unknownAllowed, unknownRefused
+}

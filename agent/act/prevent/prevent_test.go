@@ -1,0 +1,239 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package prevent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/neureality-sdk/nr1-agent/agent/view"
+	"github.com/neureality-sdk/nr1-agent/nr1"
+)
+
+// fakeGate keeps budgets as the kernel's gate does: an open moves a count, Settle sets
+// it only when nothing moved it since.
+type fakeGate struct {
+	counts                  map[uint64]*Count
+	unknownAllowed, refused uint64
+}
+
+func newFakeGate() *fakeGate { return &fakeGate{counts: map[uint64]*Count{}} }
+
+func (g *fakeGate) Book(pod uint64, booked int64) error {
+	if c, ok := g.counts[pod]; ok {
+		c.Booked = booked
+		return nil
+	}
+	g.counts[pod] = &Count{Booked: booked}
+	return nil
+}
+
+func (g *fakeGate) Forget(pod uint64) error { delete(g.counts, pod); return nil }
+
+func (g *fakeGate) Pods() []uint64 {
+	var out []uint64
+	for id := range g.counts {
+		out = append(out, id)
+	}
+	return out
+}
+
+func (g *fakeGate) Count(pod uint64) (Count, bool) {
+	c, ok := g.counts[pod]
+	if !ok {
+		return Count{}, false
+	}
+	return *c, true
+}
+
+func (g *fakeGate) Settle(pod uint64, moves uint64, measured int64) bool {
+	c, ok := g.counts[pod]
+	if !ok || c.Moves != moves {
+		return false
+	}
+	c.Held = measured
+	return true
+}
+
+func (g *fakeGate) Unknown() (uint64, uint64, error) { return g.unknownAllowed, g.refused, nil }
+
+// open is a process of the pod opening a queue, as the device program answers it.
+func (g *fakeGate) open(pod uint64) bool {
+	c := g.counts[pod]
+	if c.Held >= c.Booked {
+		c.Refused++
+		return false
+	}
+	c.Held++
+	c.Granted++
+	c.Moves++
+	return true
+}
+
+type events struct{ got []string }
+
+func (e *events) Event(namespace, pod, _, eventType, reason, message string) {
+	e.got = append(e.got, fmt.Sprintf("%s/%s %s %s: %s", namespace, pod, eventType, reason, message))
+}
+
+// cg is a ready CG whose pod's cgroup is id, booking booked queues and holding held.
+func cg(id uint64, booked, held int64) *view.Measured {
+	var alloc nr1.Amounts
+	alloc[nr1.HypervisorQueue] = nr1.Units(booked)
+	var usage nr1.Usage
+	usage[nr1.HypervisorQueue] = nr1.Base(held)
+	return &view.Measured{
+		CG:    &view.CG{UID: fmt.Sprint("uid-", id), Namespace: "ns", Name: fmt.Sprint("cg-", id), Ready: true, AllocationKnown: true, Allocation: alloc, PodCgroupIDs: []uint64{id, id + 1000}},
+		Usage: usage,
+	}
+}
+
+func sample(cgs ...*view.Measured) *view.Sample {
+	return &view.Sample{Inputs: view.Inputs{RuntimeConnected: true}, CGs: cgs}
+}
+
+func newKeeper(g *fakeGate, ev *events, clk *clocktesting.FakeClock) *Keeper {
+	return New(Options{Gate: g, Events: ev, EventGap: time.Minute, Clock: clk})
+}
+
+// A CG is booked by its pod's cgroup once its allocation is known, and forgotten when
+// its pod ends or is gone; a CG whose allocation is not known is left to the gate's
+// policy; a runtime out of reach forgets nobody.
+func TestKeeperBooksWhatIsKnownAndForgetsWhatIsGone(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	k := newKeeper(g, &events{}, clk)
+	unknown := cg(2, 4, 0)
+	unknown.AllocationKnown = false
+	k.Before()
+	k.After(sample(cg(1, 7, 0), unknown))
+	if c, ok := g.Count(1); !ok || c.Booked != 7 {
+		t.Fatalf("pod 1: %+v %v, want 7 booked", c, ok)
+	}
+	if _, ok := g.Count(2); ok {
+		t.Fatal("a CG whose allocation is not known was booked")
+	}
+	if _, ok := g.Count(1001); ok {
+		t.Fatal("a cgroup below the pod's was booked as a pod")
+	}
+	disconnected := sample()
+	disconnected.RuntimeConnected = false
+	k.Before()
+	k.After(disconnected)
+	if _, ok := g.Count(1); !ok {
+		t.Fatal("forgotten while the runtime was out of reach")
+	}
+	ended := cg(1, 7, 0)
+	ended.Ready = false
+	k.Before()
+	k.After(sample(ended))
+	if _, ok := g.Count(1); ok {
+		t.Fatal("an ended pod is still booked")
+	}
+	if len(k.Booked()) != 0 {
+		t.Fatalf("keeper still lists %+v", k.Booked())
+	}
+}
+
+// A quiet pod's count is set to what was measured; one that moved while it was
+// measured, or whose usage is only a lower bound, keeps the kernel's count.
+func TestKeeperSettlesOnlyWhatWasQuiet(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	k := newKeeper(g, &events{}, clk)
+	k.Before()
+	k.After(sample(cg(1, 7, 3))) // opened before it was booked: settled at once
+	if c, _ := g.Count(1); c.Held != 3 {
+		t.Fatalf("new pod: held %d, want the 3 measured", c.Held)
+	}
+	g.counts[1].Held = 5 // a description dropped where no tracepoint saw it
+	k.Before()
+	k.After(sample(cg(1, 7, 3)))
+	if c, _ := g.Count(1); c.Held != 3 {
+		t.Fatalf("quiet pod: held %d, want 3", c.Held)
+	}
+	k.Before()
+	g.open(1) // while the footprint is taken
+	k.After(sample(cg(1, 7, 3)))
+	if c, _ := g.Count(1); c.Held != 4 {
+		t.Fatalf("a pod that moved: held %d, want the kernel's 4", c.Held)
+	}
+	uncertain := cg(1, 7, 1)
+	uncertain.UsageUncertain = "scan ran out of time"
+	k.Before()
+	k.After(sample(uncertain))
+	if c, _ := g.Count(1); c.Held != 4 {
+		t.Fatalf("usage a lower bound: held %d, want the kernel's 4", c.Held)
+	}
+	fixes, falseRefusals, _, _ := k.Totals()
+	if fixes != 2 || falseRefusals != 0 {
+		t.Fatalf("%d corrections and %d false refusals, want 2 and 0", fixes, falseRefusals)
+	}
+	if b := k.Booked(); len(b) != 1 || b[0].Mismatch != 0 || b[0].Held != 4 {
+		t.Fatalf("booked %+v", b)
+	}
+}
+
+// Refusals the gate made while its count was high, the pod in fact holding less than
+// it booked, are counted false; those of a pod at its booking are not.
+func TestKeeperCountsFalseRefusals(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	k := newKeeper(g, &events{}, clk)
+	k.Before()
+	k.After(sample(cg(1, 2, 0)))
+	g.open(1)
+	g.open(1)
+	g.open(1) // refused at its booking: true
+	k.Before()
+	k.After(sample(cg(1, 2, 2)))
+	g.counts[1].Held = 2 // one of the two dropped unseen: the count is high
+	g.open(1)
+	g.open(1) // both refused, one would have fit
+	k.Before()
+	k.After(sample(cg(1, 2, 1)))
+	_, falseRefusals, _, _ := k.Totals()
+	if falseRefusals != 2 {
+		t.Fatalf("%d false refusals, want the 2 made on a high count", falseRefusals)
+	}
+	if c, _ := g.Count(1); c.Held != 1 || c.Refused != 3 {
+		t.Fatalf("count %+v", c)
+	}
+}
+
+// Each pod's refusals are told in one Event per gap, the count of those in between
+// carried into the next.
+func TestKeeperTellsRefusalsAtMostOncePerGap(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	ev := &events{}
+	k := newKeeper(g, ev, clk)
+	k.Before()
+	k.After(sample(cg(1, 1, 0)))
+	g.open(1)
+	for range 3 {
+		g.open(1)
+	}
+	k.Before()
+	k.After(sample(cg(1, 1, 1)))
+	g.open(1)
+	clk.Step(30 * time.Second)
+	k.Before()
+	k.After(sample(cg(1, 1, 1)))
+	if len(ev.got) != 1 || !strings.Contains(ev.got[0], "refused 3 open(s) of neureality.ai/ai_hypervisor_queue: the pod holds 1 of the 1 it booked") ||
+		!strings.Contains(ev.got[0], "Warning "+ReasonRefused) {
+		t.Fatalf("events %q, want one telling 3", ev.got)
+	}
+	g.open(1)
+	clk.Step(31 * time.Second)
+	k.Before()
+	k.After(sample(cg(1, 1, 1)))
+	if len(ev.got) != 2 || !strings.Contains(ev.got[1], "refused 2 open(s)") {
+		t.Fatalf("events %q, want a second telling the 2 since", ev.got)
+	}
+	k.Before()
+	k.After(sample(cg(1, 1, 1)))
+	if len(ev.got) != 2 {
+		t.Fatalf("events %q: told again with nothing new", ev.got)
+	}
+}
