@@ -195,8 +195,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 }
 
 // probe tries a new open of the queue device every interval until ctx ends, closing
-// it at once, and logs each refusal: a throttled CG's opens are refused by the kernel,
-// and its log shows from when.
+// it at once, and logs each try: a throttled CG's opens are refused by the kernel, and
+// its log shows from when (and whether one got through while the agent was away).
 func (l *load) probe(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -211,6 +211,7 @@ func (l *load) probe(ctx context.Context, interval time.Duration) {
 			fmt.Fprintf(l.out, "%s probe refused: %v\n", l.now().UTC().Format(time.RFC3339Nano), err)
 			continue
 		}
+		fmt.Fprintf(l.out, "%s probe opened\n", l.now().UTC().Format(time.RFC3339Nano))
 		_ = unix.Close(fd)
 	}
 }
