@@ -16,21 +16,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
-// TestPrevention turns the budget gate on: a CG that tries to hold more queues than it
-// booked has the opens past its booking refused by the kernel (EDQUOT), is told so in
-// an Event and counted, and no ladder acts on it, since it never held more; a CG within
-// its booking and the host's own processes are never refused; the gate keeps refusing
-// through an agent restart; turned off, the gate is removed.
+// TestPrevention turns the budget gate on, in each mode: a CG that tries to hold more
+// queues than it booked has the opens past its booking refused by the kernel (EDQUOT),
+// is told so in an Event and counted, and no ladder acts on it, since it never held
+// more; a CG within its booking and the host's own processes are never refused; the
+// gate keeps refusing through an agent restart; turned off, the gate is removed.
 func TestPrevention(t *testing.T) {
 	c := client(t)
-	stack := filepath.Join(repo, "deploy", "local", "stack.sh")
-	setAgentConfig(t, c, "prevention:\n  enabled: true\n")
 	t.Cleanup(func() {
-		run(t, stack, "deploy") // back to the overlay's configuration: prevention off
 		eventually(t, 60*time.Second, "the gate removed by an agent with prevention off", func() error {
 			if _, err := os.Stat("/sys/fs/bpf/nr1-agent/gate"); !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("/sys/fs/bpf/nr1-agent/gate: %v", err)
@@ -38,11 +36,36 @@ func TestPrevention(t *testing.T) {
 			return nil
 		})
 	})
-	rollOutAgent(t)
+	resnet := nr1.Amounts{3, 0, 2392, 7}
+	for _, mode := range []string{"devicePlugin", "dra"} {
+		t.Run(mode, func(t *testing.T) {
+			cg := func(name string, args ...string) *corev1.Pod {
+				return running(t, c, createPod(t, c, loadPod(name, args...)))
+			}
+			if mode == "dra" {
+				node := nodeName(t, c)
+				t.Cleanup(func() { deleteNodeSlices(t, c, node) }) // run after the agent is back
+			}
+			withConfig(t, c, func(cfg map[string]any) {
+				cfg["mode"] = mode
+				cfg["prevention"] = map[string]any{"enabled": true}
+			})
+			if mode == "dra" {
+				newNamespace(t, c, draNS) // removed while the DRA driver still runs
+				cg = func(name string, args ...string) *corev1.Pod {
+					return runningPod(t, c, draCG(t, c, name, resnet, args...))
+				}
+			}
+			checkPrevention(t, c, cg)
+		})
+	}
+}
 
-	// Booked 7 (loadPod's booking): 5, then 9 asked for, then a try every second.
-	hog := running(t, c, createPod(t, c, loadPod("gated-hog", "--queues=5", "--step=6s:queues=9", "--probe=1s")))
-	within := running(t, c, createPod(t, c, loadPod("gated-within", "--queues=7")))
+// checkPrevention runs the CGs of TestPrevention, made by cg with the ResNet-50 booking.
+func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, args ...string) *corev1.Pod) {
+	// Booked 7: 5, then 9 asked for, then a try every second.
+	hog := cg("gated-hog", "--queues=5", "--step=6s:queues=9", "--probe=1s")
+	within := cg("gated-within", "--queues=7")
 	waitReason(t, c, hog, "NR1OpenRefused", 40*time.Second)
 	if _, ok := logLineAt(t, c, hog, "health-handler", "refused: opening queue 8 of"); !ok {
 		t.Fatal("the hog's eighth open was not refused")
@@ -63,8 +86,7 @@ func TestPrevention(t *testing.T) {
 
 	// Through an agent restart every probe of the hog is still refused.
 	restarted := time.Now()
-	rollOutAgent(t)
-	time.Sleep(3 * time.Second)
+	restartAgent(t, c)
 	if at, ok := logLineAt(t, c, hog, "health-handler", "probe opened"); ok {
 		t.Errorf("the hog opened a queue past its booking at %s", at.Format(time.RFC3339Nano))
 	}
@@ -81,17 +103,20 @@ func TestPrevention(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for series, want := range map[string]func(float64) bool{
-			`nr1_gate_enabled`: eq(1),
-			`nr1_gate_refused_total{namespace="default",pod="gated-hog",resource="ai_hypervisor_queue",uid="` + string(hog.UID) + `"}`:       atLeast(3),
-			`nr1_gate_held{namespace="default",pod="gated-hog",resource="ai_hypervisor_queue",uid="` + string(hog.UID) + `"}`:              eq(7),
-			`nr1_gate_refused_total{namespace="default",pod="gated-within",resource="ai_hypervisor_queue",uid="` + string(within.UID) + `"}`: eq(0),
-			`nr1_gate_held{namespace="default",pod="gated-within",resource="ai_hypervisor_queue",uid="` + string(within.UID) + `"}`:         eq(7),
-			`nr1_gate_false_refusals_total`: eq(0),
+		series := func(name string, p *corev1.Pod) string {
+			return fmt.Sprintf(`%s{namespace=%q,pod=%q,resource="ai_hypervisor_queue",uid=%q}`, name, p.Namespace, p.Name, p.UID)
+		}
+		for s, want := range map[string]func(float64) bool{
+			`nr1_gate_enabled`:                       eq(1),
+			series("nr1_gate_refused_total", hog):    atLeast(3),
+			series("nr1_gate_held", hog):             eq(7),
+			series("nr1_gate_refused_total", within): eq(0),
+			series("nr1_gate_held", within):          eq(7),
+			`nr1_gate_false_refusals_total`:          eq(0),
 		} {
-			v, ok := seriesValue(body, series)
+			v, ok := seriesValue(body, s)
 			if !ok || !want(v) {
-				return fmt.Errorf("%s = %v (found %v)", series, v, ok)
+				return fmt.Errorf("%s = %v (found %v)", s, v, ok)
 			}
 		}
 		return nil
@@ -123,26 +148,6 @@ func logLinesSince(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, marker
 		}
 	}
 	return n
-}
-
-// setAgentConfig appends yaml to the agent's configuration; rollOutAgent makes it
-// count.
-func setAgentConfig(t *testing.T, c kubernetes.Interface, yaml string) {
-	t.Helper()
-	cm, err := c.CoreV1().ConfigMaps("nr1-system").Get(context.Background(), "nr1-agent", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm.Data["config.yaml"] += yaml
-	if _, err := c.CoreV1().ConfigMaps("nr1-system").Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func rollOutAgent(t *testing.T) {
-	t.Helper()
-	run(t, "kubectl", "-n", "nr1-system", "rollout", "restart", "daemonset/nr1-agent")
-	run(t, "kubectl", "-n", "nr1-system", "rollout", "status", "daemonset/nr1-agent", "--timeout=120s")
 }
 
 // seriesValue is the value of one series, written as the exposition writes it.
