@@ -139,8 +139,9 @@ e2e: test-deps image ## end-to-end tests on the local cluster (brought up and to
 
 # The e2e tests CI runs on CRI-O besides every test on containerd: a CG measured with its
 # budget in either mode, the actions, a kubelet and a runtime restart doing nothing to CGs
-# at their budget, a killed CG ending as a failure, the install from a registry.
-E2E_CRIO := TestKilledCGEndsAsAFailure|TestNodeAdvertisesNR1Capacity|TestResNetCGIsScheduledAdmittedAndGetsItsBudget|TestAgentKnowsTheResNetCG|TestKubeletRestartReregisters|TestEnforcement|TestFootprintFollowsTheWorkload|TestDRA|TestNoFalseAction
+# at their budget, a killed CG ending as a failure, the install from a registry, the budget
+# gate in either mode.
+E2E_CRIO := TestKilledCGEndsAsAFailure|TestPrevention|TestNodeAdvertisesNR1Capacity|TestResNetCGIsScheduledAdmittedAndGetsItsBudget|TestAgentKnowsTheResNetCG|TestKubeletRestartReregisters|TestEnforcement|TestFootprintFollowsTheWorkload|TestDRA|TestNoFalseAction
 
 e2e-crio: test-deps image ## the end-to-end tests of a CG's life on a CRI-O node (NR1_RUNTIME=crio make e2e runs them all)
 	NR1_RUNTIME=crio NR1_E2E_RUN='^($(E2E_CRIO))$$' deploy/local/e2e.sh
