@@ -119,6 +119,8 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 				return fmt.Errorf("%s = %v (found %v)", s, v, ok)
 			}
 		}
+		allowed, _ := seriesValue(body, `nr1_gate_unknown_opens_total{outcome="allowed"}`)
+		t.Logf("opens by pods the gate had no booking of yet, allowed: %g", allowed)
 		return nil
 	})
 	for _, p := range []*corev1.Pod{hog, within} {
