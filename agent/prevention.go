@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/neureality-sdk/nr1-agent/agent/act/prevent"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
@@ -78,6 +79,30 @@ func loadGate(cfg *config.Config, dev theNR1, cgroups cgroup.Hierarchy) (*bpf.Ga
 		return nil, err
 	}
 	return g, nil
+}
+
+// preparer is an offer that tells of a pod's booking before its containers run: the
+// DRA driver, at its prepare step.
+type preparer interface {
+	OnPrepared(book func(pod types.UID, a nr1.Amounts))
+}
+
+// bookEarly has the offer, when it can, book each pod in the gate before it runs.
+func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, log *slog.Logger) {
+	p, ok := o.(preparer)
+	if keeper == nil || !ok {
+		return
+	}
+	p.OnPrepared(func(pod types.UID, a nr1.Amounts) {
+		// The kubelet may have made the pod's cgroup before it prepared its claims.
+		var id uint64
+		if dir, err := cgroups.PodDir(string(pod)); err == nil && dir != "" {
+			id, _ = cgroup.ID(dir)
+		}
+		if err := keeper.BookPod(string(pod), id, int64(a[prevent.Gated])); err != nil {
+			log.Error("budget gate: booking a pod as its claims are prepared", "pod", pod, "err", err)
+		}
+	})
 }
 
 // gate is the bpf package's gate as the keeper reads its counts.

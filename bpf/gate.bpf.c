@@ -34,6 +34,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define MAX_LEVEL 32
 #define MAX_FD_WORDS (1 << 14) // 1M descriptors
 #define FILE_REF_RELEASED 0xc000000000000000ULL
+#define UID_LEN 36
+#define NAME_TAIL (UID_LEN + 4 + 6) // [/-]pod<uid>[.slice]
 
 struct gate_dev {
 	__u32 major;
@@ -83,7 +85,7 @@ struct {
 } pods SEC(".maps");
 
 // The node's settings and the opens of processes under the gate whose pod has no budget.
-enum { SETTING_REFUSE_UNKNOWN = 0, UNKNOWN_ALLOWED = 1, UNKNOWN_REFUSED = 2, NODE_SLOTS = 3 };
+enum { SETTING_REFUSE_UNKNOWN = 0, UNKNOWN_ALLOWED = 1, UNKNOWN_REFUSED = 2, SETTING_LEVEL = 3, NODE_SLOTS = 4 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -592,3 +594,69 @@ static __always_inline int exit_exec(struct syscall_exit_ctx *ctx)
 
 SYSCALL(execve, enter_exec(), exit_exec(ctx))
 SYSCALL(execveat, enter_exec(), exit_exec(ctx))
+
+// A pod booked before its cgroup exists, by its UID (36 characters, as the API server
+// writes it): the budget's slot, bound to the pod's cgroup id as the cgroup is made, so
+// that the booking is in place before any of its processes can run.
+struct pod_uid {
+	char uid[UID_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PODS);
+	__type(key, struct pod_uid);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} uids SEC(".maps");
+
+struct cgroup_mkdir_ctx {
+	__u64 common;
+	int root;
+	int level;
+	__u64 id;
+	__u32 path; // __data_loc: the offset in the record, and the length above it
+};
+
+// A cgroup made in the v2 tree whose name is a pod's (pod<uid> by the kubelet's
+// cgroupfs driver, <parent>-pod<uid with '_' for '-'>.slice by its systemd driver) is
+// bound to the slot its UID was booked in. The name is read from the end of the path
+// the tracepoint records, at fixed offsets. Only the levels where the kubelet makes a
+// pod's cgroup count (one below the gate's cgroup, or two, below a QoS class): a pod's
+// own processes may make cgroups below their container's and name them as they like.
+SEC("tracepoint/cgroup/cgroup_mkdir")
+int nr1_gate_mkdir(struct cgroup_mkdir_ctx *ctx)
+{
+	char tail[NAME_TAIL];
+	struct pod_uid key;
+	__u32 off = ctx->path & 0xffff, len = ctx->path >> 16, *slot, setting = SETTING_LEVEL;
+	__u64 id = ctx->id, *level;
+	int uid = NAME_TAIL - UID_LEN, sep;
+
+	if (ctx->root != 0 || len < NAME_TAIL + 1) // v2 only (its hierarchy id is 0)
+		return 0;
+	level = bpf_map_lookup_elem(&node, &setting);
+	if (!level || !*level || (ctx->level != *level + 1 && ctx->level != *level + 2))
+		return 0;
+	// The last NAME_TAIL characters of the path, the terminating NUL left out.
+	if (bpf_probe_read_kernel(tail, sizeof(tail), (void *)ctx + off + len - 1 - NAME_TAIL))
+		return 0;
+	if (tail[NAME_TAIL - 6] == '.' && tail[NAME_TAIL - 5] == 's' && tail[NAME_TAIL - 4] == 'l' &&
+	    tail[NAME_TAIL - 3] == 'i' && tail[NAME_TAIL - 2] == 'c' && tail[NAME_TAIL - 1] == 'e') {
+		uid -= 6;
+		sep = '-';
+	} else {
+		sep = '/';
+	}
+	if (tail[uid - 3] != 'p' || tail[uid - 2] != 'o' || tail[uid - 1] != 'd' || tail[uid - 4] != sep)
+		return 0;
+	for (int i = 0; i < UID_LEN; i++) {
+		char c = tail[uid + i];
+
+		key.uid[i] = c == '_' ? '-' : c;
+	}
+	slot = bpf_map_lookup_elem(&uids, &key);
+	if (slot)
+		bpf_map_update_elem(&pods, &id, slot, BPF_NOEXIST);
+	return 0;
+}

@@ -16,6 +16,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/untrusted"
 )
 
 // GateCount is a pod's budget as the gate holds it.
@@ -47,6 +49,7 @@ type Gate struct {
 
 	mu    sync.Mutex
 	slots map[uint64]uint32 // a pod's cgroup id → its budget's slot
+	uids  map[string]uint32 // a pod booked by its UID → its budget's slot
 	free  []uint32          // reused oldest first: a program that found a slot just
 	// before its pod was forgotten is long done when the slot serves another
 }
@@ -84,7 +87,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 			tracepoints[tp] = coll.Programs[name]
 		}
 	}
-	g := &Gate{pinDir: opts.PinDir, slots: map[uint64]uint32{}}
+	g := &Gate{pinDir: opts.PinDir, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
 	if err := coll.Assign(&g.objs); err != nil {
 		coll.Close()
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
@@ -124,6 +127,11 @@ func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program) erro
 		g.slots[id] = slot
 		used[slot] = true
 	}
+	var uid gatePodUid
+	for it := g.objs.Uids.Iterate(); it.Next(&uid, &slot); {
+		g.uids[uidString(uid)] = slot
+		used[slot] = true
+	}
 	for s := range g.objs.Budgets.MaxEntries() {
 		if !used[s] {
 			g.free = append(g.free, s)
@@ -142,6 +150,7 @@ const (
 	gateSettingRefuseUnknown = 0
 	gateUnknownAllowed       = 1
 	gateUnknownRefused       = 2
+	gateSettingLevel         = 3 // the level of the cgroup the gate is attached to
 )
 
 // attachTracepoint attaches prog and pins its link, replacing the link an earlier agent
@@ -191,11 +200,39 @@ func (g *Gate) Attach(cgroupDir string) error {
 	if err := g.objs.Root.Put(uint32(0), uint32(cg.Fd())); err != nil { //nolint:gosec // an fd
 		return fmt.Errorf("budget gate: the tracepoints' cgroup %s: %w", cgroupDir, err)
 	}
+	level, err := cgroupLevel(cgroupDir)
+	if err != nil {
+		return fmt.Errorf("budget gate: %w", err)
+	}
+	if err := g.objs.Node.Put(uint32(gateSettingLevel), uint64(level)); err != nil {
+		return fmt.Errorf("budget gate: the level of %s: %w", cgroupDir, err)
+	}
 	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: ebpf.AttachCGroupDevice, Program: g.objs.Nr1Gate})
 	if err != nil {
 		return fmt.Errorf("budget gate: attaching to %s: %w", cgroupDir, err)
 	}
 	return g.pinLink("device", l)
+}
+
+// cgroupLevel is how deep dir is in its v2 tree: 0 at the mount's root. The root is the
+// first directory up whose parent is another file system.
+func cgroupLevel(dir string) (int, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, fmt.Errorf("the level of cgroup %s: %w", dir, err)
+	}
+	level := 0
+	for d := filepath.Clean(dir); d != "/"; d = filepath.Dir(d) {
+		var up unix.Stat_t
+		if err := unix.Stat(filepath.Dir(d), &up); err != nil {
+			return 0, fmt.Errorf("the level of cgroup %s: %w", dir, err)
+		}
+		if up.Dev != st.Dev {
+			return level, nil
+		}
+		level++
+	}
+	return 0, fmt.Errorf("cgroup %s is not below a cgroup file system's mount", dir)
 }
 
 // budget is the slot's budget, in the memory the programs share.
@@ -205,17 +242,75 @@ func (g *Gate) budget(slot uint32) *gateBudget {
 	return (*gateBudget)(unsafe.Pointer(&g.mem[uintptr(slot)*unsafe.Sizeof(gateBudget{})])) //nolint:gosec // see above
 }
 
-// Book sets the booking of the pod whose v2 cgroup has the id pod; a pod new to the gate
-// starts holding nothing.
-func (g *Gate) Book(pod uint64, booked int64) error {
+// Book sets the booking of the pod with uid whose v2 cgroup has the id pod. A pod new
+// to the gate starts holding nothing, unless it was booked by its UID (BookUID): its
+// cgroup then takes that budget, with what it has held since.
+func (g *Gate) Book(pod uint64, uid string, booked int64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if slot, ok := g.slots[pod]; ok {
 		atomic.StoreInt64(&g.budget(slot).Booked, booked)
 		return nil
 	}
+	var slot uint32
+	// Bound by the program as the cgroup was made, or booked by UID after that.
+	err := g.objs.Pods.Lookup(pod, &slot)
+	if errors.Is(err, ebpf.ErrKeyNotExist) {
+		var ok bool
+		if slot, ok = g.uids[uid]; ok {
+			err = g.objs.Pods.Put(pod, slot)
+		}
+	}
+	switch {
+	case err == nil:
+		g.slots[pod] = slot
+		atomic.StoreInt64(&g.budget(slot).Booked, booked)
+		return nil
+	case !errors.Is(err, ebpf.ErrKeyNotExist):
+		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
+	}
+	slot, err = g.take(booked)
+	if err != nil {
+		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
+	}
+	if err := g.objs.Pods.Put(pod, slot); err != nil {
+		g.free = append(g.free, slot)
+		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
+	}
+	g.slots[pod] = slot
+	return nil
+}
+
+// BookUID books the pod with uid before its cgroup is made: the gate binds the
+// cgroup to the booking as it is made, so that the budget is in place before any of
+// the pod's processes runs. A cgroup made earlier is bound by Book.
+func (g *Gate) BookUID(uid string, booked int64) error {
+	key, err := gateUID(uid)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if slot, ok := g.uids[uid]; ok {
+		atomic.StoreInt64(&g.budget(slot).Booked, booked)
+		return nil
+	}
+	slot, err := g.take(booked)
+	if err != nil {
+		return fmt.Errorf("budget gate: booking pod %s: %w", uid, err)
+	}
+	if err := g.objs.Uids.Put(key, slot); err != nil {
+		g.free = append(g.free, slot)
+		return fmt.Errorf("budget gate: booking pod %s: %w", uid, err)
+	}
+	g.uids[uid] = slot
+	return nil
+}
+
+// take resets a free slot to booked, holding nothing.
+func (g *Gate) take(booked int64) (uint32, error) {
 	if len(g.free) == 0 {
-		return fmt.Errorf("budget gate: no room for the budget of cgroup %d (%d pods)", pod, len(g.slots))
+		return 0, fmt.Errorf("no room (%d pods)", len(g.slots)+len(g.uids))
 	}
 	slot := g.free[0]
 	b := g.budget(slot)
@@ -224,15 +319,12 @@ func (g *Gate) Book(pod uint64, booked int64) error {
 		atomic.StoreUint64(c, 0)
 	}
 	atomic.StoreInt64(&b.Booked, booked)
-	if err := g.objs.Pods.Put(pod, slot); err != nil {
-		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
-	}
 	g.free = g.free[1:]
-	g.slots[pod] = slot
-	return nil
+	return slot, nil
 }
 
-// Forget removes the pod's budget: its processes are then unknown to the gate.
+// Forget removes the pod's budget, its UID's booking with it: its processes are then
+// unknown to the gate.
 func (g *Gate) Forget(pod uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -244,8 +336,87 @@ func (g *Gate) Forget(pod uint64) error {
 		return fmt.Errorf("budget gate: forgetting cgroup %d: %w", pod, err)
 	}
 	delete(g.slots, pod)
+	for uid, s := range g.uids {
+		if s == slot {
+			if err := g.forgetUID(uid); err != nil {
+				return err
+			}
+		}
+	}
 	g.free = append(g.free, slot)
 	return nil
+}
+
+// ForgetUID removes the booking of a pod by its UID, and of the cgroup it was bound to.
+func (g *Gate) ForgetUID(uid string) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	slot, ok := g.uids[uid]
+	if !ok {
+		return nil
+	}
+	if err := g.forgetUID(uid); err != nil {
+		return err
+	}
+	var id uint64
+	var s uint32
+	var bound []uint64
+	for it := g.objs.Pods.Iterate(); it.Next(&id, &s); {
+		if s == slot {
+			bound = append(bound, id)
+		}
+	}
+	for _, id := range bound {
+		if err := g.objs.Pods.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("budget gate: forgetting pod %s (cgroup %d): %w", uid, id, err)
+		}
+		delete(g.slots, id)
+	}
+	g.free = append(g.free, slot)
+	return nil
+}
+
+func (g *Gate) forgetUID(uid string) error {
+	key, err := gateUID(uid)
+	if err != nil {
+		return err
+	}
+	if err := g.objs.Uids.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("budget gate: forgetting pod %s: %w", uid, err)
+	}
+	delete(g.uids, uid)
+	return nil
+}
+
+// UIDs are the pods booked by their UID, an earlier agent's included.
+func (g *Gate) UIDs() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]string, 0, len(g.uids))
+	for uid := range g.uids {
+		out = append(out, uid)
+	}
+	return out
+}
+
+// gateUID is uid as the gate's map keys it: the 36 characters of a pod's UID.
+func gateUID(uid string) (gatePodUid, error) {
+	var key gatePodUid
+	if len(uid) != len(key.Uid) || untrusted.PodUID(uid) != nil {
+		return key, fmt.Errorf("budget gate: %s is not a pod UID", untrusted.Quote(uid))
+	}
+	for i := range key.Uid {
+		key.Uid[i] = int8(uid[i])
+	}
+	return key, nil
+}
+
+func uidString(key gatePodUid) string {
+	b := make([]byte, len(key.Uid))
+	for i, c := range key.Uid {
+		b[i] = byte(c)
+	}
+	return string(b)
 }
 
 // Pods are the cgroup ids of the pods the gate has a budget for, an earlier agent's

@@ -157,7 +157,7 @@ func newGateBench(b *testing.B, gate bool) gateBench {
 	if err := unix.Stat(pod, &st); err != nil {
 		b.Fatal(err)
 	}
-	if err := g.Book(st.Ino, 1<<40); err != nil {
+	if err := g.Book(st.Ino, "", 1<<40); err != nil {
 		b.Fatal(err)
 	}
 	return gateBench{mnt: mnt, pod: pod, queue: queue}

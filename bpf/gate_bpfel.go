@@ -29,6 +29,11 @@ type gateGateDev struct {
 	Minor uint32
 }
 
+type gatePodUid struct {
+	_   structs.HostLayout
+	Uid [36]int8
+}
+
 type gateSlotKey struct {
 	_      structs.HostLayout
 	Thread uint64
@@ -49,6 +54,7 @@ const (
 	gateMapPods                         = "pods"
 	gateMapRoot                         = "root"
 	gateMapSlots                        = "slots"
+	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
 	gateProgNr1GateEnterClose           = "nr1_gate_enter_close"
@@ -81,6 +87,7 @@ const (
 	gateProgNr1GateExitOpenat           = "nr1_gate_exit_openat"
 	gateProgNr1GateExitOpenat2          = "nr1_gate_exit_openat2"
 	gateProgNr1GateExitProcess          = "nr1_gate_exit_process"
+	gateProgNr1GateMkdir                = "nr1_gate_mkdir"
 )
 
 // loadGate returns the embedded CollectionSpec for gate.
@@ -157,6 +164,7 @@ type gateProgramSpecs struct {
 	Nr1GateExitOpenat           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_openat"`
 	Nr1GateExitOpenat2          *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_openat2"`
 	Nr1GateExitProcess          *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_process"`
+	Nr1GateMkdir                *ebpf.ProgramSpec `ebpf:"nr1_gate_mkdir"`
 }
 
 // gateMapSpecs contains maps before they are loaded into the kernel.
@@ -173,6 +181,7 @@ type gateMapSpecs struct {
 	Pods    *ebpf.MapSpec `ebpf:"pods"`
 	Root    *ebpf.MapSpec `ebpf:"root"`
 	Slots   *ebpf.MapSpec `ebpf:"slots"`
+	Uids    *ebpf.MapSpec `ebpf:"uids"`
 }
 
 // gateVariableSpecs contains global variables before they are loaded into the kernel.
@@ -211,6 +220,7 @@ type gateMaps struct {
 	Pods    *ebpf.Map `ebpf:"pods"`
 	Root    *ebpf.Map `ebpf:"root"`
 	Slots   *ebpf.Map `ebpf:"slots"`
+	Uids    *ebpf.Map `ebpf:"uids"`
 }
 
 func (m *gateMaps) Close() error {
@@ -225,6 +235,7 @@ func (m *gateMaps) Close() error {
 		m.Pods,
 		m.Root,
 		m.Slots,
+		m.Uids,
 	)
 }
 
@@ -270,6 +281,7 @@ type gatePrograms struct {
 	Nr1GateExitOpenat           *ebpf.Program `ebpf:"nr1_gate_exit_openat"`
 	Nr1GateExitOpenat2          *ebpf.Program `ebpf:"nr1_gate_exit_openat2"`
 	Nr1GateExitProcess          *ebpf.Program `ebpf:"nr1_gate_exit_process"`
+	Nr1GateMkdir                *ebpf.Program `ebpf:"nr1_gate_mkdir"`
 }
 
 func (p *gatePrograms) Close() error {
@@ -306,6 +318,7 @@ func (p *gatePrograms) Close() error {
 		p.Nr1GateExitOpenat,
 		p.Nr1GateExitOpenat2,
 		p.Nr1GateExitProcess,
+		p.Nr1GateMkdir,
 	)
 }
 

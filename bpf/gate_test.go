@@ -213,7 +213,7 @@ func (f *gateFixture) pod(name string, booked int64, children ...string) (uint64
 		f.t.Fatal(err)
 	}
 	if booked >= 0 {
-		if err := f.gate.Book(st.Ino, booked); err != nil {
+		if err := f.gate.Book(st.Ino, "", booked); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -494,5 +494,90 @@ func TestGateOutlivesTheAgent(t *testing.T) {
 	o.must("open " + f.queue)
 	if n := devicePrograms(t, f.root); n != 0 {
 		t.Fatalf("%d device programs left after removal", n)
+	}
+}
+
+// A pod booked by its UID has its budget in place as its cgroup is made, under either
+// of the kubelet's cgroup drivers, before any of its processes runs; Book then finds
+// that budget by the cgroup's id. A cgroup made deeper, where a pod's own processes may
+// make one named like another pod's, takes nothing.
+func TestGateBooksAPodByItsUIDBeforeItsCgroupIsMade(t *testing.T) {
+	f := newGateFixture(t, true) // an open the booking did not reach would be refused
+	for i, name := range []string{
+		"pod%s",                           // cgroupfs driver, a guaranteed pod
+		"burstable/pod%s",                 // cgroupfs driver
+		"kubepods-besteffort-pod%s.slice", // systemd driver, '-' escaped
+	} {
+		uid := fmt.Sprintf("5f0c3a52-1b7e-4c1a-9d55-0e4a7c2f9b1%d", i)
+		dirUID := uid
+		if strings.HasSuffix(name, ".slice") {
+			dirUID = strings.ReplaceAll(uid, "-", "_")
+		}
+		if err := f.gate.BookUID(uid, 2); err != nil {
+			t.Fatal(err)
+		}
+		id, cg := f.pod(fmt.Sprintf(name, dirUID), -1)
+		o := f.opener(cg)
+		o.must("open " + f.queue)
+		o.must("open " + f.queue)
+		if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+			t.Fatalf("%s: third open with two booked by UID: %v, want EDQUOT", name, err)
+		}
+		if err := f.gate.Book(id, uid, 2); err != nil {
+			t.Fatal(err)
+		}
+		if c := f.held(id); c.Held != 2 || c.Refused != 1 || c.Granted != 2 {
+			t.Fatalf("%s: the cgroup's count %+v, want the UID's booking with its 2 held", name, c)
+		}
+		if err := f.gate.Forget(id); err != nil {
+			t.Fatal(err)
+		}
+		if len(f.gate.UIDs()) != 0 {
+			t.Fatalf("%s: forgetting the pod left its UID booked: %v", name, f.gate.UIDs())
+		}
+	}
+	// A pod's process names a cgroup below its container after a pod booked by UID.
+	victim := "0d9e4b7a-2c1f-4e8b-9a3d-6f5e4c3b2a10"
+	if err := f.gate.BookUID(victim, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, deep := f.pod("podattacker", -1, "container", "pod"+victim)
+	if _, err := f.opener(deep).do("open " + f.queue); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("a cgroup named like a booked pod, made deeper: %v, want the unknown pod's EPERM", err)
+	}
+}
+
+// A pod whose cgroup was made before it was booked by UID is bound by Book; a UID
+// forgotten before its pod's cgroup was made leaves nothing booked.
+func TestGateBindsACgroupMadeBeforeItsUIDWasBooked(t *testing.T) {
+	f := newGateFixture(t, false)
+	uid := "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d"
+	id, cg := f.pod("pod"+uid, -1)
+	o := f.opener(cg)
+	o.must("open " + f.queue) // unknown: allowed, uncounted
+	if err := f.gate.BookUID(uid, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.gate.Book(id, uid, 1); err != nil {
+		t.Fatal(err)
+	}
+	o.must("open " + f.queue)
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("past the booking: %v, want EDQUOT", err)
+	}
+	gone := "1b2c3d4e-5f6a-4b7c-8d9e-0f1a2b3c4d5e"
+	if err := f.gate.BookUID(gone, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.gate.ForgetUID(gone); err != nil {
+		t.Fatal(err)
+	}
+	_, cg2 := f.pod("pod"+gone, -1)
+	f.opener(cg2).must("open " + f.queue) // unknown again: allowed
+	if uids := f.gate.UIDs(); len(uids) != 1 || uids[0] != uid {
+		t.Fatalf("UIDs %v, want only %s", uids, uid)
+	}
+	if err := f.gate.BookUID("../x", 1); err == nil {
+		t.Fatal("a UID that is not one was booked")
 	}
 }

@@ -28,9 +28,14 @@ type Count struct {
 
 // Gate is the kernel's budget gate, keyed by a pod's v2 cgroup id.
 type Gate interface {
-	Book(pod uint64, booked int64) error
+	// Book books the pod with uid by its cgroup's id, taking the budget BookUID gave.
+	Book(pod uint64, uid string, booked int64) error
+	// BookUID books a pod whose cgroup is not made yet: the gate binds it as it is.
+	BookUID(uid string, booked int64) error
 	Forget(pod uint64) error
+	ForgetUID(uid string) error
 	Pods() []uint64
+	UIDs() []string
 	Count(pod uint64) (Count, bool)
 	// Settle sets the count to measured if it has not moved since moves.
 	Settle(pod uint64, moves uint64, measured int64) bool
@@ -61,8 +66,9 @@ type Keeper struct {
 	opts Options
 
 	mu            sync.Mutex
-	before        map[uint64]uint64 // a pod's moves when the sample began
-	pods          map[uint64]*pod   // what the gate books, by the pod's cgroup id
+	before        map[uint64]uint64    // a pod's moves when the sample began
+	pods          map[uint64]*pod      // what the gate books, by the pod's cgroup id
+	early         map[string]time.Time // pods booked by UID before a sample saw them, and when
 	falseRefusals uint64
 	fixes         uint64
 }
@@ -85,7 +91,28 @@ func New(opts Options) *Keeper {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{opts: opts, pods: map[uint64]*pod{}}
+	return &Keeper{opts: opts, pods: map[uint64]*pod{}, early: map[string]time.Time{}}
+}
+
+// earlyBookingLife is how long a pod booked by its UID may go unseen by the samples
+// before its booking is dropped: a pod deleted before it ran leaves it.
+const earlyBookingLife = 10 * time.Minute
+
+// BookPod books the pod with uid before it runs, from what a stage learns of it then
+// (DRA's prepare step): the gate then holds its first process to its booking. cgroup
+// is the id of the pod's cgroup when it is made already, 0 otherwise: the gate binds
+// it as it is made. The samples take the pod over once they see it.
+func (k *Keeper) BookPod(uid string, cgroup uint64, queues int64) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.opts.Gate.BookUID(uid, queues); err != nil {
+		return err
+	}
+	k.early[uid] = k.opts.Clock.Now()
+	if cgroup != 0 {
+		return k.opts.Gate.Book(cgroup, uid, queues)
+	}
+	return nil
 }
 
 // Before is called as a sample begins: a pod whose count has not moved from here to
@@ -122,6 +149,7 @@ func (k *Keeper) After(s *view.Sample) {
 	if !s.RuntimeConnected {
 		return // its pods are the last ones seen: none is known to be gone
 	}
+	k.dropEarly(s)
 	for _, id := range k.opts.Gate.Pods() {
 		if seen[id] {
 			continue
@@ -134,6 +162,30 @@ func (k *Keeper) After(s *view.Sample) {
 	}
 }
 
+// dropEarly forgets the pods booked by UID that the samples never saw within their
+// life; one the sample sees is the samples' from then on.
+func (k *Keeper) dropEarly(s *view.Sample) {
+	seen := map[string]bool{}
+	for _, m := range s.CGs {
+		seen[m.UID] = true
+	}
+	now := k.opts.Clock.Now()
+	for _, uid := range k.opts.Gate.UIDs() {
+		at, ours := k.early[uid]
+		switch {
+		case seen[uid]:
+			delete(k.early, uid)
+		case ours && now.Sub(at) < earlyBookingLife:
+		default: // an earlier agent's, or past its life
+			if err := k.opts.Gate.ForgetUID(uid); err != nil {
+				k.opts.Log.Error("budget gate", "err", err)
+				continue
+			}
+			delete(k.early, uid)
+		}
+	}
+}
+
 // keep books the CG m, whose pod's cgroup is id, settles its count to what was measured
 // and tells what was refused since the last time.
 func (k *Keeper) keep(id uint64, m *view.Measured) error {
@@ -141,7 +193,7 @@ func (k *Keeper) keep(id uint64, m *view.Measured) error {
 	if m.AllocationKnown {
 		want := int64(m.Allocation[Gated]) // a queue's unit is one handle
 		if !booked || c.Booked != want {
-			if err := k.opts.Gate.Book(id, want); err != nil {
+			if err := k.opts.Gate.Book(id, m.UID, want); err != nil {
 				return fmt.Errorf("booking %d queues of cgroup %d: %w", want, id, err)
 			}
 		}

@@ -18,13 +18,21 @@ import (
 // it only when nothing moved it since.
 type fakeGate struct {
 	counts                  map[uint64]*Count
+	uids                    map[string]*Count
 	unknownAllowed, refused uint64
 }
 
-func newFakeGate() *fakeGate { return &fakeGate{counts: map[uint64]*Count{}} }
+func newFakeGate() *fakeGate {
+	return &fakeGate{counts: map[uint64]*Count{}, uids: map[string]*Count{}}
+}
 
-func (g *fakeGate) Book(pod uint64, booked int64) error {
+func (g *fakeGate) Book(pod uint64, uid string, booked int64) error {
 	if c, ok := g.counts[pod]; ok {
+		c.Booked = booked
+		return nil
+	}
+	if c, ok := g.uids[uid]; ok {
+		g.counts[pod] = c
 		c.Booked = booked
 		return nil
 	}
@@ -32,7 +40,34 @@ func (g *fakeGate) Book(pod uint64, booked int64) error {
 	return nil
 }
 
-func (g *fakeGate) Forget(pod uint64) error { delete(g.counts, pod); return nil }
+func (g *fakeGate) BookUID(uid string, booked int64) error {
+	if c, ok := g.uids[uid]; ok {
+		c.Booked = booked
+		return nil
+	}
+	g.uids[uid] = &Count{Booked: booked}
+	return nil
+}
+
+func (g *fakeGate) Forget(pod uint64) error {
+	for uid, c := range g.uids {
+		if c == g.counts[pod] {
+			delete(g.uids, uid)
+		}
+	}
+	delete(g.counts, pod)
+	return nil
+}
+
+func (g *fakeGate) ForgetUID(uid string) error { delete(g.uids, uid); return nil }
+
+func (g *fakeGate) UIDs() []string {
+	var out []string
+	for uid := range g.uids {
+		out = append(out, uid)
+	}
+	return out
+}
 
 func (g *fakeGate) Pods() []uint64 {
 	var out []uint64
@@ -235,5 +270,42 @@ func TestKeeperTellsRefusalsAtMostOncePerGap(t *testing.T) {
 	k.After(sample(cg(1, 1, 1)))
 	if len(ev.got) != 2 {
 		t.Fatalf("events %q: told again with nothing new", ev.got)
+	}
+}
+
+// A pod booked by its UID before it runs keeps that booking, and what it opened under
+// it, once the samples see it; one never seen is dropped after its life, and one an
+// earlier agent left at once.
+func TestKeeperTakesOverEarlyBookings(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	k := newKeeper(g, &events{}, clk)
+	if err := g.BookUID("earlier-agent", 3); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"uid-1", "never-runs"} {
+		if err := k.BookPod(uid, 0, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.uids["uid-1"].Held, g.uids["uid-1"].Moves = 2, 2 // opened as its cgroup was made
+	k.Before()
+	k.After(sample(cg(1, 2, 2)))
+	if c, _ := g.Count(1); c.Held != 2 || c.Booked != 2 {
+		t.Fatalf("the pod's count %+v, want the early booking's 2 held", c)
+	}
+	if _, ok := g.uids["earlier-agent"]; ok {
+		t.Fatal("an earlier agent's booking of a pod no sample sees is kept")
+	}
+	if _, ok := g.uids["never-runs"]; !ok {
+		t.Fatal("a pod booked a moment ago is dropped")
+	}
+	clk.Step(earlyBookingLife)
+	k.Before()
+	k.After(sample(cg(1, 2, 2)))
+	if _, ok := g.uids["never-runs"]; ok {
+		t.Fatal("a pod that never ran is still booked past its life")
+	}
+	if _, ok := g.Count(1); !ok {
+		t.Fatal("the running pod was forgotten")
 	}
 }

@@ -49,6 +49,9 @@ type Driver struct {
 	mu         sync.Mutex
 	registered atomic.Bool
 
+	// booked hears of a pod's claims as they are prepared, before its containers run.
+	booked atomic.Pointer[func(pod types.UID, a nr1.Amounts)]
+
 	// sliceMu guards what the API server last dropped from the node's slice.
 	sliceMu  sync.Mutex
 	dropped  []string
@@ -103,6 +106,10 @@ func (d *Driver) Prepare(rc *resourceapi.ResourceClaim) *drapbv1.NodePrepareReso
 	d.log.Info("DRA claim prepared", "namespace", rc.Namespace, "claim", rc.Name, "uid", rc.UID, "amounts", c.Amounts().String())
 	return answer(c, d.node)
 }
+
+// OnPrepared has book told, at each prepare step that prepares claims of one pod only,
+// what the pod's claims of the NR1 consumed, before the kubelet starts its containers.
+func (d *Driver) OnPrepared(book func(pod types.UID, a nr1.Amounts)) { d.booked.Store(&book) }
 
 // Prepared answers a claim prepared already (before a kubelet or agent restart) from
 // the checkpoint, without the claim itself; ok is false for any other.

@@ -5,6 +5,7 @@ package dra
 import (
 	"context"
 	"errors"
+	"k8s.io/apimachinery/pkg/types"
 	"log/slog"
 	"sync"
 	"time"
@@ -48,6 +49,10 @@ func NewOffer(d *Driver, api API, kubeletDir string, recover bool, clk clock.Clo
 	return &Offer{driver: d, claims: api, clk: clk, log: log, recover: recover,
 		run: func(ctx context.Context) error { return d.Run(ctx, api, kubeletDir) }}
 }
+
+// OnPrepared has book told what a pod's claims consumed as they are prepared (see
+// Driver.OnPrepared).
+func (o *Offer) OnPrepared(book func(pod types.UID, a nr1.Amounts)) { o.driver.OnPrepared(book) }
 
 // Run serves the kubelet and publishes the node's ResourceSlice until ctx ends.
 func (o *Offer) Run(ctx context.Context) error { return o.run(ctx) }

@@ -17,6 +17,8 @@ import (
 	drapbv1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
 // API is what the driver asks of the API server: the claims the kubelet prepares, the
@@ -115,18 +117,63 @@ const claimTimeout = 10 * time.Second
 // checkpoint: a kubelet restarting while the API server is away still starts its pods.
 func (s *draService) NodePrepareResources(ctx context.Context, req *drapbv1.NodePrepareResourcesRequest) (*drapbv1.NodePrepareResourcesResponse, error) {
 	resp := &drapbv1.NodePrepareResourcesResponse{Claims: make(map[string]*drapbv1.NodePrepareResourceResponse, len(req.GetClaims()))}
+	var claims []*resourceapi.ResourceClaim
 	for _, c := range req.GetClaims() {
 		res, ok := s.d.Prepared(types.UID(c.GetUid()))
 		if !ok {
 			if rc, err := s.claim(ctx, c); err != nil {
 				res = &drapbv1.NodePrepareResourceResponse{Error: err.Error()}
-			} else {
-				res = s.d.Prepare(rc)
+			} else if res = s.d.Prepare(rc); res.Error == "" {
+				claims = append(claims, rc)
 			}
 		}
 		resp.Claims[c.GetUid()] = res
 	}
+	if len(claims) == len(req.GetClaims()) {
+		s.d.tellBooked(claims)
+	}
 	return resp, nil
+}
+
+// tellBooked tells what the claims of one prepare step consumed for the pod they are all
+// reserved for, when there is one only: the kubelet prepares one pod's claims at a time,
+// but a claim shared by pods names them all, and a pod whose booking is not certain is
+// left to the samples.
+func (d *Driver) tellBooked(claims []*resourceapi.ResourceClaim) {
+	book := d.booked.Load()
+	if book == nil {
+		return
+	}
+	var sum nr1.Amounts
+	common := map[types.UID]int{}
+	for _, rc := range claims {
+		for _, ref := range rc.Status.ReservedFor {
+			if ref.Resource == "pods" && ref.APIGroup == "" {
+				common[ref.UID]++
+			}
+		}
+		c, ok := d.store.Get(rc.UID)
+		if !ok {
+			return
+		}
+		a := c.Amounts()
+		for _, r := range nr1.All {
+			sum[r] += a[r]
+		}
+	}
+	var pod types.UID
+	for uid, n := range common {
+		if n != len(claims) {
+			continue
+		}
+		if pod != "" {
+			return // more than one pod holds every claim
+		}
+		pod = uid
+	}
+	if pod != "" {
+		(*book)(pod, sum)
+	}
 }
 
 // claim reads the claim the kubelet names, and checks it is that one; prepare checks

@@ -518,3 +518,51 @@ func TestSocketServedAgain(t *testing.T) {
 		}
 	}
 }
+
+// A prepare step tells what the claims consumed for the one pod they are all reserved
+// for; claims shared by pods, a claim not prepared, or claims prepared before, tell
+// nothing, since the pod's whole booking is not certain from them.
+func TestPrepareTellsThePodsBooking(t *testing.T) {
+	reserved := func(rc *resourceapi.ResourceClaim, pods ...string) *resourceapi.ResourceClaim {
+		for _, p := range pods {
+			rc.Status.ReservedFor = append(rc.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p, UID: types.UID(p)})
+		}
+		return rc
+	}
+	q := func(n string) map[resourceapi.QualifiedName]string {
+		return map[resourceapi.QualifiedName]string{"computeDMA": "3Mi", "hvQueues": n}
+	}
+	for _, tc := range []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+		want   string
+	}{
+		{"one claim, one pod", []*resourceapi.ResourceClaim{reserved(claim("c1", "a", q("7")), "pa")}, "pa: 3/0/0/7"},
+		{"two claims of one pod, one shared", []*resourceapi.ResourceClaim{reserved(claim("c1", "a", q("7")), "pa", "pb"), reserved(claim("c2", "b", q("2")), "pa")}, "pa: 6/0/0/9"},
+		{"a claim shared by two pods only", []*resourceapi.ResourceClaim{reserved(claim("c1", "a", q("7")), "pa", "pb")}, ""},
+		{"a claim not allocated", []*resourceapi.ResourceClaim{reserved(claim("c1", "a", q("7")), "pa"), reserved(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{UID: "c3", Namespace: "ml", Name: "c"}}, "pa")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := testDriver(t, t.TempDir())
+			var told []string
+			d.OnPrepared(func(pod types.UID, a nr1.Amounts) { told = append(told, fmt.Sprintf("%s: %d/%d/%d/%d", pod, a[0], a[1], a[2], a[3])) })
+			api := &fakeAPI{claims: map[string]*resourceapi.ResourceClaim{}}
+			req := &drapbv1.NodePrepareResourcesRequest{}
+			for _, rc := range tc.claims {
+				api.claims[rc.Namespace+"/"+rc.Name] = rc
+				req.Claims = append(req.Claims, &drapbv1.Claim{Namespace: rc.Namespace, Name: rc.Name, Uid: string(rc.UID)})
+			}
+			s := &draService{d: d, api: api}
+			if _, err := s.NodePrepareResources(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(told, ","); got != tc.want {
+				t.Fatalf("told %q, want %q", got, tc.want)
+			}
+			told = nil
+			if _, err := s.NodePrepareResources(context.Background(), req); err != nil || len(told) != 0 {
+				t.Fatalf("prepared again: told %q (%v), want nothing", told, err)
+			}
+		})
+	}
+}
