@@ -101,7 +101,9 @@ func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, log *s
 		}
 		if err := keeper.BookPod(string(pod), id, int64(a[prevent.Gated])); err != nil {
 			log.Error("budget gate: booking a pod as its claims are prepared", "pod", pod, "err", err)
+			return
 		}
+		log.Debug("budget gate: pod booked as its claims were prepared", "pod", pod, "queues", a[prevent.Gated], "cgroup", id)
 	})
 }
 

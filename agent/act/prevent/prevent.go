@@ -68,7 +68,8 @@ type Keeper struct {
 	mu            sync.Mutex
 	before        map[uint64]uint64    // a pod's moves when the sample began
 	pods          map[uint64]*pod      // what the gate books, by the pod's cgroup id
-	early         map[string]time.Time // pods booked by UID before a sample saw them, and when
+	early         map[string]time.Time // pods booked by UID, and when a sample last saw them
+	earlyCgroups  map[uint64]string    // the cgroups of those made before they were booked
 	falseRefusals uint64
 	fixes         uint64
 }
@@ -91,11 +92,12 @@ func New(opts Options) *Keeper {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{opts: opts, pods: map[uint64]*pod{}, early: map[string]time.Time{}}
+	return &Keeper{opts: opts, pods: map[uint64]*pod{}, early: map[string]time.Time{}, earlyCgroups: map[uint64]string{}}
 }
 
 // earlyBookingLife is how long a pod booked by its UID may go unseen by the samples
-// before its booking is dropped: a pod deleted before it ran leaves it.
+// before its booking is dropped: a pod deleted before it ran leaves one. (A pod the
+// samples saw go is forgotten with its cgroup.)
 const earlyBookingLife = 10 * time.Minute
 
 // BookPod books the pod with uid before it runs, from what a stage learns of it then
@@ -109,10 +111,12 @@ func (k *Keeper) BookPod(uid string, cgroup uint64, queues int64) error {
 		return err
 	}
 	k.early[uid] = k.opts.Clock.Now()
-	if cgroup != 0 {
-		return k.opts.Gate.Book(cgroup, uid, queues)
+	if cgroup == 0 {
+		return nil
 	}
-	return nil
+	// Not forgotten for want of a sample of it, while its booking by UID lives.
+	k.earlyCgroups[cgroup] = uid
+	return k.opts.Gate.Book(cgroup, uid, queues)
 }
 
 // Before is called as a sample begins: a pod whose count has not moved from here to
@@ -151,6 +155,12 @@ func (k *Keeper) After(s *view.Sample) {
 	}
 	k.dropEarly(s)
 	for _, id := range k.opts.Gate.Pods() {
+		if uid, ok := k.earlyCgroups[id]; ok {
+			if _, booked := k.early[uid]; booked && !seen[id] {
+				continue
+			}
+			delete(k.earlyCgroups, id)
+		}
 		if seen[id] {
 			continue
 		}
@@ -162,8 +172,9 @@ func (k *Keeper) After(s *view.Sample) {
 	}
 }
 
-// dropEarly forgets the pods booked by UID that the samples never saw within their
-// life; one the sample sees is the samples' from then on.
+// dropEarly forgets the pods booked by UID that the samples have not seen for the
+// booking's life: a pod deleted before it ran leaves one. A booking an earlier agent
+// made counts from this agent's first look at it.
 func (k *Keeper) dropEarly(s *view.Sample) {
 	seen := map[string]bool{}
 	for _, m := range s.CGs {
@@ -173,10 +184,9 @@ func (k *Keeper) dropEarly(s *view.Sample) {
 	for _, uid := range k.opts.Gate.UIDs() {
 		at, ours := k.early[uid]
 		switch {
-		case seen[uid]:
-			delete(k.early, uid)
-		case ours && now.Sub(at) < earlyBookingLife:
-		default: // an earlier agent's, or past its life
+		case seen[uid] || !ours:
+			k.early[uid] = now
+		case now.Sub(at) >= earlyBookingLife:
 			if err := k.opts.Gate.ForgetUID(uid); err != nil {
 				k.opts.Log.Error("budget gate", "err", err)
 				continue

@@ -274,8 +274,8 @@ func TestKeeperTellsRefusalsAtMostOncePerGap(t *testing.T) {
 }
 
 // A pod booked by its UID before it runs keeps that booking, and what it opened under
-// it, once the samples see it; one never seen is dropped after its life, and one an
-// earlier agent left at once.
+// it, once the samples see it; one never seen is dropped after its life, an earlier
+// agent's too, counted from this agent's first look.
 func TestKeeperTakesOverEarlyBookings(t *testing.T) {
 	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
 	k := newKeeper(g, &events{}, clk)
@@ -288,24 +288,34 @@ func TestKeeperTakesOverEarlyBookings(t *testing.T) {
 		}
 	}
 	g.uids["uid-1"].Held, g.uids["uid-1"].Moves = 2, 2 // opened as its cgroup was made
+	if err := k.BookPod("made-first", 5, 1); err != nil { // its cgroup made before
+		t.Fatal(err)
+	}
 	k.Before()
 	k.After(sample(cg(1, 2, 2)))
+	if _, ok := g.Count(5); !ok {
+		t.Fatal("a pod booked with its cgroup was forgotten before a sample saw it")
+	}
 	if c, _ := g.Count(1); c.Held != 2 || c.Booked != 2 {
 		t.Fatalf("the pod's count %+v, want the early booking's 2 held", c)
 	}
-	if _, ok := g.uids["earlier-agent"]; ok {
-		t.Fatal("an earlier agent's booking of a pod no sample sees is kept")
-	}
-	if _, ok := g.uids["never-runs"]; !ok {
-		t.Fatal("a pod booked a moment ago is dropped")
-	}
-	clk.Step(earlyBookingLife)
+	clk.Step(earlyBookingLife / 2)
 	k.Before()
 	k.After(sample(cg(1, 2, 2)))
-	if _, ok := g.uids["never-runs"]; ok {
-		t.Fatal("a pod that never ran is still booked past its life")
+	for _, uid := range []string{"earlier-agent", "never-runs", "uid-1"} {
+		if _, ok := g.uids[uid]; !ok {
+			t.Fatalf("%s dropped before its life", uid)
+		}
 	}
-	if _, ok := g.Count(1); !ok {
-		t.Fatal("the running pod was forgotten")
+	clk.Step(earlyBookingLife / 2)
+	k.Before()
+	k.After(sample(cg(1, 2, 2)))
+	for _, uid := range []string{"earlier-agent", "never-runs"} {
+		if _, ok := g.uids[uid]; ok {
+			t.Fatalf("%s, never seen running, is still booked past its life", uid)
+		}
+	}
+	if c, ok := g.Count(1); !ok || c.Held != 2 {
+		t.Fatalf("the running pod: %+v %v", c, ok)
 	}
 }
