@@ -204,7 +204,7 @@ func (g *Gate) Attach(cgroupDir string) error {
 	if err != nil {
 		return fmt.Errorf("budget gate: %w", err)
 	}
-	if err := g.objs.Node.Put(uint32(gateSettingLevel), uint64(level)); err != nil {
+	if err := g.objs.Node.Put(uint32(gateSettingLevel), uint64(level)); err != nil { //nolint:gosec // a depth, never negative
 		return fmt.Errorf("budget gate: the level of %s: %w", cgroupDir, err)
 	}
 	l, err := link.AttachCgroup(link.CgroupOptions{Path: cgroupDir, Attach: ebpf.AttachCGroupDevice, Program: g.objs.Nr1Gate})
@@ -406,7 +406,7 @@ func gateUID(uid string) (gatePodUid, error) {
 		return key, fmt.Errorf("budget gate: %s is not a pod UID", untrusted.Quote(uid))
 	}
 	for i := range key.Uid {
-		key.Uid[i] = int8(uid[i])
+		key.Uid[i] = int8(uid[i]) //nolint:gosec // a UID is ASCII
 	}
 	return key, nil
 }
@@ -414,7 +414,7 @@ func gateUID(uid string) (gatePodUid, error) {
 func uidString(key gatePodUid) string {
 	b := make([]byte, len(key.Uid))
 	for i, c := range key.Uid {
-		b[i] = byte(c)
+		b[i] = byte(c) //nolint:gosec // the kernel's char, read back
 	}
 	return string(b)
 }

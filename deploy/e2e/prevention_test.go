@@ -31,7 +31,7 @@ func TestPrevention(t *testing.T) {
 	t.Cleanup(func() {
 		eventually(t, 60*time.Second, "the gate removed by an agent with prevention off", func() error {
 			if _, err := os.Stat("/sys/fs/bpf/nr1-agent/gate"); !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("/sys/fs/bpf/nr1-agent/gate: %v", err)
+				return fmt.Errorf("/sys/fs/bpf/nr1-agent/gate still there (%w)", err)
 			}
 			return nil
 		})

@@ -287,7 +287,7 @@ func TestKeeperTakesOverEarlyBookings(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	g.uids["uid-1"].Held, g.uids["uid-1"].Moves = 2, 2 // opened as its cgroup was made
+	g.uids["uid-1"].Held, g.uids["uid-1"].Moves = 2, 2    // opened as its cgroup was made
 	if err := k.BookPod("made-first", 5, 1); err != nil { // its cgroup made before
 		t.Fatal(err)
 	}

@@ -5,11 +5,11 @@ package dra
 import (
 	"context"
 	"errors"
-	"k8s.io/apimachinery/pkg/types"
 	"log/slog"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"

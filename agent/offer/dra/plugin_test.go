@@ -545,7 +545,9 @@ func TestPrepareTellsThePodsBooking(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := testDriver(t, t.TempDir())
 			var told []string
-			d.OnPrepared(func(pod types.UID, a nr1.Amounts) { told = append(told, fmt.Sprintf("%s: %d/%d/%d/%d", pod, a[0], a[1], a[2], a[3])) })
+			d.OnPrepared(func(pod types.UID, a nr1.Amounts) {
+				told = append(told, fmt.Sprintf("%s: %d/%d/%d/%d", pod, a[0], a[1], a[2], a[3]))
+			})
 			api := &fakeAPI{claims: map[string]*resourceapi.ResourceClaim{}}
 			req := &drapbv1.NodePrepareResourcesRequest{}
 			for _, rc := range tc.claims {
