@@ -126,7 +126,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 		a.run(func(ctx context.Context) error { nsWatch.Run(ctx); return nil })
 	}
 	a.run(changes.run)
-	if p := labelPublisher(cfg, node, &dev, clk, log); p != nil {
+	if p := labelPublisher(cfg, node, &dev, keeper != nil, clk, log); p != nil {
 		a.run(p.Run)
 	}
 	err = a.expose(cfg, version, exposed{dev: dev, offer: offer, watcher: watcher, tracker: tracker, namespaces: nsWatch,

@@ -101,10 +101,18 @@ func readLabels(ctx context.Context, node labelled) (labels map[string]string, e
 
 // labelPublisher keeps the node labelled with what the agent found, or is nil when it
 // is not to.
-func labelPublisher(cfg *config.Config, node *kube.Node, dev *theNR1, clk clock.Clock, log *slog.Logger) *nodelabels.Publisher {
+func labelPublisher(cfg *config.Config, node *kube.Node, dev *theNR1, gateRuns bool, clk clock.Clock, log *slog.Logger) *nodelabels.Publisher {
 	if node == nil || !cfg.Node.Labels {
 		return nil
 	}
-	return &nodelabels.Publisher{Node: node, Want: nodelabels.Found(cfg.Mode, dev.capacity, dev.inv.DriverVersion()),
-		Recheck: labelRecheck, Clock: clk, Log: log}
+	want := nodelabels.Found(cfg.Mode, dev.capacity, dev.inv.DriverVersion())
+	switch {
+	case gateRuns:
+		want[nodelabels.PreventionLabel] = "on"
+	case cfg.Prevention.Enabled:
+		want[nodelabels.PreventionLabel] = "unavailable"
+	default:
+		want[nodelabels.PreventionLabel] = "off"
+	}
+	return &nodelabels.Publisher{Node: node, Want: want, Recheck: labelRecheck, Clock: clk, Log: log}
 }

@@ -16,8 +16,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/neureality-sdk/nr1-agent/agent/offer/nodelabels"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -49,6 +51,16 @@ func TestPrevention(t *testing.T) {
 			withConfig(t, c, func(cfg map[string]any) {
 				cfg["mode"] = mode
 				cfg["prevention"] = map[string]any{"enabled": true}
+			})
+			eventually(t, 30*time.Second, "the node labelled with the gate on", func() error {
+				n, err := c.CoreV1().Nodes().Get(context.Background(), nodeName(t, c), metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				if v := n.Labels[nodelabels.PreventionLabel]; v != "on" {
+					return fmt.Errorf("%s=%q", nodelabels.PreventionLabel, v)
+				}
+				return nil
 			})
 			if mode == "dra" {
 				newNamespace(t, c, draNS) // removed while the DRA driver still runs

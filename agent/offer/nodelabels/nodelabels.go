@@ -24,6 +24,9 @@ const Prefix = "neureality.ai/nr1."
 const (
 	ModeLabel          = Prefix + "mode"
 	DriverVersionLabel = Prefix + "driver-version"
+	// PreventionLabel says whether the budget gate refuses opens past a CG's booking on
+	// the node: on, off, or unavailable (turned on, but the kernel would not load it).
+	PreventionLabel = Prefix + "prevention"
 )
 
 // The modes a node's label may select.
