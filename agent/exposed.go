@@ -70,10 +70,8 @@ func (a *Agent) expose(cfg *config.Config, version string, o exposed, log *slog.
 	if err := registerAll(reg, metrics.NewProcessCollectors()...); err != nil {
 		return err
 	}
-	if o.prevention {
-		if err := registerAll(reg, prevent.NewCollector(o.keeper)); err != nil {
-			return err
-		}
+	if err := registerAll(reg, prevent.NewCollector(o.keeper, o.prevention)); err != nil {
+		return err
 	}
 	if cfg.Mode == config.ModeDevicePlugin {
 		fit := statusfit.New(func(ctx context.Context) (bool, string, error) {

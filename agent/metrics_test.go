@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/act/prevent"
 	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
 	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
@@ -29,7 +30,7 @@ func exported(t *testing.T) map[string]bool {
 	collectors := []prometheus.Collector{
 		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf", ""), enforce.NewCollector(nil),
 		(&runtime.Watcher{}).ReconnectsCounter(), (&inventory.Builder{}).MismatchesCounter(),
-		metrics.NewBuildInfo("v"), metrics.NewStageCollector(nil),
+		metrics.NewBuildInfo("v"), metrics.NewStageCollector(nil), prevent.NewCollector(nil, false),
 	}
 	collectors = append(collectors, statusfit.New(nil, nil, nil).Collectors()...)
 	names := map[string]bool{}

@@ -121,7 +121,7 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 			return fmt.Sprintf(`%s{namespace=%q,pod=%q,resource="ai_hypervisor_queue",uid=%q}`, name, p.Namespace, p.Name, p.UID)
 		}
 		for s, want := range map[string]func(float64) bool{
-			`nr1_gate_enabled`:                       eq(1),
+			`nr1_gate_enabled{configured="true"}`:    eq(1),
 			series("nr1_gate_refused_total", hog):    atLeast(3),
 			series("nr1_gate_held", hog):             eq(7),
 			series("nr1_gate_refused_total", within): eq(0),

@@ -3,23 +3,28 @@
 package prevent
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Collector exports the gate's counts at scrape time; with no keeper (the gate not
-// loaded) only whether it runs.
+// Collector exports the gate's counts at scrape time; with no keeper (prevention off,
+// or the gate not loaded) only whether it runs.
 type Collector struct {
 	keeper                                  *Keeper
+	configured                              string
 	enabled, held, booked, refused          *prometheus.Desc
 	mismatch, fixes, falseRefusals, unknown *prometheus.Desc
 }
 
-// NewCollector collects from keeper, nil when the gate does not run.
-func NewCollector(keeper *Keeper) *Collector {
+// NewCollector collects from keeper, nil when the gate does not run; configured says
+// whether prevention is turned on.
+func NewCollector(keeper *Keeper, configured bool) *Collector {
 	pod := []string{"namespace", "pod", "uid", "resource"}
 	return &Collector{
 		keeper:        keeper,
-		enabled:       prometheus.NewDesc("nr1_gate_enabled", "1 while the budget gate refuses in the kernel an open past a CG's booking, 0 when prevention is on and the gate could not load (the ladders alone act).", nil, nil),
+		configured:    strconv.FormatBool(configured),
+		enabled:       prometheus.NewDesc("nr1_gate_enabled", "1 while the budget gate refuses in the kernel an open past a CG's booking, 0 otherwise: prevention off (configured=\"false\"), or on and the gate could not load (the ladders alone act).", []string{"configured"}, nil),
 		held:          prometheus.NewDesc("nr1_gate_held", "What the budget gate counts a CG holding.", pod, nil),
 		booked:        prometheus.NewDesc("nr1_gate_booked", "What the budget gate holds a CG to.", pod, nil),
 		refused:       prometheus.NewDesc("nr1_gate_refused_total", "Opens the budget gate refused a CG: it held all it booked.", pod, nil),
@@ -40,10 +45,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect reads the gate now.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.keeper == nil {
-		ch <- prometheus.MustNewConstMetric(c.enabled, prometheus.GaugeValue, 0)
+		ch <- prometheus.MustNewConstMetric(c.enabled, prometheus.GaugeValue, 0, c.configured)
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.enabled, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(c.enabled, prometheus.GaugeValue, 1, c.configured)
 	r := Gated.Short()
 	for _, b := range c.keeper.Booked() {
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(b.Held), b.Namespace, b.Pod, b.UID, r)

@@ -77,6 +77,13 @@ var panels = []panel{
 		{`increase(nr1_runtime_reconnects_total{instance=~"$node"}[$__rate_interval])`, "{{instance}} runtime reconnects"},
 		{`nr1_build_info{instance=~"$node"}`, "{{instance}} {{version}}"},
 	}},
+	{id: 11, title: "Prevention: the budget gate", unit: units.Short, x: 0, y: 32, w: 24, h: 8, queries: []query{
+		{`sum by (namespace, pod) (increase(nr1_gate_refused_total{instance=~"$node"}[$__rate_interval]))`, "{{namespace}}/{{pod}} opens refused"},
+		{`sum by (instance) (increase(nr1_gate_false_refusals_total{instance=~"$node"}[$__rate_interval]))`, "{{instance}} refused within the booking"},
+		{`sum by (instance, outcome) (increase(nr1_gate_unknown_opens_total{instance=~"$node"}[$__rate_interval]))`, "{{instance}} booking not known yet: {{outcome}}"},
+		{`nr1_gate_mismatch{instance=~"$node"} != 0`, "{{namespace}}/{{pod}} count − measured"},
+		{`nr1_gate_enabled{instance=~"$node"}`, "{{instance}} gate loaded (prevention configured {{configured}})"},
+	}},
 }
 
 // resources are the NR1 amounts measured in bytes, which the panels of bytes show one
