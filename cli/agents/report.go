@@ -59,6 +59,16 @@ type CG struct {
 	// Enforcement lists the ladders under way for pods of this name: one, or for a
 	// moment two when the pod was re-created while its predecessor's throttle is lifted.
 	Enforcement []*Enforcement `json:"enforcement,omitempty"`
+	// Gate is the budget gate's count of the CG's queues; nil where the gate does not
+	// book it (prevention off, or the CG not booked yet).
+	Gate *Gate `json:"gate,omitempty"`
+}
+
+// Gate is what the budget gate holds a CG to, counts it holding, and refused it.
+type Gate struct {
+	Booked  float64 `json:"booked"`
+	Held    float64 `json:"held"`
+	Refused float64 `json:"refused"`
 }
 
 // EnforcementOf is the ladder of the pod with uid, nil when none is under way.
@@ -225,6 +235,22 @@ func Parse(node, agent string, in io.Reader) (*Node, error) {
 		g.Next, g.NextAt = label(m, "action"), timestamp(m)
 	})
 	each(fams, "nr1_enforcement_reset_timestamp_seconds", func(m *dto.Metric, r nr1.Resource) { enforcement(m).Rungs[r].ResetAt = timestamp(m) })
+	gate := func(m *dto.Metric) *Gate {
+		c := cg(m)
+		if c.Gate == nil {
+			c.Gate = &Gate{}
+		}
+		return c.Gate
+	}
+	for _, m := range metrics(fams, "nr1_gate_booked") {
+		gate(m).Booked = number(m)
+	}
+	for _, m := range metrics(fams, "nr1_gate_held") {
+		gate(m).Held = number(m)
+	}
+	for _, m := range metrics(fams, "nr1_gate_refused_total") {
+		gate(m).Refused = number(m)
+	}
 
 	// The node's sums are unknown, never smaller, while any part of them is.
 	var allocKnown, usedKnown nr1.PerResource[bool]

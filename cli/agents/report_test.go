@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/neureality-sdk/nr1-agent/agent/act/enforce"
+	"github.com/neureality-sdk/nr1-agent/agent/act/prevent"
 	"github.com/neureality-sdk/nr1-agent/agent/measure/sampler"
 	"github.com/neureality-sdk/nr1-agent/agent/offer/deviceplugin"
 	agentmetrics "github.com/neureality-sdk/nr1-agent/metrics"
@@ -159,6 +160,7 @@ func TestFixtureMatchesTheAgentsMetrics(t *testing.T) {
 	descRE := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
 	for _, c := range []prometheus.Collector{
 		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf", ""), enforce.NewCollector(nil), agentmetrics.NewBuildInfo("v"),
+		prevent.NewCollector(nil, true),
 	} {
 		ch := make(chan *prometheus.Desc, 64)
 		c.Describe(ch)

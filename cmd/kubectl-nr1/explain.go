@@ -146,6 +146,9 @@ func (s story) write(w io.Writer) error {
 	if e != nil && e.Throttled {
 		fmt.Fprintln(w, "\nThrottle: attached: new opens of NR1 devices by the CG's processes are refused.")
 	}
+	if cg != nil && cg.Gate != nil {
+		fmt.Fprintf(w, "\nGate: the kernel holds the CG to the %g queues it booked: it holds %g; %g opens refused.\n", cg.Gate.Booked, cg.Gate.Held, cg.Gate.Refused)
+	}
 	fmt.Fprintln(w)
 	s.writeEvents(w)
 	fmt.Fprintln(w)
@@ -206,6 +209,7 @@ var steps = map[string]string{
 	"NR1Evicted":           "evict",
 	"NR1EnforcementFailed": "failed",
 	"NR1BadAnnotation":     "-",
+	"NR1OpenRefused":       "refused",
 }
 
 func step(ev corev1.Event) string {

@@ -148,11 +148,13 @@ func TestExplainStory(t *testing.T) {
 	}
 }
 
+// A CG the budget gate held to its booking: within it, its refused opens told.
 func TestExplainWithin(t *testing.T) {
 	p := hogPod()
 	p.Name, p.Namespace, p.UID = "resnet50", "default", "u-r"
+	evs := []corev1.Event{event(-30*time.Second, "Warning", "NR1OpenRefused", "the kernel refused 3 open(s) of neureality.ai/ai_hypervisor_queue: the pod holds 7 of the 7 it booked")}
 	var out bytes.Buffer
-	if err := (story{pod: p, node: nodes(t)[0], now: t0}).write(&out); err != nil {
+	if err := (story{pod: p, node: nodes(t)[0], now: t0, events: evs}).write(&out); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "explain-resnet50.golden", out.Bytes())
