@@ -269,12 +269,8 @@ func (g *Gate) Book(pod uint64, uid string, booked int64) error {
 	case !errors.Is(err, ebpf.ErrKeyNotExist):
 		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
 	}
-	slot, err = g.take(booked)
+	slot, err = g.take(booked, func(slot uint32) error { return g.objs.Pods.Put(pod, slot) })
 	if err != nil {
-		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
-	}
-	if err := g.objs.Pods.Put(pod, slot); err != nil {
-		g.free = append(g.free, slot)
 		return fmt.Errorf("budget gate: booking cgroup %d: %w", pod, err)
 	}
 	g.slots[pod] = slot
@@ -295,20 +291,17 @@ func (g *Gate) BookUID(uid string, booked int64) error {
 		atomic.StoreInt64(&g.budget(slot).Booked, booked)
 		return nil
 	}
-	slot, err := g.take(booked)
+	slot, err := g.take(booked, func(slot uint32) error { return g.objs.Uids.Put(key, slot) })
 	if err != nil {
-		return fmt.Errorf("budget gate: booking pod %s: %w", uid, err)
-	}
-	if err := g.objs.Uids.Put(key, slot); err != nil {
-		g.free = append(g.free, slot)
 		return fmt.Errorf("budget gate: booking pod %s: %w", uid, err)
 	}
 	g.uids[uid] = slot
 	return nil
 }
 
-// take resets a free slot to booked, holding nothing.
-func (g *Gate) take(booked int64) (uint32, error) {
+// take resets a free slot to booked, holding nothing, and has bind name it in a map
+// the programs read; the slot stays free when bind fails.
+func (g *Gate) take(booked int64, bind func(slot uint32) error) (uint32, error) {
 	if len(g.free) == 0 {
 		return 0, fmt.Errorf("no room (%d pods)", len(g.slots)+len(g.uids))
 	}
@@ -319,6 +312,9 @@ func (g *Gate) take(booked int64) (uint32, error) {
 		atomic.StoreUint64(c, 0)
 	}
 	atomic.StoreInt64(&b.Booked, booked)
+	if err := bind(slot); err != nil {
+		return 0, err
+	}
 	g.free = g.free[1:]
 	return slot, nil
 }
