@@ -102,7 +102,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	reads := cadence.New(cadence.Options{Interval: paces.AllocationRead, Idle: paces.AllocationRest, Gap: cfg.Sampling.ChangeGap.Duration,
 		Wakes: tracker.Wakes(), WakesSuffice: true, Needs: []cadence.Need{tracker.Needs, tracker.Unread}, Clock: clk})
 	keeper := prevention(cfg, dev, cgroups, act.Events, a, log)
-	bookEarly(offer, keeper, cgroups, log)
+	bookEarly(offer, keeper, cgroups, cri, podResources, log)
 	sample := func(ctx context.Context) {
 		tracker.Vouch(ctx, paces.VouchWait)
 		if keeper == nil {

@@ -3,9 +3,11 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -14,7 +16,9 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/act/prevent"
 	"github.com/neureality-sdk/nr1-agent/agent/config"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/allocation"
 	"github.com/neureality-sdk/nr1-agent/agent/observe/cgroup"
+	"github.com/neureality-sdk/nr1-agent/agent/observe/runtime"
 	"github.com/neureality-sdk/nr1-agent/bpf"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
@@ -87,24 +91,108 @@ type preparer interface {
 	OnPrepared(book func(pod types.UID, a nr1.Amounts))
 }
 
-// bookEarly has the offer, when it can, book each pod in the gate before it runs.
-func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, log *slog.Logger) {
-	p, ok := o.(preparer)
-	if keeper == nil || !ok {
+// starter is an offer that can have a container wait, before it is made, for what must
+// be done first: the device plugins, at PreStartContainer.
+type starter interface {
+	OnPreStart(r nr1.Resource, do func(ctx context.Context))
+}
+
+// bookEarly has the offer, when it can, book each pod in the gate before it runs: the
+// DRA driver as it prepares the pod's claims, the device plugin of the queues before
+// each container given some is made.
+func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, pods readyPods, alloc podAllocation, log *slog.Logger) {
+	if keeper == nil {
 		return
 	}
-	p.OnPrepared(func(pod types.UID, a nr1.Amounts) {
-		// The kubelet may have made the pod's cgroup before it prepared its claims.
+	book := func(uid string, queues nr1.Units, when string) {
+		// The kubelet makes the pod's cgroup before it prepares its claims or starts its
+		// containers, but not necessarily before a claim's prepare step.
 		var id uint64
-		if dir, err := cgroups.PodDir(string(pod)); err == nil && dir != "" {
+		if dir, err := cgroups.PodDir(uid); err == nil && dir != "" {
 			id, _ = cgroup.ID(dir)
 		}
-		if err := keeper.BookPod(string(pod), id, int64(a[prevent.Gated])); err != nil {
-			log.Error("budget gate: booking a pod as its claims are prepared", "pod", pod, "err", err)
+		if err := keeper.BookPod(uid, id, int64(queues)); err != nil {
+			log.Error("budget gate: booking a pod "+when, "pod", uid, "err", err)
 			return
 		}
-		log.Debug("budget gate: pod booked as its claims were prepared", "pod", pod, "queues", a[prevent.Gated], "cgroup", id)
-	})
+		log.Debug("budget gate: pod booked "+when, "pod", uid, "queues", queues, "cgroup", id)
+	}
+	switch o := o.(type) {
+	case preparer:
+		o.OnPrepared(func(pod types.UID, a nr1.Amounts) { book(string(pod), a[prevent.Gated], "as its claims were prepared") })
+	case starter:
+		b := &startBooker{keeper: keeper, pods: pods, alloc: alloc, none: map[string]bool{}, log: log,
+			book: func(uid string, queues nr1.Units) { book(uid, queues, "before its container started") }}
+		o.OnPreStart(prevent.Gated, b.run)
+	}
+}
+
+// readyPods lists the runtime's ready pod sandboxes.
+type readyPods interface {
+	ReadyPods(ctx context.Context) ([]*runtime.Pod, error)
+}
+
+// podAllocation reads one pod's allocation from the kubelet.
+type podAllocation interface {
+	Get(ctx context.Context, pod allocation.PodKey) (map[string]allocation.Listed, error)
+}
+
+// preStartWait bounds what booking adds to a container's start: past it, the container
+// starts and the gate's policy for unknown pods holds it until a sample books its pod.
+const preStartWait = 2 * time.Second
+
+// startBooker books, as a container given queues is about to be made, each ready pod
+// the gate does not know and the kubelet lists with an NR1 allocation. The pod whose
+// container it is is among them: the kubelet allocated its devices at admission and
+// made its sandbox before it asks. Pods outside the gate are few, since the samples
+// book every CG they see; pods listed with nothing are remembered while they run.
+type startBooker struct {
+	keeper interface{ Knows(uid string) bool }
+	pods   readyPods
+	alloc  podAllocation
+	book   func(uid string, queues nr1.Units)
+	log    *slog.Logger
+
+	mu   sync.Mutex // one pass at a time: containers starting together share the pods
+	none map[string]bool
+}
+
+func (b *startBooker) run(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, preStartWait)
+	defer cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pods, err := b.pods.ReadyPods(ctx)
+	if err != nil {
+		b.log.Warn("budget gate: a container starts before its pod is booked", "err", err)
+		return
+	}
+	ready := make(map[string]bool, len(pods))
+	for _, p := range pods {
+		ready[p.UID] = true
+		if b.none[p.UID] || b.keeper.Knows(p.UID) {
+			continue
+		}
+		listed, err := b.alloc.Get(ctx, allocation.PodKey{Namespace: p.Namespace, Name: p.Name})
+		if err != nil {
+			b.log.Warn("budget gate: a pod's allocation is unread as a container starts", "namespace", p.Namespace, "pod", p.Name, "err", err)
+			continue
+		}
+		var sum nr1.Amounts
+		for _, l := range listed {
+			sum = nr1.Add(sum, l.Units)
+		}
+		if sum == (nr1.Amounts{}) {
+			b.none[p.UID] = true
+			continue
+		}
+		b.book(p.UID, sum[prevent.Gated])
+	}
+	for uid := range b.none {
+		if !ready[uid] {
+			delete(b.none, uid)
+		}
+	}
 }
 
 // gate is the bpf package's gate as the keeper reads its counts.

@@ -107,6 +107,11 @@ const earlyBookingLife = 10 * time.Minute
 func (k *Keeper) BookPod(uid string, cgroup uint64, queues int64) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if _, booked := k.opts.Gate.Count(cgroup); cgroup != 0 && booked {
+		// Booked already (an earlier agent's samples): a booking by UID would take a
+		// slot the cgroup never uses.
+		return k.opts.Gate.Book(cgroup, uid, queues)
+	}
 	if err := k.opts.Gate.BookUID(uid, queues); err != nil {
 		return err
 	}
@@ -117,6 +122,21 @@ func (k *Keeper) BookPod(uid string, cgroup uint64, queues int64) error {
 	// Not forgotten for want of a sample of it, while its booking by UID lives.
 	k.earlyCgroups[cgroup] = uid
 	return k.opts.Gate.Book(cgroup, uid, queues)
+}
+
+// Knows says whether the pod with uid is booked: by UID before it ran, or by the samples.
+func (k *Keeper) Knows(uid string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.early[uid]; ok {
+		return true
+	}
+	for _, p := range k.pods {
+		if p.uid == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // Before is called as a sample begins: a pod whose count has not moved from here to

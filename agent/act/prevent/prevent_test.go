@@ -319,3 +319,30 @@ func TestKeeperTakesOverEarlyBookings(t *testing.T) {
 		t.Fatalf("the running pod: %+v %v", c, ok)
 	}
 }
+
+// A pod is known once booked, by UID or by the samples; booking a pod whose cgroup the
+// gate books already changes that booking and takes no slot by UID.
+func TestKeeperKnowsWhatItBooked(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	k := newKeeper(g, &events{}, clk)
+	if k.Knows("uid-1") || k.Knows("early") {
+		t.Fatal("a keeper that booked nothing knows a pod")
+	}
+	if err := k.BookPod("early", 0, 2); err != nil {
+		t.Fatal(err)
+	}
+	k.Before()
+	k.After(sample(cg(1, 2, 0)))
+	if !k.Knows("uid-1") || !k.Knows("early") || k.Knows("uid-2") {
+		t.Errorf("knows uid-1 %v, early %v, uid-2 %v: want the booked two only", k.Knows("uid-1"), k.Knows("early"), k.Knows("uid-2"))
+	}
+	if err := k.BookPod("uid-1", 1, 3); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := g.Count(1); c.Booked != 3 {
+		t.Errorf("booked %d, want the new 3", c.Booked)
+	}
+	if _, ok := g.uids["uid-1"]; ok {
+		t.Error("a pod booked by its cgroup took a slot by UID too")
+	}
+}

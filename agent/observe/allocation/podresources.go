@@ -104,6 +104,24 @@ func (c *Client) List(ctx context.Context) (Table, error) {
 	return t, nil
 }
 
+// Get reads one pod's NR1 allocation per listed container (pod-resources Get): a small
+// question where List answers for the whole node. A Get answer holds one PodResources
+// in the field where a List answer holds each, so the table's decoding reads it.
+func (c *Client) Get(ctx context.Context, pod PodKey) (map[string]Listed, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var t Table
+	req := &podresourcesapi.GetPodResourcesRequest{PodName: pod.Name, PodNamespace: pod.Namespace}
+	if err := c.cc.Invoke(ctx, podresourcesapi.PodResourcesLister_Get_FullMethodName, req, &t, grpc.ForceCodecV2(tableCodec{})); err != nil {
+		return nil, fmt.Errorf("pod-resources Get %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	containers, listed := t.Pod(pod.Namespace, pod.Name)
+	if !listed {
+		return nil, fmt.Errorf("pod-resources Get %s/%s: the answer names no such pod", pod.Namespace, pod.Name)
+	}
+	return containers, nil
+}
+
 // Ask asks the kubelet for one pod's resources (pod-resources Get, GA since Kubernetes
 // 1.36) and discards the answer: it says only that the kubelet answers and still has
 // the pod.

@@ -135,6 +135,29 @@ func TestAskAboutOnePod(t *testing.T) {
 	}
 }
 
+// Get reads one pod's allocation per container, summed over the kubelet's entries as
+// List's are, and fails for a pod the kubelet does not have.
+func TestGetReadsOnePod(t *testing.T) {
+	capacity := nr1.Amounts{116244, 512, 13417, 65536}
+	hh := &podresourcesapi.ContainerResources{Name: "health-handler"}
+	hh.Devices = append(hh.Devices, devices(nr1.DockerPartition.Name(), 0, 2392)...)
+	hh.Devices = append(hh.Devices, devices(nr1.HypervisorQueue.Name(), 0, 7)...)
+	resp := fullNode(capacity, 3)
+	resp.PodResources = append(resp.PodResources, &podresourcesapi.PodResources{Namespace: "ml", Name: "resnet50",
+		Containers: []*podresourcesapi.ContainerResources{hh, {Name: "graph"}}})
+	c := serve(t, resp, capacity)
+	got, err := c.Get(context.Background(), PodKey{"ml", "resnet50"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (nr1.Amounts{0, 0, 2392, 7}); got["health-handler"].Units != want || len(got) != 2 {
+		t.Errorf("Get = %+v, want health-handler %v and graph with nothing", got, want)
+	}
+	if _, err := c.Get(context.Background(), PodKey{"ml", "gone"}); err == nil {
+		t.Error("Get of a pod the kubelet does not have succeeded")
+	}
+}
+
 // What one read costs the agent on a node whose capacity is allocated to 100 CGs: the
 // whole table (List) against a question about one pod holding nothing (Ask), over the
 // same socket.

@@ -38,7 +38,7 @@ const (
 	claimDriverName  = 2 // ClaimResource.driver_name
 )
 
-// tableCodec is the gRPC codec of the List call: the request is marshalled as protobuf,
+// tableCodec is the gRPC codec of the List and Get calls: the request is marshalled as protobuf,
 // the answer decoded straight into a *Table.
 type tableCodec struct{}
 
@@ -68,7 +68,7 @@ func (tableCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		table, err = decodeTable(buf.ReadOnlyData())
 	}
 	if err != nil {
-		return fmt.Errorf("pod-resources List answer: %w", err)
+		return fmt.Errorf("pod-resources answer: %w", err)
 	}
 	*t = table
 	return nil

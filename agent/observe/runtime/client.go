@@ -146,3 +146,25 @@ func (c *Client) ImageSize(ctx context.Context, ref string) (int64, error) {
 	}
 	return int64(img.GetImage().GetSize()), nil //nolint:gosec // bytes fit
 }
+
+// ReadyPods lists the runtime's ready pod sandboxes, without their containers: one call,
+// for a stage that must know a pod's UID before the watcher has seen it.
+func (c *Client) ReadyPods(ctx context.Context) ([]*Pod, error) {
+	conn, err := c.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	resp, err := conn.RS.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		State: &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+	}})
+	if err != nil {
+		return nil, fmt.Errorf("CRI ListPodSandbox: %w", err)
+	}
+	out := make([]*Pod, 0, len(resp.GetItems()))
+	for _, s := range resp.GetItems() {
+		out = append(out, podOf(s.GetId(), s.GetMetadata(), s.GetState(), s.GetCreatedAt(), nil, nil))
+	}
+	return out, nil
+}

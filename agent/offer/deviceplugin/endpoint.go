@@ -53,7 +53,7 @@ func (e *endpoint) register(ctx context.Context, kubeletSocket string) error {
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(e.socket),
 		ResourceName: e.plugin.Resource().Name(),
-		Options:      &pluginapi.DevicePluginOptions{},
+		Options:      e.plugin.options(),
 	})
 	if err != nil {
 		// A kubelet (1.37) refuses a second registration at a socket path it is already
@@ -68,7 +68,7 @@ func (e *endpoint) register(ctx context.Context, kubeletSocket string) error {
 }
 
 func (e *endpoint) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
-	return &pluginapi.DevicePluginOptions{}, nil
+	return e.plugin.options(), nil
 }
 
 func (e *endpoint) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
@@ -84,6 +84,7 @@ func (e *endpoint) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (
 	return e.plugin.Allocate(req)
 }
 
-func (e *endpoint) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+func (e *endpoint) PreStartContainer(ctx context.Context, _ *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	e.plugin.PreStart(ctx)
 	return &pluginapi.PreStartContainerResponse{}, nil
 }

@@ -113,6 +113,16 @@ func (m *Manager) Registrations() int {
 	return m.registrations
 }
 
+// OnPreStart has do run before each container given r starts (see Plugin.OnPreStart);
+// it is called before Run.
+func (m *Manager) OnPreStart(r nr1.Resource, do func(ctx context.Context)) {
+	for _, p := range m.plugins {
+		if p.Resource() == r {
+			p.OnPreStart(do)
+		}
+	}
+}
+
 // Run serves and registers the plugins until ctx ends, then removes their sockets.
 func (m *Manager) Run(ctx context.Context) error {
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -489,4 +490,40 @@ func resolved(t testing.TB, r nr1.Resource, f device.File) device.ResolvedFile {
 		t.Fatal(err)
 	}
 	return device.ResolvedFile{File: f, Resource: r, Local: f.Path, Identity: id}
+}
+
+// A plugin told to act before containers start registers as requiring PreStartContainer,
+// says so when asked, and runs the action at each call, before it answers; the others
+// do not require it.
+func TestPreStartRunsBeforeTheAnswer(t *testing.T) {
+	var ran atomic.Int32
+	h := startManager(t, func(m *Manager) {
+		m.OnPreStart(nr1.HypervisorQueue, func(context.Context) { ran.Add(1) })
+	})
+	k := startStubKubelet(t, h.dir)
+	k.waitFor(5*time.Second, "four registrations", func() bool { return len(k.requests) == 4 })
+	k.mu.Lock()
+	for _, req := range k.requests {
+		want := req.ResourceName == nr1.HypervisorQueue.Name()
+		if req.GetOptions().GetPreStartRequired() != want {
+			t.Errorf("%s registered with PreStartRequired %v, want %v", req.ResourceName, req.GetOptions().GetPreStartRequired(), want)
+		}
+	}
+	k.mu.Unlock()
+	ctx := context.Background()
+	for _, r := range []nr1.Resource{nr1.HypervisorQueue, nr1.ComputeDMAMemory} {
+		opts, err := dialPlugin(t, h, r).GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts.GetPreStartRequired() != (r == nr1.HypervisorQueue) {
+			t.Errorf("%s options: PreStartRequired %v", r.Name(), opts.GetPreStartRequired())
+		}
+	}
+	if _, err := dialPlugin(t, h, nr1.HypervisorQueue).PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: []string{"0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 1 {
+		t.Errorf("the action ran %d times by the answer, want 1", ran.Load())
+	}
 }

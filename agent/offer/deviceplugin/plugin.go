@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,6 +27,8 @@ type Plugin struct {
 	capacity int64
 	files    []device.ResolvedFile
 	health   HealthSource
+	// preStart, when set, is run before each container given the resource starts.
+	preStart atomic.Pointer[func(ctx context.Context)]
 }
 
 // NewPlugin returns the plugin advertising capacity units of r, giving containers r's
@@ -38,6 +41,24 @@ func NewPlugin(r nr1.Resource, capacity nr1.Units, files []device.ResolvedFile, 
 		}
 	}
 	return p
+}
+
+// OnPreStart has do run before each container given the resource starts: the kubelet
+// then waits for it (PreStartContainer). Set before the plugin registers, since the
+// kubelet reads that it is required at registration.
+func (p *Plugin) OnPreStart(do func(ctx context.Context)) { p.preStart.Store(&do) }
+
+// options are the plugin's options as the kubelet reads them.
+func (p *Plugin) options() *pluginapi.DevicePluginOptions {
+	return &pluginapi.DevicePluginOptions{PreStartRequired: p.preStart.Load() != nil}
+}
+
+// PreStart runs what OnPreStart set, if anything. It never fails the container: what
+// it does is best done before the container starts, never a reason not to start it.
+func (p *Plugin) PreStart(ctx context.Context) {
+	if do := p.preStart.Load(); do != nil {
+		(*do)(ctx)
+	}
 }
 
 // Resource is the resource the plugin advertises.
