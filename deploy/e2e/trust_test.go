@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/neureality-sdk/nr1-agent/agent/act/prevent"
 	"github.com/neureality-sdk/nr1-agent/agent/offer/dra"
 	"github.com/neureality-sdk/nr1-agent/deploy/trust"
 	"github.com/neureality-sdk/nr1-agent/nr1"
@@ -47,7 +48,10 @@ const caseLabel = "nr1.neureality.ai/trust-case"
 // container of every CG that went over killed (its pod's status), within the ladder's
 // bound after the agent can see it, and throttled before (its opens refused) where the
 // ladder throttles first; an overrun too late to judge reported as such; /metrics
-// answering 200 on every scrape; the agent's RSS under its limit.
+// answering 200 on every scrape; the agent's RSS under its limit. In one mode of each
+// run (by the seed's parity; NR1_TRUST_PREVENTION=on|off for both) the budget gate is
+// on: a CG going over on queues must then have its open past the booking refused, never
+// hold its overrun, and have nothing done to it after the fact.
 func TestTrust(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("NR1_TRUST_SEED"); s != "" {
@@ -86,13 +90,22 @@ func TestTrust(t *testing.T) {
 	}
 	for _, mode := range modes {
 		plan := trust.Generate(seed, mode, duration/2, 8, faults)
+		switch os.Getenv("NR1_TRUST_PREVENTION") {
+		case "on":
+			plan.Prevent = true
+		case "off":
+		case "":
+			plan.Prevent = trust.Prevents(seed, mode)
+		default:
+			t.Fatalf("NR1_TRUST_PREVENTION=%q: want on, off, or unset (on in one mode, by the seed)", os.Getenv("NR1_TRUST_PREVENTION"))
+		}
 		ok := t.Run(string(mode), func(t *testing.T) { rows = append(rows, runPlan(t, c, plan)) })
 		if !ok {
 			t.Logf("seed %d failed in %s mode: keep it in deploy/trust/testdata/seeds (make trust-regressions replays them)", seed, mode)
 		}
 	}
-	t.Logf("seed %d\n%-13s %5s %6s %6s %5s %5s %6s %7s %4s %6s %5s %6s %7s %6s %7s %-8s %s", seed, "MODE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "METRICS", "OWN", "THRTLD", "MARKS", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
-	t.Log("ACTED: over CGs whose excess was taken away in time, by effect (killed, evicted); METRICS: of the killed, those the agent's metrics also said it ended; OWN: CGs uncertain by their own doing, judged; THRTLD: throttles seen by effect (opens refused); MARKS: CGs forging a share's mark, reported of forged (reported on CRI-O, whose status does not tell CDI devices)")
+	t.Logf("seed %d\n%-13s %4s %5s %6s %6s %5s %5s %6s %7s %7s %4s %6s %5s %6s %7s %6s %7s %-8s %s", seed, "MODE", "GATE", "CGS", "SHAPES", "FAULTS", "MOVED", "OVER", "ACTED", "PREVNTD", "METRICS", "OWN", "THRTLD", "MARKS", "FALSE", "MISSED", "UNJDGD", "SCRAPES", "MAX RSS", "OVER BY RESOURCE")
+	t.Log("GATE: the budget gate on (prevention.enabled); ACTED: over CGs whose excess was taken away in time, by effect (killed, evicted); PREVNTD: over CGs on queues under the gate whose open past the booking was refused, and nothing done after the fact; METRICS: of the killed, those the agent's metrics also said it ended; OWN: CGs uncertain by their own doing, judged; THRTLD: throttles seen by effect (opens refused); MARKS: CGs forging a share's mark, reported of forged (reported on CRI-O, whose status does not tell CDI devices)")
 	for _, r := range rows {
 		t.Log(r)
 	}
@@ -141,7 +154,14 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 	node := nodeName(t, c)
 	if plan.Mode == trust.DRA {
 		t.Cleanup(func() { deleteNodeSlices(t, c, node) })
-		withConfig(t, c, func(cfg map[string]any) { cfg["mode"] = "dra" })
+	}
+	if plan.Mode == trust.DRA || plan.Prevent {
+		withConfig(t, c, func(cfg map[string]any) {
+			cfg["mode"] = string(plan.Mode)
+			if plan.Prevent {
+				cfg["prevention"] = map[string]any{"enabled": true}
+			}
+		})
 	}
 	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{},
 		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}, counted: map[types.UID]map[string]bool{},
@@ -736,7 +756,7 @@ func (r *trustRun) judge() string {
 	t := r.t
 	r.notePods(context.Background())
 	end := time.Now()
-	var over, acted, falseActions, missed, notJudged, own, throttled, counted, forged, reported int
+	var over, acted, prevented, falseActions, missed, notJudged, own, throttled, counted, forged, reported int
 	byResource := map[nr1.Resource]int{}
 	shapes := map[string]bool{}
 	for _, tc := range r.plan.Cases {
@@ -837,6 +857,21 @@ func (r *trustRun) judge() string {
 					}
 				}
 			}
+		}
+		if r.plan.Prevent && o.Resource == nr1.HypervisorQueue {
+			verdict, wrong := r.judgePrevented(&tc, pods.Items, evs, falseAction)
+			falseActions += wrong
+			switch verdict {
+			case judgedDone:
+				over++
+				prevented++
+				byResource[o.Resource]++
+			case judgedMissed:
+				over++
+				missed++
+				byResource[o.Resource]++
+			}
+			continue
 		}
 		var said []string
 		for _, ev := range evs {
@@ -948,8 +983,51 @@ func (r *trustRun) judge() string {
 			per = append(per, fmt.Sprintf("%s=%d", res.Short(), n))
 		}
 	}
-	return fmt.Sprintf("%-13s %5d %6d %6d %5d %5d %6d %7d %4d %6d %5s %6d %7d %6d %7d %-8s %s", r.plan.Mode, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, counted, own, throttled,
+	gate := "off"
+	if r.plan.Prevent {
+		gate = "on"
+	}
+	return fmt.Sprintf("%-13s %4s %5d %6d %6d %5d %5d %6d %7d %7d %4d %6d %5s %6d %7d %6d %7d %-8s %s", r.plan.Mode, gate, len(r.plan.Cases), len(shapes), len(r.faults), r.moved, over, acted, prevented, counted, own, throttled,
 		fmt.Sprintf("%d/%d", reported, forged), falseActions, missed, notJudged, r.scrapes, resource.NewQuantity(r.maxRSS, resource.BinarySI), strings.Join(per, ","))
+}
+
+// judgePrevented judges a CG going over on queues under the budget gate by what was
+// done: its holder's open past the booking refused (its log), the holder never holding
+// its overrun's queues (its log), and nothing done to it after the fact for them: no
+// Event but the gate's refusal, no container killed, no action in the agent's metrics.
+func (r *trustRun) judgePrevented(tc *trust.Case, pods []corev1.Pod, evs []corev1.Event, falseAction func(corev1.Event, string)) (verdict ownVerdict, falseActions int) {
+	t, ns := r.t, r.ns(tc.Namespace)
+	for _, ev := range evs {
+		if ev.Reason != prevent.ReasonRefused {
+			falseAction(ev, "over queues, which the gate refuses") // counted by the judge
+		}
+	}
+	for _, p := range pods {
+		for _, e := range r.podEnds(p.UID) {
+			if e.killed() {
+				falseActions++
+				t.Errorf("FALSE ACTION on %s/%s (%s), over queues, which the gate refuses: container %s killed at %s (%s)", ns, p.Name, tc.Shape(), e.container, e.at.Format(time.TimeOnly), e.reason)
+				r.explain(ns, p.Name)
+			}
+		}
+		for what := range r.said(p.UID) {
+			falseActions++
+			t.Errorf("FALSE ACTION on %s/%s (%s), over queues, which the gate refuses: the agent's metrics say it %s it", ns, p.Name, tc.Shape(), what)
+		}
+	}
+	o := tc.Over
+	if _, at, over := r.overAt(tc, pods); over {
+		t.Errorf("MISS: %s/%s (%s) went over queues past the budget gate (%s to %d; %s): holding them at %s",
+			ns, tc.Name, tc.Shape(), tc.Holders[o.Holder].Name, o.To, o.Degree, at.Format(time.TimeOnly))
+		for _, p := range pods {
+			r.explain(ns, p.Name)
+		}
+		return judgedMissed, falseActions
+	}
+	if _, _, refused := r.refusedAt(tc, pods); !refused {
+		return judgedNothing, falseActions // its holder never got there (the run ended, the pod never ran)
+	}
+	return judgedDone, falseActions
 }
 
 // blindDuring says whether a fault overlapped [from, to].
@@ -1149,6 +1227,19 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Ti
 	case nr1.CPUDMAMemory:
 		marker = fmt.Sprintf(" cpu_dma_mb=%d queues", o.To)
 	}
+	return r.firstLog(tc, pods, func(rest string) bool { return strings.HasPrefix(rest, "holding") && strings.Contains(rest, marker) })
+}
+
+// refusedAt is when the case's overrun holder first logged an open refused as past the
+// booking (the budget gate's EDQUOT), a killed container's earlier instance included.
+func (r *trustRun) refusedAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Time, bool) {
+	return r.firstLog(tc, pods, func(rest string) bool { return strings.HasPrefix(rest, "refused: ") })
+}
+
+// firstLog is the first line of the overrun holder's logs that match takes (past its
+// timestamp), and in which pod; false when none does.
+func (r *trustRun) firstLog(tc *trust.Case, pods []corev1.Pod, match func(rest string) bool) (types.UID, time.Time, bool) {
+	o := tc.Over
 	var first time.Time
 	var pod types.UID
 	for i := range pods {
@@ -1162,7 +1253,7 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Ti
 			}
 			for _, line := range strings.Split(string(logs), "\n") {
 				stamp, rest, _ := strings.Cut(line, " ")
-				if !strings.HasPrefix(rest, "holding") || !strings.Contains(rest, marker) {
+				if !match(rest) {
 					continue
 				}
 				if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil && (first.IsZero() || at.Before(first)) {

@@ -162,7 +162,15 @@ type Plan struct {
 	Duration time.Duration
 	Cases    []Case
 	Faults   []Fault
+	// Prevent runs the agent with its budget gate on: a CG going over on queues is
+	// refused the open past its booking, and never acted on after the fact for it.
+	Prevent bool
 }
+
+// Prevents says whether the run of seed in mode has the budget gate on: in one mode of
+// each run, which by the seed's parity, so that every run judges the gate and the
+// ladders alone, and two seeds in a row cover both modes with the gate.
+func Prevents(seed uint64, mode Mode) bool { return (seed%2 == 0) == (mode == DevicePlugin) }
 
 // Namespaces are the suite's namespaces: pods of the same name live in several.
 var Namespaces = []string{"nr1-trust-a", "nr1-trust-b", "nr1-trust-c"}

@@ -291,3 +291,15 @@ func TestOverrunsAreJudgeable(t *testing.T) {
 	}
 	t.Logf("%d of %d overruns judgeable", judgeable, all)
 }
+
+// Each seed runs the gate in exactly one mode, and consecutive seeds in both.
+func TestEveryRunJudgesTheGateInOneMode(t *testing.T) {
+	for seed := range uint64(4) {
+		if Prevents(seed, DevicePlugin) == Prevents(seed, DRA) {
+			t.Errorf("seed %d: gate on in device-plugin mode %v, in DRA mode %v: want one of them", seed, Prevents(seed, DevicePlugin), Prevents(seed, DRA))
+		}
+		if Prevents(seed, DevicePlugin) == Prevents(seed+1, DevicePlugin) {
+			t.Errorf("seeds %d and %d run the gate in the same mode", seed, seed+1)
+		}
+	}
+}
