@@ -38,14 +38,14 @@ func joinCgroup(b *testing.B, mnt, cgroup string) {
 	b.Cleanup(func() { move(home) })
 }
 
-// BenchmarkGate times an open and a close of a file that is not an NR1 device
-// (/dev/null) and of a gated queue, by a process of a pod under the gate and by one of
+// BenchmarkGate times an open and a close of a regular file, of a device that is not
+// an NR1's (/dev/null) and of a gated queue, by a process of a pod under the gate and by one of
 // the host: with no BPF, with the footprint's tracepoints (what the agent runs without
 // the gate; any syscall tracepoint moves every syscall of the node to the kernel's
 // slower path) and with the footprint's and the gate's. `make bench-gate` prints each
 // against no BPF (benchstat -col /bpf); the gate's own share is gate against footprint.
 func BenchmarkGate(b *testing.B) {
-	for _, file := range []string{"null", "queue"} {
+	for _, file := range []string{"file", "null", "queue"} {
 		for _, in := range []string{"pod", "host"} {
 			for _, loaded := range []string{"none", "footprint", "gate"} {
 				b.Run(fmt.Sprintf("file=%s/in=%s/bpf=%s", file, in, loaded), func(b *testing.B) {
@@ -77,8 +77,15 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 	}
 	f := newGateBench(b, loaded == "gate")
 	path := "/dev/null"
-	if file == "queue" {
+	switch file {
+	case "queue":
 		path = f.queue
+	case "file":
+		// A regular file: no device program is asked, the syscalls' tracepoints are.
+		path = filepath.Join(b.TempDir(), "file")
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			b.Fatal(err)
+		}
 	}
 	if inPod {
 		joinCgroup(b, f.mnt, f.pod)
