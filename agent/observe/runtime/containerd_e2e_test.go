@@ -215,6 +215,14 @@ func TestRealContainerd(t *testing.T) {
 	})
 	t.Logf("started container seen %v after StartContainer returned", time.Since(started))
 	c := findContainer(s, id)
+	// The ready sandboxes as one call lists them: the watcher's pod, by its UID.
+	ready, err := NewClient("unix://"+cd.socket).ReadyPods(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ready) != 1 || ready[0].SandboxID != sbID || ready[0].Name != "first" || !strings.HasPrefix(ready[0].UID, "uid-first-") || !ready[0].Ready {
+		t.Errorf("ready pods %+v, want the one sandbox %s", ready, sbID)
+	}
 	h, err := cgroup.Detect("/sys/fs/cgroup")
 	if err != nil {
 		t.Fatal(err)
