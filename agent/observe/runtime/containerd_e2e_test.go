@@ -215,8 +215,8 @@ func TestRealContainerd(t *testing.T) {
 	})
 	t.Logf("started container seen %v after StartContainer returned", time.Since(started))
 	c := findContainer(s, id)
-	// The ready sandboxes as one call lists them: the watcher's pod, by its UID.
-	ready, err := NewClient("unix://"+cd.socket).ReadyPods(context.Background())
+	// The ready sandboxes as one call lists them.
+	ready, err := NewClient("unix://" + cd.socket).ReadyPods(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
