@@ -8,12 +8,14 @@
 // process moved into a child cgroup of any depth still counts against its pod.
 //
 // A pod's count moves with what the kernel reports: +1 when the device program lets an
-// open through, -1 when that open then fails (the syscall's exit), and -1 when the last
-// reference to a description the gate let through goes away at close, dup2 over it, an
-// exec closing it or the exit of the last process holding it. What the tracepoints
-// cannot see (a description closed by close_range, or given away and dropped elsewhere,
-// or an exit racing another) leaves the count high: the gate errs on refusing, and user
-// space sets the count from the footprint's measurement when the pod is quiet.
+// open through, -1 when that open then fails (the syscall's exit). The description an
+// open made is remembered with the pod it counts against. No close, dup2, exec or exit
+// is watched: a hook there would cost every close of the node. Instead, an open that
+// would go past the booking first looks for the remembered descriptions that are gone
+// (no reference left, or their memory reused for another file) and gives them back;
+// only then is it refused. What no exit links to a description (io_uring's opens) stays
+// counted: the gate errs on refusing, and user space sets the count from the
+// footprint's measurement when the pod is quiet.
 
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -28,11 +30,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define BPF_DEVCG_ACC_WRITE (1ULL << 2)
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
-#define EBADF 9
 #define EDQUOT 122
 #define MINORBITS 20
 #define MAX_LEVEL 32
-#define MAX_FD_WORDS (1 << 14) // 1M descriptors
 #define FILE_REF_RELEASED 0xc000000000000000ULL
 #define UID_LEN 36
 #define NAME_TAIL (UID_LEN + 4 + 6) // [/-]pod<uid>[.slice]
@@ -95,11 +95,8 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } node SEC(".maps");
 
-// An open under way, by thread, from the syscall's entry to its exit: IN_OPEN, then the
-// pod the device program counted it for; 0 outside an open. Cgroup ids are inode
-// numbers, never 1.
-#define IN_OPEN 1
-
+// The pod an open under way was let through for, by thread, from the device program to
+// the syscall's exit; 0 once the exit has read it.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -118,25 +115,21 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } asking SEC(".maps");
 
-// The descriptions the gate let through and the pod each counts against, until the last
-// reference goes; one deleted here is released once, whoever saw it go first.
+// A description the gate let through, by its address: the pod it counts against, and
+// its inode, which tells it from another file made later at the same address (a
+// description's memory is reused for files only, so it stays readable).
+struct charge {
+	__u64 pod;
+	__u64 inode;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
-	__type(value, __u64);
+	__type(value, struct charge);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} charged SEC(".maps");
-
-// A close, dup2 or dup3 under way whose fd held the last reference to a charged
-// description.
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} closing SEC(".maps");
+} charges SEC(".maps");
 
 // The cgroup the device program is attached to: the tracepoints fire for every process
 // of the node, and do their work only for those below it.
@@ -182,6 +175,109 @@ static __always_inline void node_add(__u32 slot)
 		__sync_fetch_and_add(v, 1);
 }
 
+static __always_inline void release(__u64 id)
+{
+	__u32 *slot = bpf_map_lookup_elem(&pods, &id);
+	struct budget *b = slot ? bpf_map_lookup_elem(&budgets, slot) : 0;
+
+	if (!b)
+		return;
+	__sync_fetch_and_add(&b->held, -1);
+	__sync_fetch_and_add(&b->released, 1);
+	__sync_fetch_and_add(&b->moves, 1);
+}
+
+// refs is the number of references to file.
+static __always_inline __s64 refs(struct file *file)
+{
+	if (bpf_core_field_exists(file->f_ref)) {
+		__u64 c = BPF_CORE_READ(file, f_ref.refcnt.counter);
+
+		return c >= FILE_REF_RELEASED ? 0 : (__s64)c + 1;
+	}
+	return BPF_CORE_READ((struct file___count *)file, f_count.counter);
+}
+
+// gated_file says whether file is a gated device's.
+static __always_inline bool gated_file(struct file *file)
+{
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	struct gate_dev dev;
+	dev_t rdev;
+
+	if (!inode || (BPF_CORE_READ(inode, i_mode) & S_IFMT) != S_IFCHR)
+		return false;
+	rdev = BPF_CORE_READ(inode, i_rdev);
+	dev.major = rdev >> MINORBITS;
+	dev.minor = rdev & ((1U << MINORBITS) - 1);
+	return bpf_map_lookup_elem(&gated, &dev) != 0;
+}
+
+// give_back releases the charge at key, once, whoever finds it first.
+static __always_inline bool give_back(__u64 *key, __u64 pod)
+{
+	if (bpf_map_delete_elem(&charges, key))
+		return false;
+	release(pod);
+	return true;
+}
+
+struct reclaim {
+	__u64 pod;
+	bool released; // one of pod's: a flag, not a count, so that the verifier's walk of
+		       // the callback converges
+};
+
+// reclaim_gone gives back a charge whose description is gone, whichever pod's it is.
+static long reclaim_gone(void *map, __u64 *key, struct charge *c, struct reclaim *r)
+{
+	struct file *file = (struct file *)*key;
+	__u64 pod = c->pod;
+
+	if (refs(file) > 0 && (__u64)BPF_CORE_READ(file, f_inode) == c->inode)
+		return 0;
+	if (give_back(key, pod) && pod == r->pod)
+		r->released = true;
+	return 0;
+}
+
+// take counts one more open against b, if it fits its booking: of openers racing for
+// the last queue, exactly one gets it.
+static __always_inline bool take(struct budget *b)
+{
+	if (__sync_fetch_and_add(&b->held, 1) < b->booked)
+		return true;
+	__sync_fetch_and_add(&b->held, -1);
+	return false;
+}
+
+// take_reclaimed is take past the booking by the count: the descriptions gone since
+// they were counted are given back first, here, where a release matters. A function of
+// its own, so that the verifier follows it apart from the walk up the pod's cgroups.
+__noinline int take_reclaimed(__u64 id)
+{
+	struct reclaim r = {.pod = id};
+	__u32 *slot = bpf_map_lookup_elem(&pods, &id);
+	struct budget *b = slot ? bpf_map_lookup_elem(&budgets, slot) : 0;
+
+	if (!b)
+		return 0;
+	bpf_for_each_map_elem(&charges, reclaim_gone, &r, 0);
+	return r.released && take(b);
+}
+
+// nr1_gate_reclaim gives back every charge whose description is gone, run by user space
+// before it reads the counts to settle them: a count settled with gone charges still
+// in the map would be lowered twice.
+SEC("syscall")
+int nr1_gate_reclaim(void *ctx)
+{
+	struct reclaim r = {};
+
+	bpf_for_each_map_elem(&charges, reclaim_gone, &r, 0);
+	return 0;
+}
+
 SEC("cgroup/dev")
 int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 {
@@ -211,89 +307,92 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 		node_add(UNKNOWN_ALLOWED);
 		return 1;
 	}
-	// Taken first, given back when past the booking: of openers racing for the last
-	// queue, exactly one gets it.
-	if (__sync_fetch_and_add(&b->held, 1) >= b->booked) {
-		__sync_fetch_and_add(&b->held, -1);
+	if (!take(b) && !take_reclaimed(id)) {
 		__sync_fetch_and_add(&b->refused, 1);
-		// The open fails with EDQUOT, not the device cgroup's EPERM: the opener is
-		// told it is past its booking, not that it may never open the device.
+		// The open fails with EDQUOT, not the device cgroup's EPERM: the opener is told
+		// it is past its booking, not that it may never open the device.
 		bpf_set_retval(-EDQUOT);
 		return 0;
 	}
 	__sync_fetch_and_add(&b->granted, 1);
 	__sync_fetch_and_add(&b->moves, 1);
-	// Outside an open syscall (io_uring's openat) the grant stays counted: the queue is
-	// held, and what no exit confirms the measurement settles.
+	// The exit of the open links the grant to its description. Outside an open syscall
+	// (io_uring's openat) no exit does, and the grant stays counted: the queue is held,
+	// and the measurement settles it.
 	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (slot && *slot == IN_OPEN)
+	if (slot)
 		*slot = id;
+	else
+		bpf_map_update_elem(&opening, &thread, &id, BPF_ANY);
 	return 1;
 }
 
-static __always_inline void release(__u64 id)
+// exit_open links the open the device program let through to the description it made,
+// or gives it back if the open failed.
+static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 {
-	__u32 *slot = bpf_map_lookup_elem(&pods, &id);
-	struct budget *b = slot ? bpf_map_lookup_elem(&budgets, slot) : 0;
+	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, key;
+	struct charge c, *old;
+	struct file *file;
 
-	if (!b)
-		return;
-	__sync_fetch_and_add(&b->held, -1);
-	__sync_fetch_and_add(&b->released, 1);
-	__sync_fetch_and_add(&b->moves, 1);
-}
-
-
-// refs is the number of references to file.
-static __always_inline __s64 refs(struct file *file)
-{
-	if (bpf_core_field_exists(file->f_ref)) {
-		__u64 c = BPF_CORE_READ(file, f_ref.refcnt.counter);
-
-		return c >= FILE_REF_RELEASED ? 0 : (__s64)c + 1;
-	}
-	return BPF_CORE_READ((struct file___count *)file, f_count.counter);
-}
-
-// gated_file says whether file is a gated device's: a description whose release was not
-// seen leaves its address charged, and the address may come back as any file.
-static __always_inline bool gated_file(struct file *file)
-{
-	struct inode *inode = BPF_CORE_READ(file, f_inode);
-	struct gate_dev dev;
-	dev_t rdev;
-
-	if (!inode || (BPF_CORE_READ(inode, i_mode) & S_IFMT) != S_IFCHR)
-		return false;
-	rdev = BPF_CORE_READ(inode, i_rdev);
-	dev.major = rdev >> MINORBITS;
-	dev.minor = rdev & ((1U << MINORBITS) - 1);
-	return bpf_map_lookup_elem(&gated, &dev) != 0;
-}
-
-// last says whether file is a charged description that dropping one reference releases,
-// and if so which pod it counts against.
-static __always_inline __u64 last(struct file *file)
-{
-	__u64 key = (__u64)file, *id;
-
-	if (!file || !gated_file(file) || refs(file) != 1)
+	slot = bpf_map_lookup_elem(&opening, &thread);
+	if (!slot || !*slot)
 		return 0;
-	id = bpf_map_lookup_elem(&charged, &key);
-	return id ? *id : 0;
+	id = *slot;
+	*slot = 0;
+	if (ctx->ret < 0) {
+		release(id);
+		return 0;
+	}
+	file = fd_file(ctx->ret);
+	// Not a gated device's: the grant came from elsewhere (an io_uring open finished on
+	// the way back to user space) and stays counted.
+	if (!file || !gated_file(file))
+		return 0;
+	key = (__u64)file;
+	// A charge already at this address is of a description gone unseen.
+	old = bpf_map_lookup_elem(&charges, &key);
+	if (old)
+		give_back(&key, old->pod);
+	c.pod = id;
+	c.inode = (__u64)BPF_CORE_READ(file, f_inode);
+	bpf_map_update_elem(&charges, &key, &c, BPF_ANY);
+	return 0;
 }
 
-static __always_inline void forget(struct file *file)
+// A syscall's entry and exit programs, named after it: `make generate` gives each its
+// Go name and its section its tracepoint, which the loader attaches.
+#define SYSCALL(name, enter, exit)                                                   \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                                  \
+	int nr1_gate_enter_##name(struct syscall_enter_ctx *ctx) { return enter; }   \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                   \
+	int nr1_gate_exit_##name(struct syscall_exit_ctx *ctx) { return exit; }
+
+// An open's exit only: its entry needs nothing, and no program there keeps every open
+// of the node from its tracepoint's cost.
+#define SYSCALL_EXIT(name, exit)                                                     \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                   \
+	int nr1_gate_exit_##name(struct syscall_exit_ctx *ctx) { return exit; }
+
+SYSCALL_EXIT(openat, exit_open(ctx))
+SYSCALL_EXIT(openat2, exit_open(ctx))
+SYSCALL_EXIT(open_by_handle_at, exit_open(ctx))
+// open(2) and creat(2) exist on some architectures only (amd64, not arm64).
+SYSCALL_EXIT(open, exit_open(ctx))
+SYSCALL_EXIT(creat, exit_open(ctx))
+
+// io_uring's openat, run within io_uring_enter, has no open's exit: its grant is
+// unlinked there, so that the thread's next open does not take it for its own.
+static __always_inline int exit_uring(void)
 {
-	__u64 key = (__u64)file, *id = bpf_map_lookup_elem(&charged, &key);
-	__u64 pod_id;
+	__u64 thread = bpf_get_current_pid_tgid(), *slot = bpf_map_lookup_elem(&opening, &thread);
 
-	if (!id)
-		return;
-	pod_id = *id;
-	if (bpf_map_delete_elem(&charged, &key) == 0)
-		release(pod_id);
+	if (slot)
+		*slot = 0;
+	return 0;
 }
+
+SYSCALL_EXIT(io_uring_enter, exit_uring())
 
 // mark sets the current thread's entry in a per-thread map to v. A thread's entry is
 // written in place once made: an update takes the map's locks, a lookup none.
@@ -307,53 +406,6 @@ static __always_inline void mark(void *map, __u64 v)
 	else
 		bpf_map_update_elem(map, &thread, &v, BPF_ANY);
 }
-
-static __always_inline int enter_open(void)
-{
-	if (under_gate())
-		mark(&opening, IN_OPEN);
-	return 0;
-}
-
-static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
-{
-	__u64 thread = bpf_get_current_pid_tgid(), *slot, id;
-	struct file *file;
-
-	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (!slot)
-		return 0;
-	id = *slot;
-	*slot = 0;
-	if (id == IN_OPEN || !id)
-		return 0;
-	if (ctx->ret < 0) {
-		release(id);
-		return 0;
-	}
-	file = fd_file(ctx->ret);
-	if (file) {
-		__u64 key = (__u64)file;
-
-		bpf_map_update_elem(&charged, &key, &id, BPF_ANY);
-	}
-	return 0;
-}
-
-// A syscall's entry and exit programs, named after it: `make generate` gives each its
-// Go name and its section its tracepoint, which the loader attaches.
-#define SYSCALL(name, enter, exit)                                                   \
-	SEC("tracepoint/syscalls/sys_enter_" #name)                                  \
-	int nr1_gate_enter_##name(struct syscall_enter_ctx *ctx) { return enter; }   \
-	SEC("tracepoint/syscalls/sys_exit_" #name)                                   \
-	int nr1_gate_exit_##name(struct syscall_exit_ctx *ctx) { return exit; }
-
-SYSCALL(openat, enter_open(), exit_open(ctx))
-SYSCALL(openat2, enter_open(), exit_open(ctx))
-SYSCALL(open_by_handle_at, enter_open(), exit_open(ctx))
-// open(2) and creat(2) exist on some architectures only (amd64, not arm64).
-SYSCALL(open, enter_open(), exit_open(ctx))
-SYSCALL(creat, enter_open(), exit_open(ctx))
 
 static __always_inline int enter_ask(void)
 {
@@ -378,222 +430,6 @@ SYSCALL(faccessat2, enter_ask(), exit_ask())
 SYSCALL(access, enter_ask(), exit_ask())
 SYSCALL(inotify_add_watch, enter_ask(), exit_ask())
 SYSCALL(fanotify_mark, enter_ask(), exit_ask())
-
-// A close, or a dup2/dup3 over an open fd, drops one reference: when it is the last of
-// a charged description, the exit (the fd really gone) releases it.
-static __always_inline int enter_drop(__s64 fd)
-{
-	__u64 thread = bpf_get_current_pid_tgid(), id, key;
-	struct file *file;
-
-	if (!under_gate())
-		return 0;
-	file = fd_file(fd);
-	key = (__u64)file;
-	id = last(file);
-	if (!id)
-		return 0;
-	bpf_map_update_elem(&closing, &thread, &key, BPF_ANY);
-	return 0;
-}
-
-// dropped says whether the syscall that ended with ret removed the fd: close removes it
-// whatever it returns but EBADF, dup2 and dup3 only when they succeed.
-static __always_inline int exit_drop(struct syscall_exit_ctx *ctx, bool dropped)
-{
-	__u64 thread = bpf_get_current_pid_tgid(), *file;
-
-	file = bpf_map_lookup_elem(&closing, &thread);
-	if (!file)
-		return 0;
-	if (dropped)
-		forget((struct file *)*file);
-	bpf_map_delete_elem(&closing, &thread);
-	return 0;
-}
-
-SYSCALL(close, enter_drop((__s32)ctx->args[0]), exit_drop(ctx, ctx->ret != -EBADF))
-// dup2(2) exists on some architectures only (amd64, not arm64); dup2 of an fd onto
-// itself drops nothing.
-SYSCALL(dup2, ctx->args[0] == ctx->args[1] ? 0 : enter_drop((__s32)ctx->args[1]), exit_drop(ctx, ctx->ret >= 0))
-SYSCALL(dup3, enter_drop((__s32)ctx->args[1]), exit_drop(ctx, ctx->ret >= 0))
-
-// The slots of an exiting process's table that hold each charged description, by
-// thread and description: a description dup()ed within the table holds a reference per
-// slot, and the exit drops them all.
-struct slot_key {
-	__u64 thread;
-	__u64 file;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct slot_key);
-	__type(value, __s64);
-} slots SEC(".maps");
-
-struct table_scan {
-	struct file **fds;
-	unsigned long *open_fds;
-	unsigned long *close_on_exec;
-	__u64 thread;
-	__u32 words;
-	bool release; // the second pass: release what the first tallied
-	bool exec;    // one pass over the slots closed on exec, each marked pending
-};
-
-#define PENDING -1
-
-static long scan_word(__u64 i, struct table_scan *s)
-{
-	unsigned long word = 0, cloexec = 0;
-
-	if (i >= s->words)
-		return 1;
-	if (bpf_probe_read_kernel(&word, sizeof(word), &s->open_fds[i]) || !word)
-		return 0;
-	if (s->exec) {
-		if (bpf_probe_read_kernel(&cloexec, sizeof(cloexec), &s->close_on_exec[i]))
-			return 0;
-		word &= cloexec;
-	}
-	for (int bit = 0; bit < 64; bit++) {
-		struct slot_key key = {.thread = s->thread};
-		struct file *file = 0;
-		__s64 one = 1, *n;
-
-		if (!(word & (1UL << bit)))
-			continue;
-		if (bpf_probe_read_kernel(&file, sizeof(file), &s->fds[i * 64 + bit]) || !file)
-			continue;
-		key.file = (__u64)file;
-		if (!s->release) {
-			__s64 pending = PENDING;
-
-			if (!bpf_map_lookup_elem(&charged, &key.file) || !gated_file(file))
-				continue;
-			if (s->exec) {
-				bpf_map_update_elem(&slots, &key, &pending, BPF_ANY);
-				continue;
-			}
-			n = bpf_map_lookup_elem(&slots, &key);
-			if (n)
-				*n += 1;
-			else
-				bpf_map_update_elem(&slots, &key, &one, BPF_ANY);
-			continue;
-		}
-		n = bpf_map_lookup_elem(&slots, &key);
-		if (!n)
-			continue;
-		if (refs(file) == *n)
-			forget(file);
-		bpf_map_delete_elem(&slots, &key);
-	}
-	return 0;
-}
-
-// scan_table releases the charged descriptions of a table whose every reference is a
-// slot of it (the table of a process sharing it with no other); with exec, it marks
-// pending under thread the charged descriptions of the slots closed on exec.
-static __always_inline void scan_table(struct files_struct *files, __u64 thread, bool exec)
-{
-	struct fdtable *fdt = BPF_CORE_READ(files, fdt);
-	struct table_scan s = {.thread = thread, .exec = exec};
-
-	if (!fdt)
-		return;
-	s.fds = BPF_CORE_READ(fdt, fd);
-	s.open_fds = BPF_CORE_READ(fdt, open_fds);
-	s.close_on_exec = BPF_CORE_READ(fdt, close_on_exec);
-	s.words = (BPF_CORE_READ(fdt, max_fds) + 63) / 64;
-	if (s.words > MAX_FD_WORDS)
-		s.words = MAX_FD_WORDS;
-	bpf_loop(s.words, scan_word, &s, 0);
-	if (exec)
-		return;
-	s.release = true;
-	bpf_loop(s.words, scan_word, &s, 0);
-}
-
-// The last thread of a process sharing no fd table leaves: each charged description
-// whose every reference is a slot of its table is released. Only a pod that holds some
-// is scanned.
-SEC("tracepoint/sched/sched_process_exit")
-int nr1_gate_exit_process(void *ctx)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct files_struct *files = BPF_CORE_READ(task, files);
-	struct budget *b;
-	__u64 id;
-
-	if (!under_gate() || !files || BPF_CORE_READ(files, count.counter) != 1)
-		return 0;
-	b = pod(&id);
-	if (!b || b->held <= 0)
-		return 0;
-	scan_table(files, bpf_get_current_pid_tgid(), false);
-	return 0;
-}
-
-// An exec closes the slots marked close-on-exec, after ending the process's other
-// threads and unsharing its table: which descriptions that released is read at its
-// exit, where a released one has no reference left and is not yet freed (the kernel
-// frees it on the way back to user space). The candidates are marked at its entry,
-// under the process's own key (a thread that execs takes the leader's id).
-static __always_inline __u64 exec_key(void)
-{
-	return (bpf_get_current_pid_tgid() & ~0xffffffffULL) | 0xffffffffULL;
-}
-
-static __always_inline int enter_exec(void)
-{
-	struct task_struct *task;
-	struct files_struct *files;
-	struct budget *b;
-	__u64 id;
-
-	if (!under_gate())
-		return 0;
-	task = (struct task_struct *)bpf_get_current_task();
-	files = BPF_CORE_READ(task, files);
-	if (!files)
-		return 0;
-	b = pod(&id);
-	if (!b || b->held <= 0)
-		return 0;
-	scan_table(files, exec_key(), true);
-	return 0;
-}
-
-struct exec_end {
-	__u64 key;
-	bool done;
-};
-
-static long end_exec(void *map, struct slot_key *key, __s64 *n, struct exec_end *e)
-{
-	if (key->thread != e->key)
-		return 0;
-	if (e->done && refs((struct file *)key->file) == 0)
-		forget((struct file *)key->file);
-	bpf_map_delete_elem(&slots, key);
-	return 0;
-}
-
-static __always_inline int exit_exec(struct syscall_exit_ctx *ctx)
-{
-	struct exec_end e = {.key = exec_key(), .done = ctx->ret == 0};
-
-	if (!under_gate())
-		return 0;
-	bpf_for_each_map_elem(&slots, end_exec, &e, 0);
-	return 0;
-}
-
-SYSCALL(execve, enter_exec(), exit_exec(ctx))
-SYSCALL(execveat, enter_exec(), exit_exec(ctx))
 
 // A pod booked before its cgroup exists, by its UID (36 characters, as the API server
 // writes it): the budget's slot, bound to the pod's cgroup id as the cgroup is made, so

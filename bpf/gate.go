@@ -97,6 +97,20 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 		_ = g.Close()
 		return nil, err
 	}
+	// The maps of an earlier version this one does not use, once its links are gone.
+	pinned, err := os.ReadDir(maps)
+	if err != nil {
+		_ = g.Close()
+		return nil, fmt.Errorf("budget gate pins: %w", err)
+	}
+	for _, e := range pinned {
+		if spec.Maps[e.Name()] == nil {
+			if err := os.Remove(filepath.Join(maps, e.Name())); err != nil {
+				_ = g.Close()
+				return nil, fmt.Errorf("budget gate pins: %w", err)
+			}
+		}
+	}
 	return g, nil
 }
 
@@ -137,13 +151,60 @@ func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program) erro
 			g.free = append(g.free, s)
 		}
 	}
+	ours := map[string]bool{gateDeviceLink: true}
 	for tp, prog := range tracepoints {
 		if err := g.attachTracepoint(tp, prog); err != nil {
+			return err
+		}
+		ours[tracepointLink(tp)] = true
+	}
+	return g.unpinStale(ours)
+}
+
+// unpinStale detaches the links an earlier version of the gate pinned that this one does
+// not make (its close and exit tracepoints): they would move the counts beside this
+// version's programs.
+func (g *Gate) unpinStale(ours map[string]bool) error {
+	dir := filepath.Join(g.pinDir, gateLinks)
+	pinned, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("budget gate pins: %w", err)
+	}
+	for _, e := range pinned {
+		if ours[e.Name()] {
+			continue
+		}
+		if err := unpinLink(filepath.Join(dir, e.Name())); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// unpinLink detaches the link pinned at p.
+func unpinLink(p string) error {
+	l, err := link.LoadPinnedLink(p, nil)
+	if err != nil {
+		return fmt.Errorf("budget gate: the link pinned as %s: %w", p, err)
+	}
+	if err := l.Unpin(); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("budget gate: unpinning %s: %w", p, err)
+	}
+	if err := l.Close(); err != nil {
+		return fmt.Errorf("budget gate: detaching %s: %w", p, err)
+	}
+	return nil
+}
+
+// tracepointLink is the name a tracepoint's link is pinned under.
+func tracepointLink(tp string) string {
+	group, name := filepath.Split(tp)
+	return filepath.Base(group) + "-" + name
+}
+
+// gateDeviceLink is the name the device program's link is pinned under.
+const gateDeviceLink = "device"
 
 // gateSettingRefuseUnknown is the node map's slot of the unknown-pod policy.
 const (
@@ -165,7 +226,7 @@ func (g *Gate) attachTracepoint(tp string, prog *ebpf.Program) error {
 	if err != nil {
 		return fmt.Errorf("budget gate: attaching to tracepoint %s: %w", tp, err)
 	}
-	return g.pinLink(filepath.Base(group)+"-"+name, l)
+	return g.pinLink(tracepointLink(tp), l)
 }
 
 // pinLink pins l under name, in place of what was pinned there.
@@ -211,7 +272,7 @@ func (g *Gate) Attach(cgroupDir string) error {
 	if err != nil {
 		return fmt.Errorf("budget gate: attaching to %s: %w", cgroupDir, err)
 	}
-	return g.pinLink("device", l)
+	return g.pinLink(gateDeviceLink, l)
 }
 
 // cgroupLevel is how deep dir is in its v2 tree: 0 at the mount's root. The root is the
@@ -463,6 +524,17 @@ func (g *Gate) Settle(pod uint64, moves uint64, measured int64) bool {
 	return atomic.CompareAndSwapInt64(&b.Held, held, measured)
 }
 
+// Reclaim gives back the charges of descriptions gone since they were counted. The
+// kernel does so itself only when an open would go past a booking; a count read to be
+// settled must be reclaimed first, or the measurement would lower it once and the
+// next reclaim again.
+func (g *Gate) Reclaim() error {
+	if _, err := g.objs.Nr1GateReclaim.Run(&ebpf.RunOptions{}); err != nil {
+		return fmt.Errorf("budget gate: reclaiming gone descriptions: %w", err)
+	}
+	return nil
+}
+
 // Unknown counts the opens by processes under the gate whose pod has no budget.
 func (g *Gate) Unknown() (allowed, refused uint64, err error) {
 	if err := g.objs.Node.Lookup(uint32(gateUnknownAllowed), &allowed); err != nil {
@@ -491,17 +563,8 @@ func RemoveGate(pinDir string) error {
 		return fmt.Errorf("budget gate pins: %w", err)
 	}
 	for _, e := range links {
-		p := filepath.Join(pinDir, gateLinks, e.Name())
-		l, err := link.LoadPinnedLink(p, nil)
-		if err != nil {
-			return fmt.Errorf("budget gate: the link pinned as %s: %w", p, err)
-		}
-		if err := l.Unpin(); err != nil {
-			_ = l.Close()
-			return fmt.Errorf("budget gate: unpinning %s: %w", p, err)
-		}
-		if err := l.Close(); err != nil {
-			return fmt.Errorf("budget gate: detaching %s: %w", p, err)
+		if err := unpinLink(filepath.Join(pinDir, gateLinks, e.Name())); err != nil {
+			return err
 		}
 	}
 	if err := os.RemoveAll(pinDir); err != nil {

@@ -23,6 +23,12 @@ type gateBudget struct {
 	Moves    uint64
 }
 
+type gateCharge struct {
+	_     structs.HostLayout
+	Pod   uint64
+	Inode uint64
+}
+
 type gateGateDev struct {
 	_     structs.HostLayout
 	Major uint32
@@ -34,60 +40,38 @@ type gatePodUid struct {
 	Uid [36]int8
 }
 
-type gateSlotKey struct {
-	_      structs.HostLayout
-	Thread uint64
-	File   uint64
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	gateMapAsking                       = "asking"
 	gateMapBudgets                      = "budgets"
-	gateMapCharged                      = "charged"
-	gateMapClosing                      = "closing"
+	gateMapCharges                      = "charges"
 	gateMapGated                        = "gated"
 	gateMapNode                         = "node"
 	gateMapOpening                      = "opening"
 	gateMapPods                         = "pods"
 	gateMapRoot                         = "root"
-	gateMapSlots                        = "slots"
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
-	gateProgNr1GateEnterClose           = "nr1_gate_enter_close"
-	gateProgNr1GateEnterCreat           = "nr1_gate_enter_creat"
-	gateProgNr1GateEnterDup2            = "nr1_gate_enter_dup2"
-	gateProgNr1GateEnterDup3            = "nr1_gate_enter_dup3"
-	gateProgNr1GateEnterExecve          = "nr1_gate_enter_execve"
-	gateProgNr1GateEnterExecveat        = "nr1_gate_enter_execveat"
 	gateProgNr1GateEnterFaccessat       = "nr1_gate_enter_faccessat"
 	gateProgNr1GateEnterFaccessat2      = "nr1_gate_enter_faccessat2"
 	gateProgNr1GateEnterFanotifyMark    = "nr1_gate_enter_fanotify_mark"
 	gateProgNr1GateEnterInotifyAddWatch = "nr1_gate_enter_inotify_add_watch"
-	gateProgNr1GateEnterOpen            = "nr1_gate_enter_open"
-	gateProgNr1GateEnterOpenByHandleAt  = "nr1_gate_enter_open_by_handle_at"
-	gateProgNr1GateEnterOpenat          = "nr1_gate_enter_openat"
-	gateProgNr1GateEnterOpenat2         = "nr1_gate_enter_openat2"
 	gateProgNr1GateExitAccess           = "nr1_gate_exit_access"
-	gateProgNr1GateExitClose            = "nr1_gate_exit_close"
 	gateProgNr1GateExitCreat            = "nr1_gate_exit_creat"
-	gateProgNr1GateExitDup2             = "nr1_gate_exit_dup2"
-	gateProgNr1GateExitDup3             = "nr1_gate_exit_dup3"
-	gateProgNr1GateExitExecve           = "nr1_gate_exit_execve"
-	gateProgNr1GateExitExecveat         = "nr1_gate_exit_execveat"
 	gateProgNr1GateExitFaccessat        = "nr1_gate_exit_faccessat"
 	gateProgNr1GateExitFaccessat2       = "nr1_gate_exit_faccessat2"
 	gateProgNr1GateExitFanotifyMark     = "nr1_gate_exit_fanotify_mark"
 	gateProgNr1GateExitInotifyAddWatch  = "nr1_gate_exit_inotify_add_watch"
+	gateProgNr1GateExitIoUringEnter     = "nr1_gate_exit_io_uring_enter"
 	gateProgNr1GateExitOpen             = "nr1_gate_exit_open"
 	gateProgNr1GateExitOpenByHandleAt   = "nr1_gate_exit_open_by_handle_at"
 	gateProgNr1GateExitOpenat           = "nr1_gate_exit_openat"
 	gateProgNr1GateExitOpenat2          = "nr1_gate_exit_openat2"
-	gateProgNr1GateExitProcess          = "nr1_gate_exit_process"
 	gateProgNr1GateMkdir                = "nr1_gate_mkdir"
+	gateProgNr1GateReclaim              = "nr1_gate_reclaim"
 )
 
 // loadGate returns the embedded CollectionSpec for gate.
@@ -134,37 +118,23 @@ type gateSpecs struct {
 type gateProgramSpecs struct {
 	Nr1Gate                     *ebpf.ProgramSpec `ebpf:"nr1_gate"`
 	Nr1GateEnterAccess          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_access"`
-	Nr1GateEnterClose           *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_close"`
-	Nr1GateEnterCreat           *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_creat"`
-	Nr1GateEnterDup2            *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_dup2"`
-	Nr1GateEnterDup3            *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_dup3"`
-	Nr1GateEnterExecve          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_execve"`
-	Nr1GateEnterExecveat        *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_execveat"`
 	Nr1GateEnterFaccessat       *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat"`
 	Nr1GateEnterFaccessat2      *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat2"`
 	Nr1GateEnterFanotifyMark    *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_fanotify_mark"`
 	Nr1GateEnterInotifyAddWatch *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_inotify_add_watch"`
-	Nr1GateEnterOpen            *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_open"`
-	Nr1GateEnterOpenByHandleAt  *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_open_by_handle_at"`
-	Nr1GateEnterOpenat          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_openat"`
-	Nr1GateEnterOpenat2         *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_openat2"`
 	Nr1GateExitAccess           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_access"`
-	Nr1GateExitClose            *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_close"`
 	Nr1GateExitCreat            *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_creat"`
-	Nr1GateExitDup2             *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_dup2"`
-	Nr1GateExitDup3             *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_dup3"`
-	Nr1GateExitExecve           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_execve"`
-	Nr1GateExitExecveat         *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_execveat"`
 	Nr1GateExitFaccessat        *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat"`
 	Nr1GateExitFaccessat2       *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat2"`
 	Nr1GateExitFanotifyMark     *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_fanotify_mark"`
 	Nr1GateExitInotifyAddWatch  *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_inotify_add_watch"`
+	Nr1GateExitIoUringEnter     *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_io_uring_enter"`
 	Nr1GateExitOpen             *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_open"`
 	Nr1GateExitOpenByHandleAt   *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_open_by_handle_at"`
 	Nr1GateExitOpenat           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_openat"`
 	Nr1GateExitOpenat2          *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_openat2"`
-	Nr1GateExitProcess          *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_process"`
 	Nr1GateMkdir                *ebpf.ProgramSpec `ebpf:"nr1_gate_mkdir"`
+	Nr1GateReclaim              *ebpf.ProgramSpec `ebpf:"nr1_gate_reclaim"`
 }
 
 // gateMapSpecs contains maps before they are loaded into the kernel.
@@ -173,14 +143,12 @@ type gateProgramSpecs struct {
 type gateMapSpecs struct {
 	Asking  *ebpf.MapSpec `ebpf:"asking"`
 	Budgets *ebpf.MapSpec `ebpf:"budgets"`
-	Charged *ebpf.MapSpec `ebpf:"charged"`
-	Closing *ebpf.MapSpec `ebpf:"closing"`
+	Charges *ebpf.MapSpec `ebpf:"charges"`
 	Gated   *ebpf.MapSpec `ebpf:"gated"`
 	Node    *ebpf.MapSpec `ebpf:"node"`
 	Opening *ebpf.MapSpec `ebpf:"opening"`
 	Pods    *ebpf.MapSpec `ebpf:"pods"`
 	Root    *ebpf.MapSpec `ebpf:"root"`
-	Slots   *ebpf.MapSpec `ebpf:"slots"`
 	Uids    *ebpf.MapSpec `ebpf:"uids"`
 }
 
@@ -212,14 +180,12 @@ func (o *gateObjects) Close() error {
 type gateMaps struct {
 	Asking  *ebpf.Map `ebpf:"asking"`
 	Budgets *ebpf.Map `ebpf:"budgets"`
-	Charged *ebpf.Map `ebpf:"charged"`
-	Closing *ebpf.Map `ebpf:"closing"`
+	Charges *ebpf.Map `ebpf:"charges"`
 	Gated   *ebpf.Map `ebpf:"gated"`
 	Node    *ebpf.Map `ebpf:"node"`
 	Opening *ebpf.Map `ebpf:"opening"`
 	Pods    *ebpf.Map `ebpf:"pods"`
 	Root    *ebpf.Map `ebpf:"root"`
-	Slots   *ebpf.Map `ebpf:"slots"`
 	Uids    *ebpf.Map `ebpf:"uids"`
 }
 
@@ -227,14 +193,12 @@ func (m *gateMaps) Close() error {
 	return _GateClose(
 		m.Asking,
 		m.Budgets,
-		m.Charged,
-		m.Closing,
+		m.Charges,
 		m.Gated,
 		m.Node,
 		m.Opening,
 		m.Pods,
 		m.Root,
-		m.Slots,
 		m.Uids,
 	)
 }
@@ -251,74 +215,46 @@ type gateVariables struct {
 type gatePrograms struct {
 	Nr1Gate                     *ebpf.Program `ebpf:"nr1_gate"`
 	Nr1GateEnterAccess          *ebpf.Program `ebpf:"nr1_gate_enter_access"`
-	Nr1GateEnterClose           *ebpf.Program `ebpf:"nr1_gate_enter_close"`
-	Nr1GateEnterCreat           *ebpf.Program `ebpf:"nr1_gate_enter_creat"`
-	Nr1GateEnterDup2            *ebpf.Program `ebpf:"nr1_gate_enter_dup2"`
-	Nr1GateEnterDup3            *ebpf.Program `ebpf:"nr1_gate_enter_dup3"`
-	Nr1GateEnterExecve          *ebpf.Program `ebpf:"nr1_gate_enter_execve"`
-	Nr1GateEnterExecveat        *ebpf.Program `ebpf:"nr1_gate_enter_execveat"`
 	Nr1GateEnterFaccessat       *ebpf.Program `ebpf:"nr1_gate_enter_faccessat"`
 	Nr1GateEnterFaccessat2      *ebpf.Program `ebpf:"nr1_gate_enter_faccessat2"`
 	Nr1GateEnterFanotifyMark    *ebpf.Program `ebpf:"nr1_gate_enter_fanotify_mark"`
 	Nr1GateEnterInotifyAddWatch *ebpf.Program `ebpf:"nr1_gate_enter_inotify_add_watch"`
-	Nr1GateEnterOpen            *ebpf.Program `ebpf:"nr1_gate_enter_open"`
-	Nr1GateEnterOpenByHandleAt  *ebpf.Program `ebpf:"nr1_gate_enter_open_by_handle_at"`
-	Nr1GateEnterOpenat          *ebpf.Program `ebpf:"nr1_gate_enter_openat"`
-	Nr1GateEnterOpenat2         *ebpf.Program `ebpf:"nr1_gate_enter_openat2"`
 	Nr1GateExitAccess           *ebpf.Program `ebpf:"nr1_gate_exit_access"`
-	Nr1GateExitClose            *ebpf.Program `ebpf:"nr1_gate_exit_close"`
 	Nr1GateExitCreat            *ebpf.Program `ebpf:"nr1_gate_exit_creat"`
-	Nr1GateExitDup2             *ebpf.Program `ebpf:"nr1_gate_exit_dup2"`
-	Nr1GateExitDup3             *ebpf.Program `ebpf:"nr1_gate_exit_dup3"`
-	Nr1GateExitExecve           *ebpf.Program `ebpf:"nr1_gate_exit_execve"`
-	Nr1GateExitExecveat         *ebpf.Program `ebpf:"nr1_gate_exit_execveat"`
 	Nr1GateExitFaccessat        *ebpf.Program `ebpf:"nr1_gate_exit_faccessat"`
 	Nr1GateExitFaccessat2       *ebpf.Program `ebpf:"nr1_gate_exit_faccessat2"`
 	Nr1GateExitFanotifyMark     *ebpf.Program `ebpf:"nr1_gate_exit_fanotify_mark"`
 	Nr1GateExitInotifyAddWatch  *ebpf.Program `ebpf:"nr1_gate_exit_inotify_add_watch"`
+	Nr1GateExitIoUringEnter     *ebpf.Program `ebpf:"nr1_gate_exit_io_uring_enter"`
 	Nr1GateExitOpen             *ebpf.Program `ebpf:"nr1_gate_exit_open"`
 	Nr1GateExitOpenByHandleAt   *ebpf.Program `ebpf:"nr1_gate_exit_open_by_handle_at"`
 	Nr1GateExitOpenat           *ebpf.Program `ebpf:"nr1_gate_exit_openat"`
 	Nr1GateExitOpenat2          *ebpf.Program `ebpf:"nr1_gate_exit_openat2"`
-	Nr1GateExitProcess          *ebpf.Program `ebpf:"nr1_gate_exit_process"`
 	Nr1GateMkdir                *ebpf.Program `ebpf:"nr1_gate_mkdir"`
+	Nr1GateReclaim              *ebpf.Program `ebpf:"nr1_gate_reclaim"`
 }
 
 func (p *gatePrograms) Close() error {
 	return _GateClose(
 		p.Nr1Gate,
 		p.Nr1GateEnterAccess,
-		p.Nr1GateEnterClose,
-		p.Nr1GateEnterCreat,
-		p.Nr1GateEnterDup2,
-		p.Nr1GateEnterDup3,
-		p.Nr1GateEnterExecve,
-		p.Nr1GateEnterExecveat,
 		p.Nr1GateEnterFaccessat,
 		p.Nr1GateEnterFaccessat2,
 		p.Nr1GateEnterFanotifyMark,
 		p.Nr1GateEnterInotifyAddWatch,
-		p.Nr1GateEnterOpen,
-		p.Nr1GateEnterOpenByHandleAt,
-		p.Nr1GateEnterOpenat,
-		p.Nr1GateEnterOpenat2,
 		p.Nr1GateExitAccess,
-		p.Nr1GateExitClose,
 		p.Nr1GateExitCreat,
-		p.Nr1GateExitDup2,
-		p.Nr1GateExitDup3,
-		p.Nr1GateExitExecve,
-		p.Nr1GateExitExecveat,
 		p.Nr1GateExitFaccessat,
 		p.Nr1GateExitFaccessat2,
 		p.Nr1GateExitFanotifyMark,
 		p.Nr1GateExitInotifyAddWatch,
+		p.Nr1GateExitIoUringEnter,
 		p.Nr1GateExitOpen,
 		p.Nr1GateExitOpenByHandleAt,
 		p.Nr1GateExitOpenat,
 		p.Nr1GateExitOpenat2,
-		p.Nr1GateExitProcess,
 		p.Nr1GateMkdir,
+		p.Nr1GateReclaim,
 	)
 }
 

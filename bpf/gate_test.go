@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -290,6 +293,9 @@ func TestGateHoldsAPodToItsBooking(t *testing.T) {
 		t.Fatalf("after dup, fork, O_PATH and access: %+v, want 2 held and no new refusal", c)
 	}
 	o.must(fmt.Sprintf("close %d", d))
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
 	if c := f.held(id); c.Held != 2 {
 		t.Fatalf("closing a dup released a description still open: %+v", c)
 	}
@@ -298,20 +304,29 @@ func TestGateHoldsAPodToItsBooking(t *testing.T) {
 		t.Fatalf("open while a child still holds the description: %v, want EDQUOT", err)
 	}
 	o.must("kill")
-	if c := f.held(id); c.Held != 1 {
-		t.Fatalf("after the child holding the last reference left: %+v, want 1 held", c)
+	// The count gives the child's description back at the next open past the booking,
+	// or when user space reclaims.
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(id); c.Held != 1 || c.Released != 1 {
+		t.Fatalf("after the child holding the last reference left: %+v, want 1 held, 1 released", c)
 	}
 	e := o.must("open " + f.queue)
 	o.must(fmt.Sprintf("close %d", e))
-	o.must("open " + f.queue) // a close followed at once by an open
-	if c := f.held(id); c.Held != 2 {
-		t.Fatalf("after close and open: %+v, want 2 held", c)
+	o.must("open " + f.queue) // a close followed at once by an open, at the booking
+	if c := f.held(id); c.Held != 2 || c.Released != 2 {
+		t.Fatalf("after close and open: %+v, want 2 held, 2 released", c)
+	}
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open past the booking after close and open: %v, want EDQUOT", err)
 	}
 }
 
-// The measurement settles the count (what the tracepoints do not see, a description
-// closed by exec, stays counted until then), and only a count that did not move since
-// the measurement began.
+// The measurement settles the count (what the kernel does not link to a description, an
+// io_uring open, stays counted until then), and only a count that did not move since the
+// measurement began: a description gone before the measurement, reclaimed after it,
+// moves the count, and is not lowered twice.
 func TestGateSettlesAQuietPodToTheMeasurement(t *testing.T) {
 	f := newGateFixture(t, false)
 	id, cg := f.pod("pod", 1)
@@ -319,7 +334,10 @@ func TestGateSettlesAQuietPodToTheMeasurement(t *testing.T) {
 	a := o.must("open " + f.queue)
 	before := f.held(id)
 	o.must(fmt.Sprintf("close %d", a))
-	if f.gate.Settle(id, before.Moves, 1) {
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if f.gate.Settle(id, before.Moves, 0) {
 		t.Fatal("Settle with a count that moved since did it")
 	}
 	if c := f.held(id); c.Held != 0 {
@@ -370,12 +388,15 @@ func TestGateReleasesWhatAnExitingProcessHeld(t *testing.T) {
 		t.Fatalf("with the child holding both: %+v, want 2 held", c)
 	}
 	first.must("kill")
-	if c := f.held(id); c.Held != 0 || c.Released != 2 {
-		t.Fatalf("after the holder left: %+v, want none held, 2 released", c)
-	}
 	sibling := f.opener(cg)
 	sibling.must("open " + f.queue)
 	sibling.must("open " + f.queue)
+	if c := f.held(id); c.Held != 2 || c.Released != 2 {
+		t.Fatalf("after the holder left and its sibling opened two: %+v, want 2 held, 2 released", c)
+	}
+	if _, err := sibling.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open past the booking: %v, want EDQUOT", err)
+	}
 }
 
 // An exec gives back what it closes (close-on-exec descriptions), and only that.
@@ -391,6 +412,9 @@ func TestGateReleasesWhatAnExecCloses(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for f.held(id).Held != 1 && time.Now().Before(deadline) {
+		if err := f.gate.Reclaim(); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if c := f.held(id); c.Held != 1 || c.Released != 1 {
@@ -494,6 +518,52 @@ func TestGateOutlivesTheAgent(t *testing.T) {
 	o.must("open " + f.queue)
 	if n := devicePrograms(t, f.root); n != 0 {
 		t.Fatalf("%d device programs left after removal", n)
+	}
+}
+
+// A gate loaded over an earlier version's pins detaches the links and removes the maps
+// that version made and this one does not (the close tracepoints), and keeps its own.
+func TestGateUnpinsWhatAnEarlierVersionLeft(t *testing.T) {
+	f := newGateFixture(t, false)
+	if err := f.gate.Close(); err != nil {
+		t.Fatal(err)
+	}
+	links, maps := filepath.Join(f.pins, gateLinks), filepath.Join(f.pins, "maps")
+	// An earlier version's close tracepoint and its map.
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.TracePoint, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	l, err := link.Tracepoint("syscalls", "sys_exit_close", prog, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Pin(filepath.Join(links, "syscalls-sys_exit_close")); err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Close()
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pin(filepath.Join(maps, "closing")); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Close()
+	f.gate = f.load(GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}}})
+	for _, p := range []string{filepath.Join(links, "syscalls-sys_exit_close"), filepath.Join(maps, "closing")} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after loading over it: %v, want it gone", p, err)
+		}
+	}
+	for _, p := range []string{filepath.Join(links, gateDeviceLink), filepath.Join(links, "syscalls-sys_exit_openat"), filepath.Join(maps, "charges")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("the gate's own pin: %v", err)
+		}
 	}
 }
 

@@ -37,6 +37,9 @@ type Gate interface {
 	Pods() []uint64
 	UIDs() []string
 	Count(pod uint64) (Count, bool)
+	// Reclaim gives back what the count holds for descriptions gone since, which the
+	// kernel does itself only at an open past a booking.
+	Reclaim() error
 	// Settle sets the count to measured if it has not moved since moves.
 	Settle(pod uint64, moves uint64, measured int64) bool
 	Unknown() (allowed, refused uint64, err error)
@@ -159,6 +162,12 @@ func (k *Keeper) After(s *view.Sample) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// What went between Before and the measurement is given back now, moving the counts
+	// it concerns, so that no settle lowers a count that a later reclaim lowers again.
+	if err := k.opts.Gate.Reclaim(); err != nil {
+		k.opts.Log.Error("budget gate", "err", err)
+		return
+	}
 	seen := map[uint64]bool{}
 	for _, m := range s.CGs {
 		if !m.Ready || len(m.PodCgroupIDs) == 0 {

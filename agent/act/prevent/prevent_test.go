@@ -19,11 +19,12 @@ import (
 type fakeGate struct {
 	counts                  map[uint64]*Count
 	uids                    map[string]*Count
+	gone                    map[*Count]int64 // closed, not given back yet
 	unknownAllowed, refused uint64
 }
 
 func newFakeGate() *fakeGate {
-	return &fakeGate{counts: map[uint64]*Count{}, uids: map[string]*Count{}}
+	return &fakeGate{counts: map[uint64]*Count{}, uids: map[string]*Count{}, gone: map[*Count]int64{}}
 }
 
 func (g *fakeGate) Book(pod uint64, uid string, booked int64) error {
@@ -96,9 +97,25 @@ func (g *fakeGate) Settle(pod uint64, moves uint64, measured int64) bool {
 
 func (g *fakeGate) Unknown() (uint64, uint64, error) { return g.unknownAllowed, g.refused, nil }
 
+func (g *fakeGate) Reclaim() error {
+	for c, n := range g.gone {
+		c.Held -= n
+		c.Released += uint64(n) //nolint:gosec // never negative
+		c.Moves++
+	}
+	clear(g.gone)
+	return nil
+}
+
+// close is a process of the pod closing a queue: the kernel sees nothing until a reclaim.
+func (g *fakeGate) close(pod uint64) { g.gone[g.counts[pod]]++ }
+
 // open is a process of the pod opening a queue, as the device program answers it.
 func (g *fakeGate) open(pod uint64) bool {
 	c := g.counts[pod]
+	if c.Held >= c.Booked {
+		_ = g.Reclaim()
+	}
 	if c.Held >= c.Booked {
 		c.Refused++
 		return false
@@ -344,5 +361,27 @@ func TestKeeperKnowsWhatItBooked(t *testing.T) {
 	}
 	if _, ok := g.uids["uid-1"]; ok {
 		t.Error("a pod booked by its cgroup took a slot by UID too")
+	}
+}
+
+// A queue closed before the measurement is given back before the count is settled to
+// it: settled first, the count would be lowered twice, and the pod let past its booking.
+func TestKeeperReclaimsBeforeItSettles(t *testing.T) {
+	g, ev := newFakeGate(), &events{}
+	k := newKeeper(g, ev, clocktesting.NewFakeClock(time.Now()))
+	k.Before()
+	k.After(sample(cg(1, 2, 0)))
+	g.open(1)
+	g.open(1)
+	k.Before()
+	k.After(sample(cg(1, 2, 2)))
+	k.Before()
+	g.close(1) // holds 1 from here on
+	k.After(sample(cg(1, 2, 1)))
+	if !g.open(1) {
+		t.Fatal("the pod holding 1 of 2 was refused")
+	}
+	if g.open(1) {
+		t.Fatalf("the pod holding 2 of 2 was let through: %+v", *g.counts[1])
 	}
 }
