@@ -75,6 +75,19 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } budgets SEC(".maps");
 
+// What a pod's count is owed, in its budget's slot: the descriptions it opened that, at
+// the last settle, another pod held (one it was given them by) and so were not in its
+// measurement. Their releases pay this, not the count, which the settle already set
+// without them. Written by user space at a settle; the programs only pay it.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_PODS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __s64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} owed SEC(".maps");
+
 // The pods under the gate: a pod's cgroup id in the v2 tree, and its budget's slot.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -213,12 +226,29 @@ static __always_inline bool gated_file(struct file *file)
 	return bpf_map_lookup_elem(&gated, &dev) != 0;
 }
 
-// give_back releases the charge at key, once, whoever finds it first.
-static __always_inline bool give_back(__u64 *key, __u64 pod)
+// give_back releases the charge at key, once, whoever finds it first: it pays what the
+// pod is owed first.
+static __always_inline bool give_back(__u64 *key, __u64 id)
 {
+	__u32 *slot;
+	__s64 *debt;
+
 	if (bpf_map_delete_elem(&charges, key))
 		return false;
-	release(pod);
+	slot = bpf_map_lookup_elem(&pods, &id);
+	debt = slot ? bpf_map_lookup_elem(&owed, slot) : 0;
+	if (debt && __sync_fetch_and_add(debt, -1) > 0) {
+		struct budget *b = bpf_map_lookup_elem(&budgets, slot);
+
+		if (b) {
+			__sync_fetch_and_add(&b->released, 1);
+			__sync_fetch_and_add(&b->moves, 1);
+		}
+		return true;
+	}
+	if (debt)
+		__sync_fetch_and_add(debt, 1);
+	release(id);
 	return true;
 }
 

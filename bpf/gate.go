@@ -45,7 +45,10 @@ type GateOptions struct {
 type Gate struct {
 	objs   gateObjects
 	pinDir string
-	mem    []byte
+	mem    []byte // the budgets
+	debts  []byte // what each budget is owed
+
+	charged map[uint64]int64 // by pod, the descriptions charged at the last Reclaim
 
 	mu    sync.Mutex
 	slots map[uint64]uint32 // a pod's cgroup id → its budget's slot
@@ -127,13 +130,14 @@ func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program) erro
 	if err := g.objs.Node.Put(uint32(gateSettingRefuseUnknown), refuse); err != nil {
 		return fmt.Errorf("budget gate policy: %w", err)
 	}
-	size := int(g.objs.Budgets.MaxEntries()) * int(unsafe.Sizeof(gateBudget{}))
-	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
-	mem, err := unix.Mmap(g.objs.Budgets.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := mmapArray(g.objs.Budgets, unsafe.Sizeof(gateBudget{}))
 	if err != nil {
 		return fmt.Errorf("mapping the budget gate's budgets: %w", err)
 	}
 	g.mem = mem
+	if g.debts, err = mmapArray(g.objs.Owed, unsafe.Sizeof(int64(0))); err != nil {
+		return fmt.Errorf("mapping what the budget gate's budgets are owed: %w", err)
+	}
 	used := map[uint32]bool{}
 	var id uint64
 	var slot uint32
@@ -205,6 +209,17 @@ func tracepointLink(tp string) string {
 
 // gateDeviceLink is the name the device program's link is pinned under.
 const gateDeviceLink = "device"
+
+// mmapArray maps the memory of m, an array of values of size elem.
+func mmapArray(m *ebpf.Map, elem uintptr) ([]byte, error) {
+	size := int(m.MaxEntries()) * int(elem) //nolint:gosec // a map's size, far below the limits
+	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", m, err)
+	}
+	return mem, nil
+}
 
 // gateSettingRefuseUnknown is the node map's slot of the unknown-pod policy.
 const (
@@ -303,6 +318,11 @@ func (g *Gate) budget(slot uint32) *gateBudget {
 	return (*gateBudget)(unsafe.Pointer(&g.mem[uintptr(slot)*unsafe.Sizeof(gateBudget{})])) //nolint:gosec // see above
 }
 
+// debt is what the slot's budget is owed, in the memory the programs share.
+func (g *Gate) debt(slot uint32) *int64 {
+	return (*int64)(unsafe.Pointer(&g.debts[uintptr(slot)*unsafe.Sizeof(int64(0))])) //nolint:gosec // as budget
+}
+
 // Book sets the booking of the pod with uid whose v2 cgroup has the id pod. A pod new
 // to the gate starts holding nothing, unless it was booked by its UID (BookUID): its
 // cgroup then takes that budget, with what it has held since.
@@ -373,6 +393,7 @@ func (g *Gate) take(booked int64, bind func(slot uint32) error) (uint32, error) 
 		atomic.StoreUint64(c, 0)
 	}
 	atomic.StoreInt64(&b.Booked, booked)
+	atomic.StoreInt64(g.debt(slot), 0)
 	if err := bind(slot); err != nil {
 		return 0, err
 	}
@@ -521,7 +542,13 @@ func (g *Gate) Settle(pod uint64, moves uint64, measured int64) bool {
 	}
 	// An open and its release between the two loads leave held as it was, and what was
 	// measured as true as before.
-	return atomic.CompareAndSwapInt64(&b.Held, held, measured)
+	if !atomic.CompareAndSwapInt64(&b.Held, held, measured) {
+		return false
+	}
+	// The descriptions the pod opened and no longer holds (another pod holds them) are
+	// not in the measurement: their releases are owed to no count.
+	atomic.StoreInt64(g.debt(slot), max(0, g.charged[pod]-measured))
+	return true
 }
 
 // Reclaim gives back the charges of descriptions gone since they were counted. The
@@ -532,6 +559,19 @@ func (g *Gate) Reclaim() error {
 	if _, err := g.objs.Nr1GateReclaim.Run(&ebpf.RunOptions{}); err != nil {
 		return fmt.Errorf("budget gate: reclaiming gone descriptions: %w", err)
 	}
+	charged := map[uint64]int64{}
+	var key uint64
+	var c gateCharge
+	it := g.objs.Charges.Iterate()
+	for it.Next(&key, &c) {
+		charged[c.Pod]++
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("budget gate: reading the charged descriptions: %w", err)
+	}
+	g.mu.Lock()
+	g.charged = charged
+	g.mu.Unlock()
 	return nil
 }
 
@@ -548,9 +588,11 @@ func (g *Gate) Unknown() (allowed, refused uint64, err error) {
 
 // Close releases the agent's handles; the pinned gate keeps working.
 func (g *Gate) Close() error {
-	if g.mem != nil {
-		_ = unix.Munmap(g.mem)
-		g.mem = nil
+	for _, m := range []*[]byte{&g.mem, &g.debts} {
+		if *m != nil {
+			_ = unix.Munmap(*m)
+			*m = nil
+		}
 	}
 	return g.objs.Close()
 }

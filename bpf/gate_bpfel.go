@@ -50,6 +50,7 @@ const (
 	gateMapGated                        = "gated"
 	gateMapNode                         = "node"
 	gateMapOpening                      = "opening"
+	gateMapOwed                         = "owed"
 	gateMapPods                         = "pods"
 	gateMapRoot                         = "root"
 	gateMapUids                         = "uids"
@@ -147,6 +148,7 @@ type gateMapSpecs struct {
 	Gated   *ebpf.MapSpec `ebpf:"gated"`
 	Node    *ebpf.MapSpec `ebpf:"node"`
 	Opening *ebpf.MapSpec `ebpf:"opening"`
+	Owed    *ebpf.MapSpec `ebpf:"owed"`
 	Pods    *ebpf.MapSpec `ebpf:"pods"`
 	Root    *ebpf.MapSpec `ebpf:"root"`
 	Uids    *ebpf.MapSpec `ebpf:"uids"`
@@ -184,6 +186,7 @@ type gateMaps struct {
 	Gated   *ebpf.Map `ebpf:"gated"`
 	Node    *ebpf.Map `ebpf:"node"`
 	Opening *ebpf.Map `ebpf:"opening"`
+	Owed    *ebpf.Map `ebpf:"owed"`
 	Pods    *ebpf.Map `ebpf:"pods"`
 	Root    *ebpf.Map `ebpf:"root"`
 	Uids    *ebpf.Map `ebpf:"uids"`
@@ -197,6 +200,7 @@ func (m *gateMaps) Close() error {
 		m.Gated,
 		m.Node,
 		m.Opening,
+		m.Owed,
 		m.Pods,
 		m.Root,
 		m.Uids,

@@ -73,6 +73,12 @@ func opener() {
 		case "kill": // the child ends
 			_ = child.Process.Kill()
 			_ = child.Wait()
+		case "steal": // steal PID FD: a copy of another process's fd (pidfd_getfd)
+			var pidfd int
+			if pidfd, err = unix.PidfdOpen(arg(1), 0); err == nil {
+				n, err = unix.PidfdGetfd(pidfd, arg(2), 0)
+				_ = unix.Close(pidfd)
+			}
 		case "race": // race PATH K: K threads open at once; N of them got one
 			n = race(f[1], arg(2))
 		case "exit":
@@ -437,6 +443,45 @@ func TestGateCountsAChildCgroupAgainstItsPod(t *testing.T) {
 	}
 	if c := f.held(id); c.Held != 1 || c.Refused != 1 {
 		t.Fatalf("count %+v", c)
+	}
+}
+
+// A description given to another pod (pidfd_getfd, as SCM_RIGHTS) opens nothing: it
+// stays counted against the pod that opened it until it is gone, erring on refusing
+// that pod. Once a measurement finds it held elsewhere, the opener's count is settled
+// without it, and its release pays what the opener is owed, not the count: the opener
+// is never let past its booking by what it gave away.
+func TestGateOwesAGivenDescriptionToNoCount(t *testing.T) {
+	f := newGateFixture(t, false)
+	a, acg := f.pod("a", 1)
+	b, bcg := f.pod("b", 1)
+	oa, ob := f.opener(acg), f.opener(bcg)
+	given := oa.must("open " + f.queue)
+	got := ob.must(fmt.Sprintf("steal %d %d", oa.cmd.Process.Pid, given))
+	oa.must(fmt.Sprintf("close %d", given))
+	if _, err := oa.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open by the giver while the receiver holds its description: %v, want EDQUOT", err)
+	}
+	if c := f.held(b); c.Held != 0 || c.Granted != 0 {
+		t.Fatalf("the receiver's count %+v: a given description opened something", c)
+	}
+	// The sample: gone descriptions reclaimed, then the giver measured holding none.
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if !f.gate.Settle(a, f.held(a).Moves, 0) {
+		t.Fatal("Settle on a quiet pod did nothing")
+	}
+	oa.must("open " + f.queue) // holds 1 of 1
+	ob.must(fmt.Sprintf("close %d", got))
+	if _, err := oa.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open past the booking once the receiver dropped what it was given: %v, want EDQUOT", err)
+	}
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(a); c.Held != 1 || c.Released != 1 {
+		t.Fatalf("the giver's count %+v, want 1 held (what it holds), 1 released (what it gave)", c)
 	}
 }
 
