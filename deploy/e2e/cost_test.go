@@ -40,12 +40,15 @@ type billCase struct {
 	name    string
 	dra     bool
 	booking string // "none", "small" or "full"
+	prevent bool   // the budget gate on
 }
 
 var billCases = []billCase{
-	{"baseline", false, "none"},
-	{"small-devicePlugin", false, "small"}, {"full-devicePlugin", false, "full"},
-	{"small-dra", true, "small"}, {"full-dra", true, "full"},
+	{"baseline", false, "none", false},
+	{"small-devicePlugin", false, "small", false}, {"small-devicePlugin-gate", false, "small", true},
+	{"full-devicePlugin", false, "full", false},
+	{"small-dra", true, "small", false}, {"small-dra-gate", true, "small", true},
+	{"full-dra", true, "full", false},
 }
 
 // billProcesses are what the node runs for Kubernetes, whose CPU is the node's bill
@@ -59,7 +62,7 @@ var billProcesses = []string{"kubelet", "kube-apiserver", "etcd"}
 // booking a little (1 MB / 0 / 100 MB / 1 queue), then CGs booking the node's whole
 // allocatable capacity between them, through the device plugin and then through DRA
 // claims, each holding a part of what it booked, with nothing scraping or reading the
-// agent. Each iteration is one window of NR1_COST_WINDOW (default 20s); the metrics are
+// agent; the small cases again with the budget gate on (-gate). Each iteration is one window of NR1_COST_WINDOW (default 20s); the metrics are
 // the medians over the windows (-benchtime=5x: five). bill-%core is the agent's CPU and
 // what the kubelet, the API server and etcd spend above the baseline. With
 // NR1_COST_PROFILE set, CPU profiles of the agent and of the kubelet (10 s, after the
@@ -92,7 +95,7 @@ func BenchmarkAgentCost(b *testing.B) {
 				node := nodeName(b, c)
 				b.Cleanup(func() { deleteNodeSlices(b, c, node) })
 			}
-			withDesign(b, c, design{name: bc.name, onChange: true, mode: map[bool]string{true: "dra"}[bc.dra]})
+			withDesign(b, c, design{name: bc.name, onChange: true, mode: map[bool]string{true: "dra"}[bc.dra], prevention: bc.prevent})
 			newNamespace(b, c, costNS)
 			b.Cleanup(func() { deleteNamespace(b, c, costNS) })
 			booked, held := costCGs(b, c, n, costNS, bc)

@@ -25,13 +25,14 @@ import (
 // whole pod-resources table at each (as it did before sampling on change), or also at
 // once when the kernel reports a process taking an NR1 file, reading the table when a
 // pod awaits it and asking the kubelet about one pod otherwise.
-var designs = []design{{"interval", false, "0s", ""}, {"onChange", true, "", ""}}
+var designs = []design{{"interval", false, "0s", "", false}, {"onChange", true, "", "", false}}
 
 type design struct {
 	name              string
 	onChange          bool
 	allocationRefresh string // empty: the agent's default
 	mode              string // the agent's mode; empty: the device plugin
+	prevention        bool   // the budget gate on
 }
 
 // withDesign runs the agent with the design's sampling settings, restarting it, and puts the
@@ -52,6 +53,9 @@ func withDesign(b *testing.B, c kubernetes.Interface, d design) {
 		cfg["sampling"] = sampling
 		if d.mode != "" {
 			cfg["mode"] = d.mode
+		}
+		if d.prevention {
+			cfg["prevention"] = map[string]any{"enabled": true}
 		}
 		enforcement, _ := cfg["enforcement"].(map[string]any)
 		if enforcement == nil {
