@@ -67,7 +67,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 trust trust-regressions trust-mutants trust-soak fuzz bench bench-agent bench-gate bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 trust trust-regressions trust-mutants trust-mutants-gate trust-soak fuzz bench bench-agent bench-gate bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -154,6 +154,9 @@ trust-regressions: ## replay every seed kept in deploy/trust/testdata/seeds
 
 trust-mutants: test-deps image ## the trust suite against agents broken on purpose (kill or throttle disabled, own uncertainty trusted, allocation read as zero, usage halved): each must fail, and what caught it is printed
 	cd $(CURDIR) && deploy/trust/mutants.sh
+
+trust-mutants-gate: test-deps image ## the same with the budget gate on, against the gate's mutants (each CG held to twice its booking)
+	cd $(CURDIR) && NR1_MUTANT_JUDGE=gate deploy/trust/mutants.sh
 
 trust-soak: ## the trust suite for hours (DURATION=4h unless given)
 	$(MAKE) trust DURATION=$(if $(filter command line,$(origin DURATION)),$(DURATION),4h) SEED=$(SEED)

@@ -8,7 +8,9 @@
 # says what caught it; the same run against the real agent first must pass (the
 # control). The stack is brought up unless it runs (and torn down after), and the real
 # agent deployed again.
-# NR1_MUTANTS (a regular expression of names) runs some of them only.
+# NR1_MUTANTS (a regular expression of names) runs some of them only. The ladders'
+# mutants run with the budget gate off; NR1_MUTANT_JUDGE=gate (make trust-mutants-gate)
+# runs the gate's mutants instead, with the gate on in the control and in each trial.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -20,6 +22,12 @@ mkdir -p "$out"
 # times over), 2 uncertain by their own doing (an io_uring larger than a scan reads).
 seed=${NR1_MUTANT_SEED:-204}
 duration=${NR1_MUTANT_DURATION:-4m}
+judge=${NR1_MUTANT_JUDGE:-ladder}
+case "$judge" in
+  ladder) prevention=off ;;
+  gate) prevention=on ;;
+  *) echo "NR1_MUTANT_JUDGE=$judge: want ladder or gate"; exit 2 ;;
+esac
 
 started=0
 if ! "$stack" status | grep -q '^kubelet: running'; then
@@ -43,14 +51,15 @@ trap restore EXIT
 trial() {
   eval "$("$stack" env)"
   # The ladders' mutants are judged by CGs the ladders act on: the budget gate, which
-  # would refuse their queue overruns first, stays off.
-  NR1_TRUST_SEED=$seed NR1_TRUST_DURATION=$duration NR1_TRUST_MODES=devicePlugin NR1_TRUST_FAULTS=0 NR1_TRUST_PREVENTION=off \
+  # would refuse their queue overruns first, stays off. The gate's are judged by the
+  # overruns it must refuse.
+  NR1_TRUST_SEED=$seed NR1_TRUST_DURATION=$duration NR1_TRUST_MODES=devicePlugin NR1_TRUST_FAULTS=0 NR1_TRUST_PREVENTION=$prevention \
     go test -tags e2e,trust -count=1 -timeout 30m -run '^TestTrust$' -v ./deploy/e2e/ >"$out/$1.log" 2>&1
 }
 
 # The control: the real agent passes the same run, so that what fails against a mutant
 # is the mutant's doing, not the seed's or the stack's.
-echo "== trust-mutants: the real agent (control)"
+echo "== trust-mutants: the real agent (control, the budget gate $prevention)"
 "$stack" deploy
 if ! trial control; then
   echo "the trust run failed against the real agent: no mutant can be judged by it ($out/control.log)"
@@ -60,7 +69,7 @@ fi
 
 survived=()
 ran=0
-while IFS=$'\t' read -r name what; do
+while IFS=$'\t' read -r name what _; do
   ran=$((ran + 1))
   echo "== trust-mutants: $name ($what)"
   t0=$SECONDS
@@ -88,9 +97,9 @@ while IFS=$'\t' read -r name what; do
   fi
   rm -rf "$work"
   echo "    ($((SECONDS - t0)) s)"
-done < <(cd "$repo" && go run ./deploy/trust/mutate -list | grep -E "^(${NR1_MUTANTS:-.*})"$'\t')
+done < <(cd "$repo" && go run ./deploy/trust/mutate -list | grep -E "^(${NR1_MUTANTS:-.*})"$'\t' | grep -E $'\t'"$judge\$")
 if [ "$ran" = 0 ]; then
-  echo "trust-mutants: NR1_MUTANTS=${NR1_MUTANTS:-} names no mutant (deploy/trust/mutate -list)"
+  echo "trust-mutants: NR1_MUTANTS=${NR1_MUTANTS:-} names no $judge mutant (deploy/trust/mutate -list)"
   exit 1
 fi
 if [ ${#survived[@]} -gt 0 ]; then

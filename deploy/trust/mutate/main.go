@@ -6,7 +6,8 @@
 // is refused, so that a mutant the code has moved away from is noticed, never run as
 // the agent it no longer breaks.
 //
-//	mutate -list              the mutants' names, one a line
+//	mutate -list              the mutants, one a line: name, what, and whether the
+//	                          budget gate is on in its trial (gate) or off (ladder)
 //	mutate -name N -dir D     apply mutant N to the source tree D
 package main
 
@@ -24,10 +25,13 @@ type change struct {
 	file, old, replacement string
 }
 
-// mutant is an agent broken in one way the suite must catch, and how.
+// mutant is an agent broken in one way the suite must catch, and how. A gate mutant is
+// judged with the budget gate on; the others with it off, since the gate would refuse
+// the queue overruns their ladders must act on.
 type mutant struct {
 	name, what string
 	changes    []change
+	gate       bool
 }
 
 var mutants = []mutant{
@@ -37,23 +41,27 @@ var mutants = []mutant{
 			"if false {"},
 			{"agent/act/actuate/actuate.go",
 				"if err := a.Stopper.StopContainer(ctx, c.ID, a.KillTimeout); err != nil {",
-				"if err := error(nil); err != nil {"}}},
+				"if err := error(nil); err != nil {"}}, false},
 	{"throttle-disabled", "a throttle attaches nothing, and reports success (the Event says NR1Throttled)",
 		[]change{{"agent/act/actuate/actuate.go",
 			"if err := a.Throttler.Attach(act.UID, act.PodCgroup); err != nil {",
-			"if err := error(nil); err != nil {"}}},
+			"if err := error(nil); err != nil {"}}, false},
 	{"uncertainty-trusted", "a CG's own uncertainty protects it, as the node's does",
 		[]change{{"agent/view/sample.go",
 			"\tcase CauseInFlight, CauseRing:\n\t\treturn true",
-			"\tcase CauseInFlight, CauseRing:\n\t\treturn false"}}},
+			"\tcase CauseInFlight, CauseRing:\n\t\treturn false"}}, false},
 	{"allocation-zero", "every CG's allocation read as zero, known",
 		[]change{{"agent/observe/inventory/inventory.go",
 			"cg.Allocation, cg.AllocationKnown = nr1.Max(sum, initMax), true",
-			"cg.Allocation, cg.AllocationKnown = nr1.Amounts{}, true"}}},
+			"cg.Allocation, cg.AllocationKnown = nr1.Amounts{}, true"}}, false},
 	{"usage-halved", "every CG's usage judged at half of what it holds",
 		[]change{{"agent/measure/sampler/sampler.go",
 			"cg.Ratio = view.Ratios(cg.Usage, cg.Allocation)",
-			"for r := range cg.Usage {\n\t\t\tcg.Usage[r] /= 2\n\t\t}\n\t\tcg.Ratio = view.Ratios(cg.Usage, cg.Allocation)"}}},
+			"for r := range cg.Usage {\n\t\t\tcg.Usage[r] /= 2\n\t\t}\n\t\tcg.Ratio = view.Ratios(cg.Usage, cg.Allocation)"}}, false},
+	{"gate-doubled", "the budget gate holds each CG to twice the queues it booked",
+		[]change{{"agent/act/prevent/prevent.go",
+			"want := int64(m.Allocation[Gated]) // a queue's unit is one handle",
+			"want := 2 * int64(m.Allocation[Gated])"}}, true},
 }
 
 func main() {
@@ -63,7 +71,11 @@ func main() {
 	flag.Parse()
 	if *list {
 		for _, m := range mutants {
-			fmt.Printf("%s\t%s\n", m.name, m.what)
+			judged := "ladder"
+			if m.gate {
+				judged = "gate"
+			}
+			fmt.Printf("%s\t%s\t%s\n", m.name, m.what, judged)
 		}
 		return
 	}
