@@ -102,6 +102,7 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 
 type gateBench struct {
 	mnt, pod, queue string
+	gate            *Gate // nil without the gate
 }
 
 // newGateBench makes a gate root with one pod booking every queue it will open, and a
@@ -167,5 +168,62 @@ func newGateBench(b *testing.B, gate bool) gateBench {
 	if err := g.Book(st.Ino, "", 1<<40); err != nil {
 		b.Fatal(err)
 	}
-	return gateBench{mnt: mnt, pod: pod, queue: queue}
+	return gateBench{mnt: mnt, pod: pod, queue: queue, gate: g}
+}
+
+// BenchmarkGateRefusal times an open past a pod's booking, which the gate refuses only
+// after walking the descriptions it charged, node-wide, for the gone ones: charged=N is
+// N descriptions held by another pod (none of them gone). The walk runs in the refused
+// opener's own syscall, so it is that pod that pays it.
+func BenchmarkGateRefusal(b *testing.B) {
+	for _, n := range []int{0, 100, 1000, 10000} {
+		b.Run(fmt.Sprintf("charged=%d", n), func(b *testing.B) {
+			if os.Geteuid() != 0 {
+				b.Skip("needs root: cgroups, bpffs, BPF")
+			}
+			f := newGateBench(b, true)
+			g := f.gate
+			// The holder: this process, in a pod booking n, opens n queues.
+			holder := filepath.Join(filepath.Dir(f.pod), "holder")
+			if err := os.Mkdir(holder, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = os.Remove(holder) })
+			var st unix.Stat_t
+			if err := unix.Stat(holder, &st); err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Book(st.Ino, "", int64(n)); err != nil {
+				b.Fatal(err)
+			}
+			fds := make([]int, 0, n)
+			joinCgroup(b, f.mnt, holder)
+			for range n {
+				fd, err := unix.Open(f.queue, unix.O_RDWR|unix.O_CLOEXEC, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fds = append(fds, fd)
+			}
+			b.Cleanup(func() {
+				for _, fd := range fds {
+					_ = unix.Close(fd)
+				}
+			})
+			// The refused: the bench pod, booking nothing.
+			if err := unix.Stat(f.pod, &st); err != nil {
+				b.Fatal(err)
+			}
+			if err := g.Book(st.Ino, "", 0); err != nil {
+				b.Fatal(err)
+			}
+			joinCgroup(b, f.mnt, f.pod)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := unix.Open(f.queue, unix.O_RDWR|unix.O_CLOEXEC, 0); !errors.Is(err, unix.EDQUOT) {
+					b.Fatalf("open past the booking: %v, want EDQUOT", err)
+				}
+			}
+		})
+	}
 }
