@@ -174,7 +174,7 @@ bench: $(TOOLS)/benchstat ## run the benchmarks and print medians
 	$(GO) test -p 1 -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./... | tee bench.out
 	$(TOOLS)/benchstat bench.out
 
-bench-gate: $(TOOLS)/benchstat ## the budget gate's cost: an open and close of /dev/null and of a queue, in a pod and on the host, with no BPF, the footprint's tracepoints, and the gate (as root)
+bench-gate: $(TOOLS)/benchstat ## the budget gate's cost: an open and close of a regular file, of /dev/null and of a queue, in a pod and on the host, with no BPF, the footprint's tracepoints, and the gate; an open refused past a booking, against the descriptions charged (as root)
 	@mkdir -p _output/bench
 	$(GO) test -run '^$$' -bench BenchmarkGate -count $(BENCH_COUNT) ./bpf/ | tee _output/bench/gate.out
 	$(TOOLS)/benchstat -col /bpf _output/bench/gate.out
