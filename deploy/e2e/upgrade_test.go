@@ -28,7 +28,11 @@ import (
 
 // upgradeValues keep a throttled CG throttled: a compute DMA ladder that ends at the
 // throttle, so that the CG is neither killed nor let go while the agents are replaced.
+// The budget gate is on: each agent takes over the gate the one before left, with the
+// counts of the CGs holding queues.
 const upgradeValues = `config:
+  prevention:
+    enabled: true
   enforcement:
     resources:
       compute_dma_memory:
@@ -196,7 +200,8 @@ func (h *handover) replace(t *testing.T, what, image string, do func()) {
 // agent, then helm rollback to the previous: each time the agents are replaced, and no
 // CG is acted on again, the throttle stays, each CG's allocation is known as before
 // (each agent reads the other's checkpoints and pins, the prepared claims among them),
-// and no container restarts. TestStrangersPath does the same in device-plugin mode.
+// no container restarts, and the budget gate goes on counting the CG that holds all the
+// queues it booked, refusing it nothing. TestStrangersPath does the same in device-plugin mode.
 func TestChartUpgrade(t *testing.T) {
 	c := client(t)
 	registry, ca := os.Getenv("NR1_REGISTRY"), os.Getenv("NR1_REGISTRY_CA")
@@ -226,13 +231,46 @@ func TestChartUpgrade(t *testing.T) {
 		t.Fatalf("upgrade-steady acted on before the upgrade: %s", got)
 	}
 	chart := filepath.Join(repo, "deploy", "helm", "nr1-agent")
+	gateHolds(t, c, "before the upgrade", steady, 7)
 	h.replace(t, "the upgrade", "nr1.local/nr1-agent:dev", func() {
 		run(t, "helm", append([]string{"upgrade", "nr1-agent", chart, "--namespace", "nr1-system", "--wait", "--timeout", "3m",
 			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "--set", "config.mode=dra", "-f", values},
 			runtimeValues()...)...)
 	})
+	gateHolds(t, c, "after the upgrade", steady, 7)
 	h.replace(t, "the rollback", oldImage, func() {
 		run(t, "helm", "rollback", "nr1-agent", "1", "--namespace", "nr1-system", "--wait", "--timeout", "3m")
+	})
+	gateHolds(t, c, "after the rollback", steady, 7)
+}
+
+// gateHolds checks that the budget gate runs and counts p holding held queues, as many
+// as it booked, and has refused it nothing: the agent took over the gate with its count.
+func gateHolds(t *testing.T, c kubernetes.Interface, when string, p *corev1.Pod, held float64) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the gate's count of "+p.Name+" "+when, func() error {
+		agent, err := readyAgent(c)
+		if err != nil {
+			return err
+		}
+		_, body, err := getMetrics(agent.Status.PodIP)
+		if err != nil {
+			return err
+		}
+		series := func(name string) string {
+			return fmt.Sprintf(`%s{namespace=%q,pod=%q,resource="ai_hypervisor_queue",uid=%q}`, name, p.Namespace, p.Name, p.UID)
+		}
+		for s, want := range map[string]float64{
+			`nr1_gate_enabled{configured="true"}`: 1,
+			series("nr1_gate_held"):               held,
+			series("nr1_gate_booked"):             held,
+			series("nr1_gate_refused_total"):      0,
+		} {
+			if v, ok := seriesValue(body, s); !ok || v != want {
+				return fmt.Errorf("%s = %v (found %v), want %v", s, v, ok, want)
+			}
+		}
+		return nil
 	})
 }
 
