@@ -212,7 +212,7 @@ const gateDeviceLink = "device"
 
 // mmapArray maps the memory of m, an array of values of size elem.
 func mmapArray(m *ebpf.Map, elem uintptr) ([]byte, error) {
-	size := int(m.MaxEntries()) * int(elem) //nolint:gosec // a map's size, far below the limits
+	size := int(m.MaxEntries()) * int(elem)
 	size = (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
 	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
