@@ -62,6 +62,12 @@ func opener() {
 			err = unix.Close(arg(1))
 		case "dup":
 			n, err = unix.FcntlInt(uintptr(arg(1)), unix.F_DUPFD_CLOEXEC, 0)
+		case "dupflood": // dupflood FD K: K dups of FD, every one of them kept
+			for range arg(2) {
+				if n, err = unix.FcntlInt(uintptr(arg(1)), unix.F_DUPFD_CLOEXEC, 0); err != nil {
+					break
+				}
+			}
 		case "dup2":
 			n, err = arg(2), unix.Dup2(arg(1), arg(2))
 		case "fork": // a child that is given the fds named (as 3, 4, ...) and waits
@@ -277,20 +283,21 @@ func (f *gateFixture) held(pod uint64) GateCount {
 }
 
 // A pod opens up to its booking and no further; what does not open a new description
-// (dup, fork, O_PATH, access) is not counted; a queue given back by close can be taken
+// (dup, 5000 of them, fork, O_PATH, access) is not counted; a queue given back by close can be taken
 // again at once, but only when the last reference is gone.
 func TestGateHoldsAPodToItsBooking(t *testing.T) {
 	f := newGateFixture(t, false)
 	id, cg := f.pod("pod", 2)
 	o := f.opener(cg)
 	a := o.must("open " + f.queue)
-	o.must("open " + f.queue)
+	kept := o.must("open " + f.queue)
 	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
 		t.Fatalf("third open with two booked: %v, want EDQUOT", err)
 	}
 	if c := f.held(id); c.Held != 2 || c.Refused != 1 || c.Granted != 2 {
 		t.Fatalf("count %+v, want 2 held, 1 refused, 2 granted", c)
 	}
+	o.must(fmt.Sprintf("dupflood %d 5000", kept))
 	d := o.must(fmt.Sprintf("dup %d", a))
 	o.must(fmt.Sprintf("fork %d", a))
 	o.must("opath " + f.queue)
