@@ -39,7 +39,7 @@ type GateOptions struct {
 }
 
 // Gate is the budget gate (gate.bpf.c): an open of a gated device by a process of a
-// pod that holds as many as it booked fails with EPERM. A pod is known to the gate by
+// pod that holds as many as it booked fails with EDQUOT. A pod is known to the gate by
 // its cgroup's id in the v2 tree, and its budget lives in a slot of a map whose memory
 // the agent shares with the programs, so that both move a count with atomic operations.
 type Gate struct {
