@@ -13,9 +13,10 @@
 // is watched: a hook there would cost every close of the node. Instead, an open that
 // would go past the booking first looks for the remembered descriptions that are gone
 // (no reference left, or their memory reused for another file) and gives them back;
-// only then is it refused. What no exit links to a description (io_uring's opens) stays
-// counted: the gate errs on refusing, and user space sets the count from the
-// footprint's measurement when the pod is quiet.
+// only then is it refused. A grant is linked to its open's exit only within a native
+// open syscall, marked at its entry: what no exit links (io_uring's opens, a 32-bit
+// syscall, whose tracepoints do not fire) stays counted. The gate errs on refusing, and
+// user space sets the count from the footprint's measurement when the pod is quiet.
 
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -108,8 +109,11 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } node SEC(".maps");
 
-// The pod an open under way was let through for, by thread, from the device program to
-// the syscall's exit; 0 once the exit has read it.
+// An open under way, by thread, from the syscall's entry to its exit: IN_OPEN, then the
+// pod the device program counted it for; 0 outside an open. Cgroup ids are inode
+// numbers, never 1.
+#define IN_OPEN 1
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -195,9 +199,10 @@ static __always_inline void release(__u64 id)
 
 	if (!b)
 		return;
+	// moves first: a settle that read held before this sees moves changed.
+	__sync_fetch_and_add(&b->moves, 1);
 	__sync_fetch_and_add(&b->held, -1);
 	__sync_fetch_and_add(&b->released, 1);
-	__sync_fetch_and_add(&b->moves, 1);
 }
 
 // refs is the number of references to file.
@@ -241,8 +246,8 @@ static __always_inline bool give_back(__u64 *key, __u64 id)
 		struct budget *b = bpf_map_lookup_elem(&budgets, slot);
 
 		if (b) {
-			__sync_fetch_and_add(&b->released, 1);
 			__sync_fetch_and_add(&b->moves, 1);
+			__sync_fetch_and_add(&b->released, 1);
 		}
 		return true;
 	}
@@ -272,9 +277,11 @@ static long reclaim_gone(void *map, __u64 *key, struct charge *c, struct reclaim
 }
 
 // take counts one more open against b, if it fits its booking: of openers racing for
-// the last queue, exactly one gets it.
+// the last queue, exactly one gets it. moves goes first, so that a settle that read held
+// before either change sees it moved, and sets nothing.
 static __always_inline bool take(struct budget *b)
 {
+	__sync_fetch_and_add(&b->moves, 1);
 	if (__sync_fetch_and_add(&b->held, 1) < b->booked)
 		return true;
 	__sync_fetch_and_add(&b->held, -1);
@@ -293,7 +300,8 @@ __noinline int take_reclaimed(__u64 id)
 	if (!b)
 		return 0;
 	bpf_for_each_map_elem(&charges, reclaim_gone, &r, 0);
-	return r.released && take(b);
+	// Whether this walk gave anything back or another did first, the count may fit now.
+	return take(b);
 }
 
 // nr1_gate_reclaim gives back every charge whose description is gone, run by user space
@@ -345,15 +353,13 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 		return 0;
 	}
 	__sync_fetch_and_add(&b->granted, 1);
-	__sync_fetch_and_add(&b->moves, 1);
-	// The exit of the open links the grant to its description. Outside an open syscall
-	// (io_uring's openat) no exit does, and the grant stays counted: the queue is held,
-	// and the measurement settles it.
+	// The exit of the open links the grant to its description. Outside a native open
+	// syscall (io_uring's openat, a 32-bit syscall) no entry marked the thread and no
+	// exit will: the grant stays counted, the queue is held, and the measurement
+	// settles it.
 	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (slot)
+	if (slot && *slot == IN_OPEN)
 		*slot = id;
-	else
-		bpf_map_update_elem(&opening, &thread, &id, BPF_ANY);
 	return 1;
 }
 
@@ -366,24 +372,29 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	struct file *file;
 
 	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (!slot || !*slot)
+	if (!slot)
 		return 0;
 	id = *slot;
 	*slot = 0;
+	if (id == IN_OPEN || !id)
+		return 0;
 	if (ctx->ret < 0) {
 		release(id);
 		return 0;
 	}
 	file = fd_file(ctx->ret);
-	// Not a gated device's: the grant came from elsewhere (an io_uring open finished on
-	// the way back to user space) and stays counted.
+	// Another thread may have put another file at the fd since (dup2): that one is not
+	// this grant's, which then stays counted.
 	if (!file || !gated_file(file))
 		return 0;
 	key = (__u64)file;
-	// A charge already at this address is of a description gone unseen.
+	// A charge already at this address is of a description gone unseen, or of a live
+	// one put at the fd by another thread: which, the gate cannot tell, so it gives
+	// nothing back, and the charge's pod stays counted (erring on refusing) until its
+	// settle.
 	old = bpf_map_lookup_elem(&charges, &key);
-	if (old)
-		give_back(&key, old->pod);
+	if (old && old->pod != id)
+		return 0;
 	c.pod = id;
 	c.inode = (__u64)BPF_CORE_READ(file, f_inode);
 	bpf_map_update_elem(&charges, &key, &c, BPF_ANY);
@@ -398,32 +409,6 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                   \
 	int nr1_gate_exit_##name(struct syscall_exit_ctx *ctx) { return exit; }
 
-// An open's exit only: its entry needs nothing, and no program there keeps every open
-// of the node from its tracepoint's cost.
-#define SYSCALL_EXIT(name, exit)                                                     \
-	SEC("tracepoint/syscalls/sys_exit_" #name)                                   \
-	int nr1_gate_exit_##name(struct syscall_exit_ctx *ctx) { return exit; }
-
-SYSCALL_EXIT(openat, exit_open(ctx))
-SYSCALL_EXIT(openat2, exit_open(ctx))
-SYSCALL_EXIT(open_by_handle_at, exit_open(ctx))
-// open(2) and creat(2) exist on some architectures only (amd64, not arm64).
-SYSCALL_EXIT(open, exit_open(ctx))
-SYSCALL_EXIT(creat, exit_open(ctx))
-
-// io_uring's openat, run within io_uring_enter, has no open's exit: its grant is
-// unlinked there, so that the thread's next open does not take it for its own.
-static __always_inline int exit_uring(void)
-{
-	__u64 thread = bpf_get_current_pid_tgid(), *slot = bpf_map_lookup_elem(&opening, &thread);
-
-	if (slot)
-		*slot = 0;
-	return 0;
-}
-
-SYSCALL_EXIT(io_uring_enter, exit_uring())
-
 // mark sets the current thread's entry in a per-thread map to v. A thread's entry is
 // written in place once made: an update takes the map's locks, a lookup none.
 static __always_inline void mark(void *map, __u64 v)
@@ -436,6 +421,23 @@ static __always_inline void mark(void *map, __u64 v)
 	else
 		bpf_map_update_elem(map, &thread, &v, BPF_ANY);
 }
+
+// The entry marks the thread as in a native open: only then does the exit trust the
+// grant it finds, so that a grant no exit followed (a 32-bit syscall's, io_uring's) is
+// never given back by the thread's next failed open.
+static __always_inline int enter_open(void)
+{
+	if (under_gate())
+		mark(&opening, IN_OPEN);
+	return 0;
+}
+
+SYSCALL(openat, enter_open(), exit_open(ctx))
+SYSCALL(openat2, enter_open(), exit_open(ctx))
+SYSCALL(open_by_handle_at, enter_open(), exit_open(ctx))
+// open(2) and creat(2) exist on some architectures only (amd64, not arm64).
+SYSCALL(open, enter_open(), exit_open(ctx))
+SYSCALL(creat, enter_open(), exit_open(ctx))
 
 static __always_inline int enter_ask(void)
 {

@@ -56,17 +56,21 @@ const (
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
+	gateProgNr1GateEnterCreat           = "nr1_gate_enter_creat"
 	gateProgNr1GateEnterFaccessat       = "nr1_gate_enter_faccessat"
 	gateProgNr1GateEnterFaccessat2      = "nr1_gate_enter_faccessat2"
 	gateProgNr1GateEnterFanotifyMark    = "nr1_gate_enter_fanotify_mark"
 	gateProgNr1GateEnterInotifyAddWatch = "nr1_gate_enter_inotify_add_watch"
+	gateProgNr1GateEnterOpen            = "nr1_gate_enter_open"
+	gateProgNr1GateEnterOpenByHandleAt  = "nr1_gate_enter_open_by_handle_at"
+	gateProgNr1GateEnterOpenat          = "nr1_gate_enter_openat"
+	gateProgNr1GateEnterOpenat2         = "nr1_gate_enter_openat2"
 	gateProgNr1GateExitAccess           = "nr1_gate_exit_access"
 	gateProgNr1GateExitCreat            = "nr1_gate_exit_creat"
 	gateProgNr1GateExitFaccessat        = "nr1_gate_exit_faccessat"
 	gateProgNr1GateExitFaccessat2       = "nr1_gate_exit_faccessat2"
 	gateProgNr1GateExitFanotifyMark     = "nr1_gate_exit_fanotify_mark"
 	gateProgNr1GateExitInotifyAddWatch  = "nr1_gate_exit_inotify_add_watch"
-	gateProgNr1GateExitIoUringEnter     = "nr1_gate_exit_io_uring_enter"
 	gateProgNr1GateExitOpen             = "nr1_gate_exit_open"
 	gateProgNr1GateExitOpenByHandleAt   = "nr1_gate_exit_open_by_handle_at"
 	gateProgNr1GateExitOpenat           = "nr1_gate_exit_openat"
@@ -119,17 +123,21 @@ type gateSpecs struct {
 type gateProgramSpecs struct {
 	Nr1Gate                     *ebpf.ProgramSpec `ebpf:"nr1_gate"`
 	Nr1GateEnterAccess          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_access"`
+	Nr1GateEnterCreat           *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_creat"`
 	Nr1GateEnterFaccessat       *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat"`
 	Nr1GateEnterFaccessat2      *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat2"`
 	Nr1GateEnterFanotifyMark    *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_fanotify_mark"`
 	Nr1GateEnterInotifyAddWatch *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_inotify_add_watch"`
+	Nr1GateEnterOpen            *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_open"`
+	Nr1GateEnterOpenByHandleAt  *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_open_by_handle_at"`
+	Nr1GateEnterOpenat          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_openat"`
+	Nr1GateEnterOpenat2         *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_openat2"`
 	Nr1GateExitAccess           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_access"`
 	Nr1GateExitCreat            *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_creat"`
 	Nr1GateExitFaccessat        *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat"`
 	Nr1GateExitFaccessat2       *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat2"`
 	Nr1GateExitFanotifyMark     *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_fanotify_mark"`
 	Nr1GateExitInotifyAddWatch  *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_inotify_add_watch"`
-	Nr1GateExitIoUringEnter     *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_io_uring_enter"`
 	Nr1GateExitOpen             *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_open"`
 	Nr1GateExitOpenByHandleAt   *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_open_by_handle_at"`
 	Nr1GateExitOpenat           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_openat"`
@@ -219,17 +227,21 @@ type gateVariables struct {
 type gatePrograms struct {
 	Nr1Gate                     *ebpf.Program `ebpf:"nr1_gate"`
 	Nr1GateEnterAccess          *ebpf.Program `ebpf:"nr1_gate_enter_access"`
+	Nr1GateEnterCreat           *ebpf.Program `ebpf:"nr1_gate_enter_creat"`
 	Nr1GateEnterFaccessat       *ebpf.Program `ebpf:"nr1_gate_enter_faccessat"`
 	Nr1GateEnterFaccessat2      *ebpf.Program `ebpf:"nr1_gate_enter_faccessat2"`
 	Nr1GateEnterFanotifyMark    *ebpf.Program `ebpf:"nr1_gate_enter_fanotify_mark"`
 	Nr1GateEnterInotifyAddWatch *ebpf.Program `ebpf:"nr1_gate_enter_inotify_add_watch"`
+	Nr1GateEnterOpen            *ebpf.Program `ebpf:"nr1_gate_enter_open"`
+	Nr1GateEnterOpenByHandleAt  *ebpf.Program `ebpf:"nr1_gate_enter_open_by_handle_at"`
+	Nr1GateEnterOpenat          *ebpf.Program `ebpf:"nr1_gate_enter_openat"`
+	Nr1GateEnterOpenat2         *ebpf.Program `ebpf:"nr1_gate_enter_openat2"`
 	Nr1GateExitAccess           *ebpf.Program `ebpf:"nr1_gate_exit_access"`
 	Nr1GateExitCreat            *ebpf.Program `ebpf:"nr1_gate_exit_creat"`
 	Nr1GateExitFaccessat        *ebpf.Program `ebpf:"nr1_gate_exit_faccessat"`
 	Nr1GateExitFaccessat2       *ebpf.Program `ebpf:"nr1_gate_exit_faccessat2"`
 	Nr1GateExitFanotifyMark     *ebpf.Program `ebpf:"nr1_gate_exit_fanotify_mark"`
 	Nr1GateExitInotifyAddWatch  *ebpf.Program `ebpf:"nr1_gate_exit_inotify_add_watch"`
-	Nr1GateExitIoUringEnter     *ebpf.Program `ebpf:"nr1_gate_exit_io_uring_enter"`
 	Nr1GateExitOpen             *ebpf.Program `ebpf:"nr1_gate_exit_open"`
 	Nr1GateExitOpenByHandleAt   *ebpf.Program `ebpf:"nr1_gate_exit_open_by_handle_at"`
 	Nr1GateExitOpenat           *ebpf.Program `ebpf:"nr1_gate_exit_openat"`
@@ -242,17 +254,21 @@ func (p *gatePrograms) Close() error {
 	return _GateClose(
 		p.Nr1Gate,
 		p.Nr1GateEnterAccess,
+		p.Nr1GateEnterCreat,
 		p.Nr1GateEnterFaccessat,
 		p.Nr1GateEnterFaccessat2,
 		p.Nr1GateEnterFanotifyMark,
 		p.Nr1GateEnterInotifyAddWatch,
+		p.Nr1GateEnterOpen,
+		p.Nr1GateEnterOpenByHandleAt,
+		p.Nr1GateEnterOpenat,
+		p.Nr1GateEnterOpenat2,
 		p.Nr1GateExitAccess,
 		p.Nr1GateExitCreat,
 		p.Nr1GateExitFaccessat,
 		p.Nr1GateExitFaccessat2,
 		p.Nr1GateExitFanotifyMark,
 		p.Nr1GateExitInotifyAddWatch,
-		p.Nr1GateExitIoUringEnter,
 		p.Nr1GateExitOpen,
 		p.Nr1GateExitOpenByHandleAt,
 		p.Nr1GateExitOpenat,
