@@ -79,6 +79,10 @@ func opener() {
 		case "kill": // the child ends
 			_ = child.Process.Kill()
 			_ = child.Wait()
+		case "setuid": // the opener goes on as uid N
+			err = syscall.Setresuid(arg(1), arg(1), arg(1))
+		case "touch": // utimensat(PATH, NULL): a write permission asked, nothing opened
+			err = unix.UtimesNanoAt(unix.AT_FDCWD, f[1], nil, 0)
 		case "steal": // steal PID FD: a copy of another process's fd (pidfd_getfd)
 			var pidfd int
 			if pidfd, err = unix.PidfdOpen(arg(1), 0); err == nil {
@@ -489,6 +493,35 @@ func TestGateOwesAGivenDescriptionToNoCount(t *testing.T) {
 	}
 	if c := f.held(a); c.Held != 1 || c.Released != 1 {
 		t.Fatalf("the giver's count %+v, want 1 held (what it holds), 1 released (what it gave)", c)
+	}
+}
+
+// A grant that no open's exit followed (here a write permission asked by utimensat of a
+// user who does not own the device; a 32-bit syscall's open or io_uring's are others)
+// stays counted: the thread's next open, failing, does not give it back.
+func TestGateNeverGivesBackAGrantNoOpenFollowed(t *testing.T) {
+	f := newGateFixture(t, false)
+	// Another user may reach the device and write to it (mknod's mode met the umask).
+	for path, mode := range map[string]os.FileMode{filepath.Dir(f.queue): 0o755, f.queue: 0o666} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, cg := f.pod("pod", 1)
+	o := f.opener(cg)
+	o.must("setuid 65534")
+	o.must("touch " + f.queue)
+	if c := f.held(id); c.Held != 1 || c.Granted != 1 {
+		t.Fatalf("after a write permission asked by a user who does not own the device: %+v, want it counted", c)
+	}
+	if _, err := o.do("open " + filepath.Join(filepath.Dir(f.queue), "absent")); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("open of an absent file: %v, want ENOENT", err)
+	}
+	if c := f.held(id); c.Held != 1 || c.Released != 0 {
+		t.Fatalf("a failed open gave back a grant that was not its own: %+v", c)
+	}
+	if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+		t.Fatalf("open with the booking counted full: %v, want EDQUOT", err)
 	}
 }
 
