@@ -28,11 +28,7 @@ import (
 
 // upgradeValues keep a throttled CG throttled: a compute DMA ladder that ends at the
 // throttle, so that the CG is neither killed nor let go while the agents are replaced.
-// The budget gate is on: each agent takes over the gate the one before left, with the
-// counts of the CGs holding queues.
 const upgradeValues = `config:
-  prevention:
-    enabled: true
   enforcement:
     resources:
       compute_dma_memory:
@@ -212,9 +208,11 @@ func TestChartUpgrade(t *testing.T) {
 	t.Cleanup(func() { deleteNodeSlices(t, c, node) })
 
 	makeWayForARelease(t, c)
+	// The budget gate on: each agent takes over the gate the one before left, with the
+	// counts of the CGs holding queues.
 	run(t, "helm", append([]string{"install", "nr1-agent", "oci://" + registry + "/charts/nr1-agent", "--version", strings.TrimPrefix(old, "v"),
 		"--namespace", "nr1-system", "--create-namespace", "--ca-file", ca, "--wait", "--timeout", "3m",
-		"-f", stackValues(t), "--set", "config.mode=dra", "-f", values, "--set", "image.pullPolicy=IfNotPresent"}, runtimeValues()...)...)
+		"-f", stackValues(t), "--set", "config.mode=dra", "-f", values, "--set", "config.prevention.enabled=true", "--set", "image.pullPolicy=IfNotPresent"}, runtimeValues()...)...)
 	oldImage := registry + "/nr1-agent:" + old
 	if a := mustReadyAgent(t, c); a.Spec.Containers[0].Image != oldImage {
 		t.Fatalf("the previous release's agent runs %s, want %s", a.Spec.Containers[0].Image, oldImage)
@@ -234,7 +232,7 @@ func TestChartUpgrade(t *testing.T) {
 	gateHolds(t, c, "before the upgrade", steady, 7)
 	h.replace(t, "the upgrade", "nr1.local/nr1-agent:dev", func() {
 		run(t, "helm", append([]string{"upgrade", "nr1-agent", chart, "--namespace", "nr1-system", "--wait", "--timeout", "3m",
-			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "--set", "config.mode=dra", "-f", values},
+			"-f", filepath.Join(chart, "values-local.yaml"), "--set", "namespace.create=false", "--set", "config.mode=dra", "-f", values, "--set", "config.prevention.enabled=true"},
 			runtimeValues()...)...)
 	})
 	gateHolds(t, c, "after the upgrade", steady, 7)
