@@ -75,6 +75,7 @@ type Keeper struct {
 	earlyCgroups  map[uint64]string    // the cgroups of those made before they were booked
 	falseRefusals uint64
 	fixes         uint64
+	reclaimed     bool // in the sample After is keeping
 }
 
 // pod is a booked pod as the keeper follows it.
@@ -162,12 +163,7 @@ func (k *Keeper) After(s *view.Sample) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	// What went between Before and the measurement is given back now, moving the counts
-	// it concerns, so that no settle lowers a count that a later reclaim lowers again.
-	if err := k.opts.Gate.Reclaim(); err != nil {
-		k.opts.Log.Error("budget gate", "err", err)
-		return
-	}
+	k.reclaimed = false
 	seen := map[uint64]bool{}
 	for _, m := range s.CGs {
 		if !m.Ready || len(m.PodCgroupIDs) == 0 {
@@ -256,6 +252,17 @@ func (k *Keeper) keep(id uint64, m *view.Measured) error {
 	if m.UsageUncertain == "" {
 		measured := int64(m.Usage[Gated])
 		p.measured = measured
+		if c.Held != measured && !k.reclaimed {
+			// What went between Before and the measurement is given back first, moving
+			// the counts it concerns, so that no settle lowers a count that a later
+			// reclaim lowers again. It walks every charge of the node: only a sample
+			// with a count to settle pays it.
+			if err := k.opts.Gate.Reclaim(); err != nil {
+				return fmt.Errorf("before settling cgroup %d: %w", id, err)
+			}
+			k.reclaimed = true
+			c, _ = k.opts.Gate.Count(id)
+		}
 		if moves, ok := k.before[id]; ok && c.Held != measured && k.opts.Gate.Settle(id, moves, measured) {
 			k.fixes++
 			if c.Held > measured && measured < c.Booked {

@@ -21,6 +21,7 @@ type fakeGate struct {
 	uids                    map[string]*Count
 	gone                    map[*Count]int64 // closed, not given back yet
 	unknownAllowed, refused uint64
+	reclaims                int
 }
 
 func newFakeGate() *fakeGate {
@@ -98,6 +99,7 @@ func (g *fakeGate) Settle(pod uint64, moves uint64, measured int64) bool {
 func (g *fakeGate) Unknown() (uint64, uint64, error) { return g.unknownAllowed, g.refused, nil }
 
 func (g *fakeGate) Reclaim() error {
+	g.reclaims++
 	for c, n := range g.gone {
 		c.Held -= n
 		c.Released += uint64(n)
@@ -383,5 +385,26 @@ func TestKeeperReclaimsBeforeItSettles(t *testing.T) {
 	}
 	if g.open(1) {
 		t.Fatalf("the pod holding 2 of 2 was let through: %+v", *g.counts[1])
+	}
+}
+
+// The node's charges are walked only for a sample with a count to settle: one whose
+// every count is its measurement costs no walk.
+func TestKeeperReclaimsOnlyToSettle(t *testing.T) {
+	g, ev := newFakeGate(), &events{}
+	k := newKeeper(g, ev, clocktesting.NewFakeClock(time.Now()))
+	k.Before()
+	k.After(sample(cg(1, 2, 0), cg(2, 2, 0)))
+	g.open(1)
+	k.Before()
+	k.After(sample(cg(1, 2, 1), cg(2, 2, 0)))
+	if g.reclaims != 0 {
+		t.Fatalf("%d walks for samples whose counts were their measurements", g.reclaims)
+	}
+	g.open(2)
+	k.Before()
+	k.After(sample(cg(1, 2, 1), cg(2, 2, 0))) // a measurement that missed 2's open
+	if g.reclaims != 1 {
+		t.Fatalf("%d walks for one sample with a count to settle, want 1", g.reclaims)
 	}
 }
