@@ -53,7 +53,13 @@ func prevention(cfg *config.Config, dev theNR1, cgroups cgroup.Hierarchy, events
 		return nil
 	}
 	a.closeAtEnd(func() { _ = g.Close() })
-	log.Info("prevention", "resource", prevent.Gated.Name(), "unknown", cfg.Prevention.Unknown, "pins", cfg.GatePins())
+	// How a grant is linked to its open: by the registers, or by the opens' entry
+	// tracepoints where they are read wrong (then every open of the node pays more).
+	linking := "registers"
+	if !g.ByRegisters {
+		linking = "entry tracepoints"
+	}
+	log.Info("prevention", "resource", prevent.Gated.Name(), "unknown", cfg.Prevention.Unknown, "pins", cfg.GatePins(), "linking", linking)
 	return prevent.New(prevent.Options{Gate: gate{g}, Events: events, EventGap: refusalEventGap, Log: log})
 }
 

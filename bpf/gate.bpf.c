@@ -109,10 +109,13 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } node SEC(".maps");
 
-// An open under way, by thread, from the syscall's entry to its exit: IN_OPEN, then the
-// pod the device program counted it for; 0 outside an open. Cgroup ids are inode
-// numbers, never 1.
+// An open under way, by thread, from the syscall's entry to its exit: IN_OPEN (marked at
+// the entry, where the opens' entry tracepoints link), then the pod the device program
+// counted it for; 0 outside an open; POISONED after an open whose return leaves the
+// thread's registers as they are within one (linking by registers). Cgroup ids are
+// inode numbers, never 1 nor all ones.
 #define IN_OPEN 1
+#define POISONED (~0ULL)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -163,6 +166,137 @@ struct {
 static __always_inline bool under_gate(void)
 {
 	return bpf_current_task_under_cgroup(&root, 0) == 1;
+}
+
+// How the device program knows that it runs within a native open syscall, before the
+// syscall's exit, set by the loader: by the thread's saved registers where its self-test
+// reads them right (link_by_registers), else by the opens' entry tracepoints, which cost
+// every open of the node their dispatch. And the numbers of the native syscalls that
+// open, for the architecture (NO_SYSCALL where it has no such call).
+#define NO_SYSCALL (-2L)
+volatile const bool link_by_registers = false;
+volatile const long nr_openat = NO_SYSCALL, nr_openat2 = NO_SYSCALL,
+		    nr_open_by_handle_at = NO_SYSCALL, nr_open = NO_SYSCALL, nr_creat = NO_SYSCALL;
+
+// The registers a syscall saves, by architecture, relocated against the kernel's types.
+// amd64: the number in orig_ax; ax is -ENOSYS from the syscall's entry until its return
+// value is stored; a 32-bit syscall (int $0x80, also from 64-bit code) sets TS_COMPAT in
+// the thread's status for its length and the way back to user space. arm64: the number
+// in syscallno; x0 is the first argument, kept in orig_x0, until the return value
+// replaces it; a 32-bit task runs in AArch32 state (pstate), and a 64-bit one cannot make
+// a 32-bit syscall.
+#define ENOSYS 38
+#define TS_COMPAT 0x0002
+#define PSR_MODE32_BIT 0x10
+
+struct pt_regs___amd64 {
+	unsigned long ax;
+	unsigned long orig_ax;
+} __attribute__((preserve_access_index));
+
+struct pt_regs___arm64 {
+	__u64 regs[31];
+	__u64 pstate;
+	__u64 orig_x0;
+	__s32 syscallno;
+} __attribute__((preserve_access_index));
+
+struct thread_info___amd64 {
+	__u32 status;
+} __attribute__((preserve_access_index));
+
+struct task_struct___gate {
+	unsigned int ptrace;
+	struct thread_info___amd64 thread_info;
+} __attribute__((preserve_access_index));
+
+static __always_inline bool amd64(struct task_struct___gate *task)
+{
+	return bpf_core_field_exists(task->thread_info.status);
+}
+
+// in_native_syscall says whether the current thread is within a native syscall, before
+// its return value is stored, and which (nr). What runs on the thread's way back to user
+// space (task work: an io_uring request linked to another) sees the registers of the
+// syscall it returns from with its return value in them. A thread a tracer holds is not
+// trusted: the tracer may have written its registers.
+static __always_inline bool in_native_syscall(long *nr)
+{
+	struct task_struct___gate *task = (void *)bpf_get_current_task_btf();
+	void *regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
+
+	if (BPF_CORE_READ(task, ptrace))
+		return false;
+	if (amd64(task)) {
+		struct pt_regs___amd64 *r = regs;
+
+		if (BPF_CORE_READ(task, thread_info.status) & TS_COMPAT)
+			return false;
+		*nr = (long)BPF_CORE_READ(r, orig_ax);
+		return (long)BPF_CORE_READ(r, ax) == -ENOSYS;
+	}
+	if (bpf_core_field_exists(((struct pt_regs___arm64 *)0)->syscallno)) {
+		struct pt_regs___arm64 *r = regs;
+
+		if (BPF_CORE_READ(r, pstate) & PSR_MODE32_BIT)
+			return false;
+		*nr = BPF_CORE_READ(r, syscallno);
+		return BPF_CORE_READ(r, regs[0]) == BPF_CORE_READ(r, orig_x0);
+	}
+	return false;
+}
+
+static __always_inline bool open_syscall(long nr)
+{
+	return nr == nr_openat || nr == nr_openat2 || nr == nr_open_by_handle_at || nr == nr_open ||
+	       nr == nr_creat;
+}
+
+// returns_as_under_way says whether an open's return leaves the registers as they are
+// within an open (amd64: it returned -ENOSYS, as a seccomp filter may make it; arm64: it
+// returned its first argument): task work on the way back to user space would then pass
+// for the open itself.
+static __always_inline bool returns_as_under_way(long ret)
+{
+	struct task_struct___gate *task = (void *)bpf_get_current_task_btf();
+	long nr;
+
+	if (amd64(task))
+		return ret == -ENOSYS;
+	return in_native_syscall(&nr);
+}
+
+// The pods one of whose processes called ptrace, which can write a thread's registers
+// (a tracer in a pod traces only its own pod's processes): their grants are never linked
+// by registers. Kept until the pod is forgotten.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PODS);
+	__type(key, __u64);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tracers SEC(".maps");
+
+// link_grant leaves the pod id of a grant for the exit of the native open it is made
+// within, if it is made within one; else it stays counted, unlinked.
+static __always_inline void link_grant(__u64 thread, __u64 id)
+{
+	__u64 *slot = bpf_map_lookup_elem(&opening, &thread);
+	long nr = NO_SYSCALL;
+
+	if (!link_by_registers) {
+		if (slot && *slot == IN_OPEN)
+			*slot = id;
+		return;
+	}
+	if ((slot && *slot == POISONED) || bpf_map_lookup_elem(&tracers, &id))
+		return;
+	if (!in_native_syscall(&nr) || !open_syscall(nr))
+		return;
+	if (slot)
+		*slot = id;
+	else
+		bpf_map_update_elem(&opening, &thread, &id, BPF_ANY);
 }
 
 // pod finds the budget of the current process's pod: the first of its cgroup's
@@ -324,7 +458,7 @@ SEC("cgroup/dev")
 int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 {
 	struct gate_dev dev = {.major = ctx->major, .minor = ctx->minor};
-	__u64 thread, id = 0, *slot, *asks;
+	__u64 thread, id = 0, *asks;
 	struct budget *b;
 	__u32 setting = SETTING_REFUSE_UNKNOWN;
 
@@ -358,12 +492,9 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 	}
 	__sync_fetch_and_add(&b->granted, 1);
 	// The exit of the open links the grant to its description. Outside a native open
-	// syscall (io_uring's openat, a 32-bit syscall) no entry marked the thread and no
-	// exit will: the grant stays counted, the queue is held, and the measurement
-	// settles it.
-	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (slot && *slot == IN_OPEN)
-		*slot = id;
+	// syscall (io_uring's openat, a 32-bit syscall) no exit will: the grant stays
+	// counted, the queue is held, and the measurement settles it.
+	link_grant(thread, id);
 	return 1;
 }
 
@@ -371,16 +502,23 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 // or gives it back if the open failed.
 static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 {
-	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, key;
+	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, key, poisoned = POISONED;
 	struct charge c, *old;
 	struct file *file;
+	bool poison;
 
+	// After an open that returns as if still under way, nothing links until the next
+	// open's return: what runs on the way back to user space would pass for this open.
+	poison = link_by_registers && returns_as_under_way(ctx->ret) && under_gate();
 	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (!slot)
+	if (!slot) {
+		if (poison)
+			bpf_map_update_elem(&opening, &thread, &poisoned, BPF_ANY);
 		return 0;
+	}
 	id = *slot;
-	*slot = 0;
-	if (id == IN_OPEN || !id)
+	*slot = poison ? POISONED : 0;
+	if (id == IN_OPEN || id == POISONED || !id)
 		return 0;
 	if (ctx->ret < 0) {
 		release(id);
@@ -402,6 +540,34 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	c.pod = id;
 	c.inode = (__u64)BPF_CORE_READ(file, f_inode);
 	bpf_map_update_elem(&charges, &key, &c, BPF_ANY);
+	return 0;
+}
+
+// nr1_gate_registers is the loader's self-test of linking by registers: run from user
+// space through bpf(2), it answers the number of the syscall it runs within as the device
+// program reads it, -1 when it reads none under way. Anything but bpf's number, and the
+// loader links by the opens' entry tracepoints instead.
+SEC("syscall")
+int nr1_gate_registers(void *ctx)
+{
+	long nr = -1;
+
+	if (!in_native_syscall(&nr))
+		return -1;
+	return nr;
+}
+
+// A process of a pod calling ptrace, which can write the registers of the threads it
+// traces, all of its own pod: that pod's grants are never linked by registers again.
+SEC("tracepoint/syscalls/sys_enter_ptrace")
+int nr1_gate_enter_ptrace(struct syscall_enter_ctx *ctx)
+{
+	__u64 id = 0;
+	__u8 one = 1;
+
+	if (!link_by_registers || !under_gate() || !pod(&id))
+		return 0;
+	bpf_map_update_elem(&tracers, &id, &one, BPF_ANY);
 	return 0;
 }
 

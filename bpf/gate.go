@@ -36,6 +36,10 @@ type GateOptions struct {
 	// RefuseUnknown refuses an open by a process under the gate whose pod has no budget;
 	// otherwise it is let through, uncounted.
 	RefuseUnknown bool
+	// ByEntries links a grant to its open by the opens' entry tracepoints even where the
+	// thread's registers would: the way of a kernel whose registers the self-test does
+	// not read right, which costs every open of the node their dispatch.
+	ByEntries bool
 }
 
 // Gate is the budget gate (gate.bpf.c): an open of a gated device by a process of a
@@ -45,8 +49,11 @@ type GateOptions struct {
 type Gate struct {
 	objs   gateObjects
 	pinDir string
-	mem    []byte // the budgets
-	debts  []byte // what each budget is owed
+	// ByRegisters says how a grant is linked to its open: by the thread's registers
+	// (true), or by the opens' entry tracepoints, which cost every open of the node.
+	ByRegisters bool
+	mem         []byte // the budgets
+	debts       []byte // what each budget is owed
 
 	charged map[uint64]int64 // by pod, the descriptions charged at the last Reclaim
 
@@ -58,6 +65,36 @@ type Gate struct {
 }
 
 const gateLinks = "links"
+
+// linkByRegisters sets spec's syscall numbers for this architecture, and has it link a
+// grant to its open by the thread's registers, if wanted and its self-test reads them
+// right here:
+// run through bpf(2), it must read bpf's own number, under way. Else (an architecture or
+// kernel whose registers it reads wrong) the opens' entry tracepoints link.
+func linkByRegisters(spec *ebpf.CollectionSpec, wanted bool) (bool, error) {
+	for name, nr := range openSyscalls {
+		if err := spec.Variables["nr_"+name].Set(nr); err != nil {
+			return false, fmt.Errorf("the number of %s: %w", name, err)
+		}
+	}
+	if !wanted || len(openSyscalls) == 0 {
+		return false, nil
+	}
+	probe, err := ebpf.NewProgram(spec.Programs["nr1_gate_registers"])
+	if err != nil {
+		return false, fmt.Errorf("the registers' self-test: %w", err)
+	}
+	defer probe.Close()
+	nr, err := probe.Run(&ebpf.RunOptions{})
+	if err != nil {
+		return false, fmt.Errorf("running the registers' self-test: %w", err)
+	}
+	ok := int64(int32(nr)) == unix.SYS_BPF
+	if err := spec.Variables["link_by_registers"].Set(ok); err != nil {
+		return false, fmt.Errorf("linking by registers: %w", err)
+	}
+	return ok, nil
+}
 
 // LoadGate loads the gate's programs, takes over the maps and links an earlier agent
 // pinned in opts.PinDir, and attaches the tracepoints that keep the counts. The device
@@ -79,18 +116,30 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
+	byRegisters, err := linkByRegisters(spec, !opts.ByEntries)
+	if err != nil {
+		return nil, fmt.Errorf("loading the budget gate: %w", err)
+	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: maps}})
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate (maps pinned in %s): %w", maps, err)
 	}
-	// Each program in a tracepoint section is attached to the tracepoint it names.
+	// Each program in a tracepoint section is attached to the tracepoint it names; the
+	// opens' entries only where registers do not link.
 	tracepoints := map[string]*ebpf.Program{}
 	for name, p := range spec.Programs {
-		if tp, ok := strings.CutPrefix(p.SectionName, "tracepoint/"); ok {
-			tracepoints[tp] = coll.Programs[name]
+		tp, ok := strings.CutPrefix(p.SectionName, "tracepoint/")
+		if !ok {
+			continue
 		}
+		if syscall, entry := strings.CutPrefix(tp, "syscalls/sys_enter_"); entry && byRegisters {
+			if _, open := openSyscalls[syscall]; open {
+				continue
+			}
+		}
+		tracepoints[tp] = coll.Programs[name]
 	}
-	g := &Gate{pinDir: opts.PinDir, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
+	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
 	if err := coll.Assign(&g.objs); err != nil {
 		coll.Close()
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
@@ -411,6 +460,9 @@ func (g *Gate) Forget(pod uint64) error {
 		return nil
 	}
 	if err := g.objs.Pods.Delete(pod); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("budget gate: forgetting cgroup %d: %w", pod, err)
+	}
+	if err := g.objs.Tracers.Delete(pod); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("budget gate: forgetting cgroup %d: %w", pod, err)
 	}
 	delete(g.slots, pod)

@@ -53,6 +53,7 @@ const (
 	gateMapOwed                         = "owed"
 	gateMapPods                         = "pods"
 	gateMapRoot                         = "root"
+	gateMapTracers                      = "tracers"
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
@@ -65,6 +66,7 @@ const (
 	gateProgNr1GateEnterOpenByHandleAt  = "nr1_gate_enter_open_by_handle_at"
 	gateProgNr1GateEnterOpenat          = "nr1_gate_enter_openat"
 	gateProgNr1GateEnterOpenat2         = "nr1_gate_enter_openat2"
+	gateProgNr1GateEnterPtrace          = "nr1_gate_enter_ptrace"
 	gateProgNr1GateExitAccess           = "nr1_gate_exit_access"
 	gateProgNr1GateExitCreat            = "nr1_gate_exit_creat"
 	gateProgNr1GateExitFaccessat        = "nr1_gate_exit_faccessat"
@@ -77,6 +79,13 @@ const (
 	gateProgNr1GateExitOpenat2          = "nr1_gate_exit_openat2"
 	gateProgNr1GateMkdir                = "nr1_gate_mkdir"
 	gateProgNr1GateReclaim              = "nr1_gate_reclaim"
+	gateProgNr1GateRegisters            = "nr1_gate_registers"
+	gateVarLinkByRegisters              = "link_by_registers"
+	gateVarNrCreat                      = "nr_creat"
+	gateVarNrOpen                       = "nr_open"
+	gateVarNrOpenByHandleAt             = "nr_open_by_handle_at"
+	gateVarNrOpenat                     = "nr_openat"
+	gateVarNrOpenat2                    = "nr_openat2"
 )
 
 // loadGate returns the embedded CollectionSpec for gate.
@@ -132,6 +141,7 @@ type gateProgramSpecs struct {
 	Nr1GateEnterOpenByHandleAt  *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_open_by_handle_at"`
 	Nr1GateEnterOpenat          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_openat"`
 	Nr1GateEnterOpenat2         *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_openat2"`
+	Nr1GateEnterPtrace          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_ptrace"`
 	Nr1GateExitAccess           *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_access"`
 	Nr1GateExitCreat            *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_creat"`
 	Nr1GateExitFaccessat        *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_faccessat"`
@@ -144,6 +154,7 @@ type gateProgramSpecs struct {
 	Nr1GateExitOpenat2          *ebpf.ProgramSpec `ebpf:"nr1_gate_exit_openat2"`
 	Nr1GateMkdir                *ebpf.ProgramSpec `ebpf:"nr1_gate_mkdir"`
 	Nr1GateReclaim              *ebpf.ProgramSpec `ebpf:"nr1_gate_reclaim"`
+	Nr1GateRegisters            *ebpf.ProgramSpec `ebpf:"nr1_gate_registers"`
 }
 
 // gateMapSpecs contains maps before they are loaded into the kernel.
@@ -159,6 +170,7 @@ type gateMapSpecs struct {
 	Owed    *ebpf.MapSpec `ebpf:"owed"`
 	Pods    *ebpf.MapSpec `ebpf:"pods"`
 	Root    *ebpf.MapSpec `ebpf:"root"`
+	Tracers *ebpf.MapSpec `ebpf:"tracers"`
 	Uids    *ebpf.MapSpec `ebpf:"uids"`
 }
 
@@ -166,6 +178,12 @@ type gateMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateVariableSpecs struct {
+	LinkByRegisters  *ebpf.VariableSpec `ebpf:"link_by_registers"`
+	NrCreat          *ebpf.VariableSpec `ebpf:"nr_creat"`
+	NrOpen           *ebpf.VariableSpec `ebpf:"nr_open"`
+	NrOpenByHandleAt *ebpf.VariableSpec `ebpf:"nr_open_by_handle_at"`
+	NrOpenat         *ebpf.VariableSpec `ebpf:"nr_openat"`
+	NrOpenat2        *ebpf.VariableSpec `ebpf:"nr_openat2"`
 }
 
 // gateObjects contains all objects after they have been loaded into the kernel.
@@ -197,6 +215,7 @@ type gateMaps struct {
 	Owed    *ebpf.Map `ebpf:"owed"`
 	Pods    *ebpf.Map `ebpf:"pods"`
 	Root    *ebpf.Map `ebpf:"root"`
+	Tracers *ebpf.Map `ebpf:"tracers"`
 	Uids    *ebpf.Map `ebpf:"uids"`
 }
 
@@ -211,6 +230,7 @@ func (m *gateMaps) Close() error {
 		m.Owed,
 		m.Pods,
 		m.Root,
+		m.Tracers,
 		m.Uids,
 	)
 }
@@ -219,6 +239,12 @@ func (m *gateMaps) Close() error {
 //
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gateVariables struct {
+	LinkByRegisters  *ebpf.Variable `ebpf:"link_by_registers"`
+	NrCreat          *ebpf.Variable `ebpf:"nr_creat"`
+	NrOpen           *ebpf.Variable `ebpf:"nr_open"`
+	NrOpenByHandleAt *ebpf.Variable `ebpf:"nr_open_by_handle_at"`
+	NrOpenat         *ebpf.Variable `ebpf:"nr_openat"`
+	NrOpenat2        *ebpf.Variable `ebpf:"nr_openat2"`
 }
 
 // gatePrograms contains all programs after they have been loaded into the kernel.
@@ -236,6 +262,7 @@ type gatePrograms struct {
 	Nr1GateEnterOpenByHandleAt  *ebpf.Program `ebpf:"nr1_gate_enter_open_by_handle_at"`
 	Nr1GateEnterOpenat          *ebpf.Program `ebpf:"nr1_gate_enter_openat"`
 	Nr1GateEnterOpenat2         *ebpf.Program `ebpf:"nr1_gate_enter_openat2"`
+	Nr1GateEnterPtrace          *ebpf.Program `ebpf:"nr1_gate_enter_ptrace"`
 	Nr1GateExitAccess           *ebpf.Program `ebpf:"nr1_gate_exit_access"`
 	Nr1GateExitCreat            *ebpf.Program `ebpf:"nr1_gate_exit_creat"`
 	Nr1GateExitFaccessat        *ebpf.Program `ebpf:"nr1_gate_exit_faccessat"`
@@ -248,6 +275,7 @@ type gatePrograms struct {
 	Nr1GateExitOpenat2          *ebpf.Program `ebpf:"nr1_gate_exit_openat2"`
 	Nr1GateMkdir                *ebpf.Program `ebpf:"nr1_gate_mkdir"`
 	Nr1GateReclaim              *ebpf.Program `ebpf:"nr1_gate_reclaim"`
+	Nr1GateRegisters            *ebpf.Program `ebpf:"nr1_gate_registers"`
 }
 
 func (p *gatePrograms) Close() error {
@@ -263,6 +291,7 @@ func (p *gatePrograms) Close() error {
 		p.Nr1GateEnterOpenByHandleAt,
 		p.Nr1GateEnterOpenat,
 		p.Nr1GateEnterOpenat2,
+		p.Nr1GateEnterPtrace,
 		p.Nr1GateExitAccess,
 		p.Nr1GateExitCreat,
 		p.Nr1GateExitFaccessat,
@@ -275,6 +304,7 @@ func (p *gatePrograms) Close() error {
 		p.Nr1GateExitOpenat2,
 		p.Nr1GateMkdir,
 		p.Nr1GateReclaim,
+		p.Nr1GateRegisters,
 	)
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ func TestMain(m *testing.M) {
 
 // opener answers each command with "ok N" or "err ERRNO".
 func opener() {
+	// One thread runs every command: what the gate links, it links by thread.
+	runtime.LockOSThread()
 	in := bufio.NewScanner(os.Stdin)
 	var child *exec.Cmd
 	for in.Scan() {
@@ -89,6 +92,11 @@ func opener() {
 				n, err = unix.PidfdGetfd(pidfd, arg(2), 0)
 				_ = unix.Close(pidfd)
 			}
+		case "taskwork": // taskwork PATH: an io_uring open of PATH on the way back from an open returning ENOSYS
+			n, err = openInTaskWork(f[1])
+		case "ptrace": // a ptrace call that attaches nothing (the parent is not traced)
+			_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_PEEKUSR, uintptr(os.Getppid()), 0, 0, 0, 0)
+			err = errno
 		case "race": // race PATH K: K threads open at once; N of them got one
 			n = race(f[1], arg(2))
 		case "exit":
@@ -188,7 +196,7 @@ func newGateFixture(t *testing.T, refuseUnknown bool) *gateFixture {
 			t.Fatal(err)
 		}
 	}
-	opts := GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}, {Major: 240, Minor: 7}}, RefuseUnknown: refuseUnknown}
+	opts := GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}, {Major: 240, Minor: 7}}, RefuseUnknown: refuseUnknown, ByEntries: linkByEntries}
 	f.gate = f.load(opts)
 	if err := f.gate.Attach(f.root); err != nil {
 		t.Fatal(err)
@@ -755,5 +763,91 @@ func TestGateBindsACgroupMadeBeforeItsUIDWasBooked(t *testing.T) {
 	}
 	if err := f.gate.BookUID("../x", 1); err == nil {
 		t.Fatal("a UID that is not one was booked")
+	}
+}
+
+// On amd64 the gate links a grant to its open by the thread's registers: its self-test
+// reads bpf's own number under way.
+func TestGateLinksByRegisters(t *testing.T) {
+	f := newGateFixture(t, false)
+	if !f.gate.ByRegisters {
+		t.Fatalf("the gate links by the opens' entry tracepoints on %s", runtime.GOARCH)
+	}
+}
+
+// A grant made on a thread's way back to user space from an open that returned as if it
+// were still under way (-ENOSYS, from a seccomp supervisor) is not linked to that open,
+// which passed its exit already: the thread's next failed open gives nothing back, while
+// the io_uring open that made the grant holds its queue.
+func TestGateLinksNoGrantAfterAnOpenReturnedAsUnderWay(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 2)
+	o := f.opener(cg)
+	o.must("taskwork " + f.queue)
+	if c := f.held(id); c.Held != 1 || c.Granted != 1 {
+		t.Fatalf("after the io_uring open: %+v, want 1 held", c)
+	}
+	if _, err := o.do("open /nonexistent-nr1-gate"); !errors.Is(err, unix.ENOENT) {
+		t.Fatalf("open of a missing file: %v, want ENOENT", err)
+	}
+	if c := f.held(id); c.Held != 1 || c.Released != 0 {
+		t.Fatalf("a failed open gave back the grant made on the way back from another: %+v, want 1 held, none released", c)
+	}
+}
+
+// A pod one of whose processes called ptrace, with which a tracer may write the
+// registers of a thread it holds, has its grants counted, never linked: a close of what
+// it opened is not given back before a settle.
+func TestGateLinksNothingOfAPodCallingPtrace(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 2)
+	o := f.opener(cg)
+	a := o.must("open " + f.queue)
+	o.must(fmt.Sprintf("close %d", a))
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(id); c.Held != 0 {
+		t.Fatalf("before ptrace, an open then closed: %+v, want none held", c)
+	}
+	if _, err := o.do("ptrace"); err == nil {
+		t.Fatal("ptrace of a parent that is not traced succeeded")
+	}
+	a = o.must("open " + f.queue)
+	o.must(fmt.Sprintf("close %d", a))
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(id); c.Held != 1 {
+		t.Fatalf("after ptrace, an open then closed: %+v, want it still held until a settle", c)
+	}
+}
+
+// linkByEntries has the fixtures' gates link grants by the opens' entry tracepoints.
+var linkByEntries bool
+
+// Linked by the opens' entry tracepoints (a kernel whose registers the self-test reads
+// wrong), the gate passes the tests of what linking decides.
+func TestGateLinkingByEntryTracepoints(t *testing.T) {
+	linkByEntries = true
+	t.Cleanup(func() { linkByEntries = false })
+	t.Run("Told", func(t *testing.T) {
+		if newGateFixture(t, false).gate.ByRegisters {
+			t.Fatal("the gate links by registers when told to link by entries")
+		}
+	})
+	for _, test := range []func(*testing.T){
+		TestGateHoldsAPodToItsBooking,
+		TestGateGivesBackFailedOpens,
+		TestGateNeverGivesBackAGrantNoOpenFollowed,
+		TestGateLinksNoGrantAfterAnOpenReturnedAsUnderWay,
+		TestGateReleasesWhatAnExitingProcessHeld,
+		TestGateReleasesWhatAnExecCloses,
+		TestGateOwesAGivenDescriptionToNoCount,
+		TestGateGivesTheLastQueueToOneOpener,
+		TestGateSettlesAPodRetryingPastItsBooking,
+	} {
+		name := strings.TrimPrefix(runtime.FuncForPC(reflect.ValueOf(test).Pointer()).Name(), "github.com/neureality-sdk/nr1-agent/bpf.TestGate")
+		t.Run(name, test)
 	}
 }

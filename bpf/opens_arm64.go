@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import "golang.org/x/sys/unix"
+
+// openSyscalls are the native syscalls that open a file, by name, and their numbers:
+// arm64 has no open(2) or creat(2).
+var openSyscalls = map[string]int64{
+	"openat":            unix.SYS_OPENAT,
+	"openat2":           unix.SYS_OPENAT2,
+	"open_by_handle_at": unix.SYS_OPEN_BY_HANDLE_AT,
+}
