@@ -215,6 +215,15 @@ static __always_inline bool amd64(struct task_struct___gate *task)
 	return bpf_core_field_exists(task->thread_info.status);
 }
 
+// arm64 says whether every register read is found in the kernel's types: one that is
+// not would fail the programs' load where the branch reading it is reachable, where it
+// should only fail the self-test.
+static __always_inline bool arm64(struct pt_regs___arm64 *r)
+{
+	return bpf_core_field_exists(r->syscallno) && bpf_core_field_exists(r->pstate) &&
+	       bpf_core_field_exists(r->regs) && bpf_core_field_exists(r->orig_x0);
+}
+
 // in_native_syscall says whether the current thread is within a native syscall, before
 // its return value is stored, and which (nr). What runs on the thread's way back to user
 // space (task work: an io_uring request linked to another) sees the registers of the
@@ -227,7 +236,8 @@ static __always_inline bool in_native_syscall(long *nr)
 
 	if (BPF_CORE_READ(task, ptrace))
 		return false;
-	if (amd64(task)) {
+	if (amd64(task) && bpf_core_field_exists(((struct pt_regs___amd64 *)regs)->orig_ax) &&
+	    bpf_core_field_exists(((struct pt_regs___amd64 *)regs)->ax)) {
 		struct pt_regs___amd64 *r = regs;
 
 		if (BPF_CORE_READ(task, thread_info.status) & TS_COMPAT)
@@ -235,7 +245,7 @@ static __always_inline bool in_native_syscall(long *nr)
 		*nr = (long)BPF_CORE_READ(r, orig_ax);
 		return (long)BPF_CORE_READ(r, ax) == -ENOSYS;
 	}
-	if (bpf_core_field_exists(((struct pt_regs___arm64 *)0)->syscallno)) {
+	if (arm64(regs)) {
 		struct pt_regs___arm64 *r = regs;
 
 		if (BPF_CORE_READ(r, pstate) & PSR_MODE32_BIT)

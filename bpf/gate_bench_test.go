@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -42,12 +43,14 @@ func joinCgroup(b *testing.B, mnt, cgroup string) {
 // an NR1's (/dev/null) and of a gated queue, by a process of a pod under the gate and by one of
 // the host: with no BPF, with the footprint's tracepoints (what the agent runs without
 // the gate; any syscall tracepoint moves every syscall of the node to the kernel's
-// slower path) and with the footprint's and the gate's. `make bench-gate` prints each
+// slower path) and with the footprint's and the gate's, linking grants to their opens by
+// the registers (gate) or by the opens' entry tracepoints (gate-entries, where the
+// registers are read wrong). `make bench-gate` prints each
 // against no BPF (benchstat -col /bpf); the gate's own share is gate against footprint.
 func BenchmarkGate(b *testing.B) {
 	for _, file := range []string{"file", "null", "queue"} {
 		for _, in := range []string{"pod", "host"} {
-			for _, loaded := range []string{"none", "footprint", "gate"} {
+			for _, loaded := range []string{"none", "footprint", "gate", "gate-entries"} {
 				b.Run(fmt.Sprintf("file=%s/in=%s/bpf=%s", file, in, loaded), func(b *testing.B) {
 					benchmarkGate(b, file, in == "pod", loaded)
 				})
@@ -75,7 +78,7 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 		}
 		b.Cleanup(func() { _ = ch.Close() })
 	}
-	f := newGateBench(b, loaded == "gate")
+	f := newGateBench(b, strings.HasPrefix(loaded, "gate"), loaded == "gate-entries")
 	path := "/dev/null"
 	switch file {
 	case "queue":
@@ -107,7 +110,7 @@ type gateBench struct {
 
 // newGateBench makes a gate root with one pod booking every queue it will open, and a
 // queue device; with gate, the gate is loaded and attached.
-func newGateBench(b *testing.B, gate bool) gateBench {
+func newGateBench(b *testing.B, gate, byEntries bool) gateBench {
 	b.Helper()
 	var mnt string
 	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
@@ -145,7 +148,7 @@ func newGateBench(b *testing.B, gate bool) gateBench {
 		b.Fatalf("mounting bpffs: %v", err)
 	}
 	b.Cleanup(func() { _ = unix.Unmount(pins, unix.MNT_DETACH) })
-	g, err := LoadGate(GateOptions{PinDir: filepath.Join(pins, "gate"), Devices: []Device{{Major: 10, Minor: 200}}})
+	g, err := LoadGate(GateOptions{PinDir: filepath.Join(pins, "gate"), Devices: []Device{{Major: 10, Minor: 200}}, ByEntries: byEntries})
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		b.Skipf("kernel lacks what the gate needs: %v", err)
 	}
@@ -181,7 +184,7 @@ func BenchmarkGateRefusal(b *testing.B) {
 			if os.Geteuid() != 0 {
 				b.Skip("needs root: cgroups, bpffs, BPF")
 			}
-			f := newGateBench(b, true)
+			f := newGateBench(b, true, false)
 			g := f.gate
 			// The holder: this process, in a pod booking n, opens n queues.
 			holder := filepath.Join(filepath.Dir(f.pod), "holder")
