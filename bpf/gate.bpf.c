@@ -14,9 +14,11 @@
 // would go past the booking first looks for the remembered descriptions that are gone
 // (no reference left, or their memory reused for another file) and gives them back;
 // only then is it refused. A grant is linked to its open's exit only within a native
-// open syscall, marked at its entry: what no exit links (io_uring's opens, a 32-bit
-// syscall, whose tracepoints do not fire) stays counted. The gate errs on refusing, and
-// user space sets the count from the footprint's measurement when the pod is quiet.
+// open syscall, which the device program reads from the thread's saved registers (or,
+// where the loader's self-test finds them read wrong, from a mark the opens' entry
+// tracepoints leave): what no exit links (io_uring's opens, a 32-bit syscall, whose
+// tracepoints do not fire) stays counted. The gate errs on refusing, and user space sets
+// the count from the footprint's measurement when the pod is quiet.
 
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -602,9 +604,10 @@ static __always_inline void mark(void *map, __u64 v)
 		bpf_map_update_elem(map, &thread, &v, BPF_ANY);
 }
 
-// The entry marks the thread as in a native open: only then does the exit trust the
-// grant it finds, so that a grant no exit followed (a 32-bit syscall's, io_uring's) is
-// never given back by the thread's next failed open.
+// Where registers do not link, the entry marks the thread as in a native open: only then
+// does the exit trust the grant it finds, so that a grant no exit followed (a 32-bit
+// syscall's, io_uring's) is never given back by the thread's next failed open. The
+// loader attaches these entries only there.
 static __always_inline int enter_open(void)
 {
 	if (under_gate())

@@ -89,7 +89,7 @@ func linkByRegisters(spec *ebpf.CollectionSpec, wanted bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("running the registers' self-test: %w", err)
 	}
-	ok := int64(int32(nr)) == unix.SYS_BPF
+	ok := int64(nr) == unix.SYS_BPF // the program's int, unsigned: -1 never matches
 	if err := spec.Variables["link_by_registers"].Set(ok); err != nil {
 		return false, fmt.Errorf("linking by registers: %w", err)
 	}

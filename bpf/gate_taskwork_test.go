@@ -59,7 +59,7 @@ func openInTaskWork(path string) (int, error) {
 		return -1, err
 	}
 	if errno != unix.ENOSYS {
-		return -1, fmt.Errorf("the supervised openat: %v, want ENOSYS", errno)
+		return -1, fmt.Errorf("the supervised openat: %w, want ENOSYS", errno)
 	}
 	if err := ring.enter(0, 2); err != nil {
 		return -1, fmt.Errorf("io_uring wait: %w", err)
