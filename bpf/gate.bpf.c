@@ -424,13 +424,9 @@ static long reclaim_gone(void *map, __u64 *key, struct charge *c, struct reclaim
 
 // take counts one more open against b, if it fits its booking: of openers racing for
 // the last queue, exactly one gets it. moves goes first, so that a settle that read held
-// before either change sees it moved, and sets nothing. A pod plainly at its booking is
-// refused without a move: one retrying in a loop still reads as quiet, and its count
-// can be settled to the measurement.
+// before either change sees it moved, and sets nothing.
 static __always_inline bool take(struct budget *b)
 {
-	if (*(volatile __s64 *)&b->held >= b->booked)
-		return false;
 	__sync_fetch_and_add(&b->moves, 1);
 	if (__sync_fetch_and_add(&b->held, 1) < b->booked)
 		return true;

@@ -380,27 +380,6 @@ func TestGateSettlesAQuietPodToTheMeasurement(t *testing.T) {
 	o.must("open " + f.queue)
 }
 
-// A pod retrying past its booking moves nothing: it still reads as quiet, and a settle
-// of its count, too high or not, is not put off for as long as it retries.
-func TestGateSettlesAPodRetryingPastItsBooking(t *testing.T) {
-	f := newGateFixture(t, false)
-	id, cg := f.pod("pod", 1)
-	o := f.opener(cg)
-	o.must("open " + f.queue)
-	before := f.held(id)
-	for range 3 {
-		if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
-			t.Fatalf("open past the booking: %v, want EDQUOT", err)
-		}
-	}
-	if c := f.held(id); c.Refused != before.Refused+3 || c.Moves != before.Moves {
-		t.Fatalf("after three refusals: %+v, want 3 more refused and moves still %d", c, before.Moves)
-	}
-	if !f.gate.Settle(id, before.Moves, 1) {
-		t.Fatal("Settle of a pod that was only refused since did nothing")
-	}
-}
-
 // An open the gate let through but the driver then refused gives its queue back.
 func TestGateGivesBackFailedOpens(t *testing.T) {
 	f := newGateFixture(t, false)
@@ -845,7 +824,6 @@ func TestGateLinkingByEntryTracepoints(t *testing.T) {
 		TestGateReleasesWhatAnExecCloses,
 		TestGateOwesAGivenDescriptionToNoCount,
 		TestGateGivesTheLastQueueToOneOpener,
-		TestGateSettlesAPodRetryingPastItsBooking,
 	} {
 		name := strings.TrimPrefix(runtime.FuncForPC(reflect.ValueOf(test).Pointer()).Name(), "github.com/neureality-sdk/nr1-agent/bpf.TestGate")
 		t.Run(name, test)
