@@ -57,7 +57,7 @@ func prevention(cfg *config.Config, dev theNR1, cgroups cgroup.Hierarchy, events
 	// tracepoints where they are read wrong (then every open of the node pays more).
 	linking := "registers"
 	if !g.ByRegisters {
-		linking = "entry tracepoints"
+		linking = "entry tracepoints: " + g.NotByRegisters
 	}
 	log.Info("prevention", "resource", prevent.Gated.Name(), "unknown", cfg.Prevention.Unknown, "pins", cfg.GatePins(), "linking", linking)
 	return prevent.New(prevent.Options{Gate: gate{g}, Events: events, EventGap: refusalEventGap, Log: log})

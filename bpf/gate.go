@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,10 +51,12 @@ type Gate struct {
 	objs   gateObjects
 	pinDir string
 	// ByRegisters says how a grant is linked to its open: by the thread's registers
-	// (true), or by the opens' entry tracepoints, which cost every open of the node.
-	ByRegisters bool
-	mem         []byte // the budgets
-	debts       []byte // what each budget is owed
+	// (true), or by the opens' entry tracepoints, which cost every open of the node;
+	// NotByRegisters says why not.
+	ByRegisters    bool
+	NotByRegisters string
+	mem            []byte // the budgets
+	debts          []byte // what each budget is owed
 
 	charged map[uint64]int64 // by pod, the descriptions charged at the last Reclaim
 
@@ -70,30 +73,44 @@ const gateLinks = "links"
 // grant to its open by the thread's registers, if wanted and its self-test reads them
 // right here:
 // run through bpf(2), it must read bpf's own number, under way. Else (an architecture or
-// kernel whose registers it reads wrong) the opens' entry tracepoints link.
-func linkByRegisters(spec *ebpf.CollectionSpec, wanted bool) (bool, error) {
+// kernel whose registers it reads wrong, or that cannot run it) the opens' entry
+// tracepoints link, and why not is returned.
+func linkByRegisters(spec *ebpf.CollectionSpec, wanted bool) (bool, string, error) {
 	for name, nr := range openSyscalls {
 		if err := spec.Variables["nr_"+name].Set(nr); err != nil {
-			return false, fmt.Errorf("the number of %s: %w", name, err)
+			return false, "", fmt.Errorf("the number of %s: %w", name, err)
 		}
 	}
-	if !wanted || len(openSyscalls) == 0 {
-		return false, nil
+	var why string
+	switch {
+	case !wanted:
+		why = "told to link by entries"
+	case len(openSyscalls) == 0:
+		why = "no open syscalls known for " + runtime.GOARCH
+	default:
+		why = selfTestRegisters(spec)
 	}
+	if err := spec.Variables["link_by_registers"].Set(why == ""); err != nil {
+		return false, "", fmt.Errorf("linking by registers: %w", err)
+	}
+	return why == "", why, nil
+}
+
+// selfTestRegisters runs the registers' self-test, and says what failed, "" for none.
+func selfTestRegisters(spec *ebpf.CollectionSpec) string {
 	probe, err := ebpf.NewProgram(spec.Programs["nr1_gate_registers"])
 	if err != nil {
-		return false, fmt.Errorf("the registers' self-test: %w", err)
+		return fmt.Sprintf("the registers' self-test does not load: %v", err)
 	}
 	defer probe.Close()
 	nr, err := probe.Run(&ebpf.RunOptions{})
 	if err != nil {
-		return false, fmt.Errorf("running the registers' self-test: %w", err)
+		return fmt.Sprintf("the registers' self-test does not run: %v", err)
 	}
-	ok := int64(nr) == unix.SYS_BPF // the program's int, unsigned: -1 never matches
-	if err := spec.Variables["link_by_registers"].Set(ok); err != nil {
-		return false, fmt.Errorf("linking by registers: %w", err)
+	if int64(nr) != unix.SYS_BPF { // the program's int, unsigned: -1 never matches
+		return fmt.Sprintf("the registers' self-test read syscall %d within bpf(2) (%d)", int32(nr), unix.SYS_BPF) //nolint:gosec // a syscall number or -1
 	}
-	return ok, nil
+	return ""
 }
 
 // LoadGate loads the gate's programs, takes over the maps and links an earlier agent
@@ -116,7 +133,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
-	byRegisters, err := linkByRegisters(spec, !opts.ByEntries)
+	byRegisters, notByRegisters, err := linkByRegisters(spec, !opts.ByEntries)
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
@@ -139,7 +156,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 		}
 		tracepoints[tp] = coll.Programs[name]
 	}
-	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
+	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, NotByRegisters: notByRegisters, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
 	if err := coll.Assign(&g.objs); err != nil {
 		coll.Close()
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
