@@ -600,8 +600,17 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 }
 
 // Files in flight: sent over a unix socket (SCM_RIGHTS) and not received yet, held by
-// nobody's fd table but still open. They count for the cgroup of the socket whose queue
-// holds them, as handles of this scan: once per description and cgroup, as for fds.
+// nobody's fd table but still open. They count for the cgroup of the process that sent
+// them, as handles of this scan: once per description and cgroup, as for fds. Never for
+// the receiving socket's: a pod that sends queues to a neighbour's socket that does not
+// read would move them onto the neighbour.
+//
+// The sender of a message is, in this order: the process its credentials name (passed
+// when either socket asked for them; the kernel checks that a sender names itself); else
+// the last cgroup seen sending through, or accepting, the socket the message was sent
+// from (senders, below); else the cgroup that made that socket. A cgroup is reported with
+// its nearest ancestors (struct chain): a container gone since it sent leaves a dying
+// cgroup whose files count for its pod.
 //
 // They are collected in maps, not written to the iterator's output: the unix iterator
 // reads a hash bucket of sockets at a time, and a read that stops within a bucket (its
@@ -609,8 +618,9 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 // output, one read runs over every socket.
 //
 // A socket's queue is read up to MAX_MESSAGES messages; a socket with more (a stream
-// socket whose send buffer was raised) makes its cgroup's count a lower bound, as a ring
-// or a socket of another namespace in flight does (what those hold is not read here).
+// socket whose send buffer was raised) makes the count of the last sender read a lower
+// bound, as a ring or a socket of another namespace in flight makes its sender's (what
+// those hold is not read here).
 // A cgroup is counted up to MAX_CGROUP_INFLIGHT distinct files of each target counted
 // in handles; one more marks it past the cap for that target. Copies of one file are
 // one, in any number of messages and sockets. A target counted in mapped bytes is not
@@ -626,9 +636,16 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 // counted in it, and what earlier passes left until user space deletes it.
 __u32 inflight_pass = 0;
 
+// A cgroup and its nearest ancestors, nearest first; 0 past the root.
+#define CHAIN 4
+struct chain {
+	__u64 id[CHAIN];
+};
+
 struct inflight_file_val {
 	__u32 pass;
 	__u32 target;
+	__u64 up[CHAIN - 1]; // the sender's cgroup's ancestors
 };
 
 struct {
@@ -654,6 +671,7 @@ struct inflight_cgroup {
 	__u32 count;    // distinct files of the target counted in this pass
 	__u32 more;     // holds more than was read (ANY_TARGET)
 	__u32 past_cap; // holds more distinct files of the target than are counted
+	__u64 up[CHAIN - 1];
 };
 
 struct {
@@ -672,26 +690,75 @@ const struct inflight_file_val *unused_inflight_file_val __attribute__((unused))
 const struct inflight_cgroup *unused_inflight_cgroup __attribute__((unused));
 const struct inflight_cgroup_key *unused_inflight_cgroup_key __attribute__((unused));
 
+// The last cgroup seen sending through a unix socket (sendmsg, sendmmsg) or accepting it,
+// by socket: a socket made by connect() is the connecting process's, yet the process
+// that accepts it is the one that sends through it. An LRU: a socket pushed out, or sent
+// through in a way no tracepoint sees (io_uring), falls back to the cgroup that made it.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); // struct sock *
+	__type(value, struct chain);
+} senders SEC(".maps");
+
+// chain_of fills c with cg and its nearest ancestors.
+static __always_inline void chain_of(struct cgroup *cg, struct chain *c)
+{
+	for (int i = 0; i < CHAIN && cg; i++) {
+		c->id[i] = BPF_CORE_READ(cg, kn, id);
+		struct cgroup_subsys_state *parent = BPF_CORE_READ(cg, self.parent);
+		cg = parent ? BPF_CORE_READ(parent, cgroup) : 0;
+	}
+}
+
+#define PIDTYPE_TGID 1
+
+// sender_of fills c with the chain of the cgroup that sent skb (see above).
+static __always_inline void sender_of(struct sk_buff *skb, struct unix_skb_parms *parms, struct chain *c)
+{
+	struct pid *pid = BPF_CORE_READ(parms, pid);
+
+	*c = (struct chain){};
+	if (pid) {
+		struct hlist_node *first = BPF_CORE_READ(pid, tasks[PIDTYPE_TGID].first);
+
+		if (first) {
+			struct task_struct *task = (struct task_struct *)((void *)first -
+				bpf_core_field_offset(struct task_struct, pid_links) - PIDTYPE_TGID * bpf_core_type_size(struct hlist_node));
+			chain_of(BPF_CORE_READ(task, cgroups, dfl_cgrp), c);
+			if (c->id[0])
+				return;
+		}
+	}
+	__u64 sk = (__u64)BPF_CORE_READ(skb, sk);
+	struct chain *seen = bpf_map_lookup_elem(&senders, &sk);
+	if (seen) {
+		*c = *seen;
+		return;
+	}
+	chain_of(BPF_CORE_READ(skb, sk, sk_cgrp_data.cgroup), c);
+}
+
 struct inflight {
 	struct scm_fp_list *fpl;
 	struct sk_buff *skb;
 	struct sk_buff *head;
 	struct net *net;
-	__u64 cgroup_id;
+	struct chain sender; // of the message read
 	int count;
 	int stop;
 };
 
-// inflight_cgroup_of is the cgroup's counts for target in this pass, made when it has
+// inflight_cgroup_of is the sender's counts for target in this pass, made when it has
 // none; 0 (and the pass marked full) when the map is.
-static __always_inline struct inflight_cgroup *inflight_cgroup_of(__u64 cgroup_id, __u32 target)
+static __always_inline struct inflight_cgroup *inflight_cgroup_of(struct chain *sender, __u32 target)
 {
-	struct inflight_cgroup_key key = {.cgroup_id = cgroup_id, .target = target};
+	struct inflight_cgroup_key key = {.cgroup_id = sender->id[0], .target = target};
 	struct inflight_cgroup *cg = bpf_map_lookup_elem(&inflight_cgroups, &key);
 
 	if (cg && cg->pass == inflight_pass)
 		return cg;
-	struct inflight_cgroup fresh = {.pass = inflight_pass};
+	struct inflight_cgroup fresh = {.pass = inflight_pass, .up = {sender->id[1], sender->id[2], sender->id[3]}};
 	if (bpf_map_update_elem(&inflight_cgroups, &key, &fresh, BPF_ANY)) {
 		inflight_full = inflight_pass;
 		return 0;
@@ -723,7 +790,7 @@ static long inflight_file(__u32 i, struct inflight *c)
 		struct net *net = unix_net(file, mode);
 
 		if ((net && net != c->net) || is_ring(file, mode)) {
-			cg = inflight_cgroup_of(c->cgroup_id, ANY_TARGET);
+			cg = inflight_cgroup_of(&c->sender, ANY_TARGET);
 			if (!cg) {
 				c->stop = 1;
 				return 1;
@@ -736,14 +803,14 @@ static long inflight_file(__u32 i, struct inflight *c)
 	if (*target & TARGET_BYTES)
 		return 0;
 	// Held as an fd too in this cgroup: reported by task_file already.
-	struct seen_key key = {.file = (__u64)file, .cgroup_id = c->cgroup_id};
+	struct seen_key key = {.file = (__u64)file, .cgroup_id = c->sender.id[0]};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
 	if (last && *last == scan)
 		return 0;
 	struct inflight_file_val *v = bpf_map_lookup_elem(&inflight_files, &key);
 	if (v && v->pass == inflight_pass)
 		return 0;
-	cg = inflight_cgroup_of(c->cgroup_id, index_of(*target));
+	cg = inflight_cgroup_of(&c->sender, index_of(*target));
 	if (!cg) {
 		c->stop = 1;
 		return 1;
@@ -752,7 +819,8 @@ static long inflight_file(__u32 i, struct inflight *c)
 		cg->past_cap = 1;
 		return 0;
 	}
-	struct inflight_file_val nv = {.pass = inflight_pass, .target = index_of(*target)};
+	struct inflight_file_val nv = {.pass = inflight_pass, .target = index_of(*target),
+		.up = {c->sender.id[1], c->sender.id[2], c->sender.id[3]}};
 	if (bpf_map_update_elem(&inflight_files, &key, &nv, BPF_ANY)) {
 		inflight_full = inflight_pass;
 		c->stop = 1;
@@ -773,6 +841,7 @@ static long inflight_message(__u32 i, struct inflight *c)
 	parms = (struct unix_skb_parms *)&skb->cb;
 	fpl = BPF_CORE_READ(parms, fp);
 	if (fpl) {
+		sender_of(skb, parms, &c->sender);
 		c->fpl = fpl;
 		c->count = BPF_CORE_READ(fpl, count);
 		bpf_loop(SCM_MAX_FD, inflight_file, c, 0);
@@ -793,11 +862,12 @@ int nr1_unix(struct bpf_iter__unix *ctx)
 	c.skb = BPF_CORE_READ(u, sk.sk_receive_queue.next);
 	if (!c.skb || c.skb == c.head)
 		return 0; // nothing queued
-	c.cgroup_id = BPF_CORE_READ(u, sk.sk_cgrp_data.cgroup, kn, id);
 	c.net = BPF_CORE_READ(u, sk.__sk_common.skc_net.net);
 	bpf_loop(MAX_MESSAGES, inflight_message, &c, 0);
-	if (c.skb && c.skb != c.head && !c.stop) {
-		struct inflight_cgroup *cg = inflight_cgroup_of(c.cgroup_id, ANY_TARGET);
+	// The messages not read are the last sender's to answer for; a queue of messages with
+	// no files in them names none.
+	if (c.skb && c.skb != c.head && !c.stop && c.sender.id[0]) {
+		struct inflight_cgroup *cg = inflight_cgroup_of(&c.sender, ANY_TARGET);
 
 		if (cg)
 			cg->more = 1;
@@ -1002,3 +1072,44 @@ int nr1_exit_open(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
 
 SEC("tracepoint/syscalls/sys_exit_pidfd_getfd")
 int nr1_exit_pidfd_getfd(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+
+// A unix socket sent through, or accepted, is the current process's (senders): it is the
+// one that answers for what the socket's messages carry.
+static __always_inline int tag_sender(__s64 fd)
+{
+	struct file *file = fd_file(fd);
+
+	if (!file)
+		return 0;
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	if (!inode || !unix_net(file, BPF_CORE_READ(inode, i_mode)))
+		return 0;
+	struct socket *sock = BPF_CORE_READ(file, private_data);
+	__u64 sk = (__u64)BPF_CORE_READ(sock, sk);
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
+	__u64 id = BPF_CORE_READ(cg, kn, id);
+	struct chain *seen = bpf_map_lookup_elem(&senders, &sk);
+
+	// Most sends are through a socket its sender already answers for: a lookup only.
+	if (seen && seen->id[0] == id)
+		return 0;
+	struct chain c = {};
+	chain_of(cg, &c);
+	bpf_map_update_elem(&senders, &sk, &c, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_sendmsg")
+int nr1_enter_sendmsg(struct syscall_enter_ctx *ctx) { return tag_sender((__s32)ctx->args[0]); }
+
+SEC("tracepoint/syscalls/sys_enter_sendmmsg")
+int nr1_enter_sendmmsg(struct syscall_enter_ctx *ctx) { return tag_sender((__s32)ctx->args[0]); }
+
+// The socket accepted is installed when the syscall returns its fd.
+SEC("tracepoint/syscalls/sys_exit_accept4")
+int nr1_exit_accept4(struct syscall_exit_ctx *ctx) { return ctx->ret < 0 ? 0 : tag_sender(ctx->ret); }
+
+// accept(2) exists on some architectures only (amd64, not arm64).
+SEC("tracepoint/syscalls/sys_exit_accept")
+int nr1_exit_accept(struct syscall_exit_ctx *ctx) { return ctx->ret < 0 ? 0 : tag_sender(ctx->ret); }

@@ -68,6 +68,7 @@ type Footprint struct {
 	files *link.Iter
 	vmas  *link.Iter
 	unix  *link.Iter
+	sends []link.Link // the tracepoints that say who sends through a socket
 	scan  uint32
 	pass  uint32 // of InFlight
 	mmap  []link.Link
@@ -100,13 +101,47 @@ func LoadFootprint() (*Footprint, error) {
 		_ = f.objs.Close()
 		return nil, fmt.Errorf("attaching unix iterator: %w", err)
 	}
+	if err := f.followSenders(); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	return &f, nil
+}
+
+// senderTracepoints say who sends through a unix socket, or accepts it: the process
+// files in flight on it count for.
+var senderTracepoints = []struct {
+	name     string
+	prog     func(*footprintPrograms) *ebpf.Program
+	optional bool // absent on some architectures
+}{
+	{"sys_enter_sendmsg", func(p *footprintPrograms) *ebpf.Program { return p.Nr1EnterSendmsg }, false},
+	{"sys_enter_sendmmsg", func(p *footprintPrograms) *ebpf.Program { return p.Nr1EnterSendmmsg }, false},
+	{"sys_exit_accept4", func(p *footprintPrograms) *ebpf.Program { return p.Nr1ExitAccept4 }, false},
+	{"sys_exit_accept", func(p *footprintPrograms) *ebpf.Program { return p.Nr1ExitAccept }, true},
+}
+
+func (f *Footprint) followSenders() error {
+	if err := ensureTracefs(); err != nil {
+		return err
+	}
+	for _, tp := range senderTracepoints {
+		l, err := link.Tracepoint("syscalls", tp.name, tp.prog(&f.objs.footprintPrograms), nil)
+		if err != nil {
+			if tp.optional && errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("attaching tracepoint %s: %w", tp.name, err)
+		}
+		f.sends = append(f.sends, l)
+	}
+	return nil
 }
 
 // Close releases the programs.
 func (f *Footprint) Close() error {
 	errs := []error{f.maps.close()}
-	for _, l := range f.mmap {
+	for _, l := range append(f.mmap, f.sends...) {
 		errs = append(errs, l.Close())
 	}
 	return errors.Join(append(errs, f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())...)
@@ -163,17 +198,29 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 // fit was not counted, for any cgroup.
 var ErrInFlightFull = errors.New("the tables of files in flight are full")
 
+// Flight is a record of the pass over sockets: Record, and the nearest ancestors of its
+// cgroup, nearest first (0 past the root). The cgroup is the sender's, which may have
+// died since it sent (its container exited): what it sent then counts for the nearest
+// ancestor that is some pod's.
+type Flight struct {
+	Record
+	Up [3]uint64
+}
+
 // InFlight runs the unix socket iterator in each network namespace named (paths of
 // /proc/PID/ns/net; a socket is seen only from its own namespace), then calls fn for
 // each open file description of a target sent over a unix socket and not received yet,
-// once per description and the receiving socket's cgroup, and not when Files, run before
-// it in the same scan, reported it for that cgroup (KindInFlight; PID and fd 0); once
-// for each cgroup holding more than was read (KindInFlightMore), and for each cgroup and
-// target of which it holds more distinct files than are counted (KindPastCap). Files of
-// a target counted in mapped bytes (TargetBytes) are not reported: they hold nothing. A
-// namespace gone since it was named is skipped. When ctx ends between namespaces, what
-// the namespaces read hold is still reported, and the error is ctx's.
-func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Record) error) error {
+// once per description and the sender's cgroup (the process whose credentials the
+// message carries; else the last seen sending through the socket it was sent from, or
+// accepting it; else the one that made that socket), and not when Files, run before it
+// in the same scan, reported it for that cgroup (KindInFlight; PID and fd 0); once for
+// each sender of messages left unread, or of files not read (KindInFlightMore), and for
+// each sender and target of which it sent more distinct files than are counted
+// (KindPastCap). Files of a target counted in mapped bytes (TargetBytes) are not
+// reported: they hold nothing. A namespace gone since it was named is skipped. When ctx
+// ends between namespaces, what the namespaces read hold is still reported, and the
+// error is ctx's.
+func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Flight) error) error {
 	f.pass++
 	if err := f.objs.InflightPass.Set(f.pass); err != nil {
 		return fmt.Errorf("starting a pass over sockets: %w", err)
@@ -209,13 +256,14 @@ func (f *Footprint) InFlight(ctx context.Context, netns []string, fn func(*Recor
 // records first (fn may stop the collection at any record: what it says of a cgroup as a
 // whole must not be lost behind its files), and deletes what earlier passes left, fn's
 // error or not.
-func (f *Footprint) collectInFlight(fn func(*Record) error) (err error) {
+func (f *Footprint) collectInFlight(fn func(*Flight) error) (err error) {
 	var (
 		key     footprintInflightCgroupKey
 		cg      footprintInflightCgroup
 		staleCG []footprintInflightCgroupKey
-		more    = map[uint64]bool{}
+		more    = map[uint64][3]uint64{}
 		past    []footprintInflightCgroupKey
+		up      = map[uint64][3]uint64{}
 	)
 	cgroups := f.objs.InflightCgroups.Iterate()
 	for cgroups.Next(&key, &cg) {
@@ -223,9 +271,10 @@ func (f *Footprint) collectInFlight(fn func(*Record) error) (err error) {
 		case cg.Pass != f.pass:
 			staleCG = append(staleCG, key)
 		case key.Target == anyTarget && cg.More != 0:
-			more[key.CgroupId] = true
+			more[key.CgroupId] = cg.Up
 		case key.Target != anyTarget && cg.PastCap != 0:
 			past = append(past, key)
+			up[key.CgroupId] = cg.Up
 		}
 	}
 	if err := cgroups.Err(); err != nil {
@@ -249,12 +298,12 @@ func (f *Footprint) collectInFlight(fn func(*Record) error) (err error) {
 		}
 	}()
 	for _, k := range past {
-		if err := fn(&Record{CgroupId: k.CgroupId, Target: k.Target, Kind: KindPastCap}); err != nil {
+		if err := fn(&Flight{Record{CgroupId: k.CgroupId, Target: k.Target, Kind: KindPastCap}, up[k.CgroupId]}); err != nil {
 			return err
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(more)) {
-		if err := fn(&Record{CgroupId: id, Kind: KindInFlightMore}); err != nil {
+		if err := fn(&Flight{Record{CgroupId: id, Kind: KindInFlightMore}, more[id]}); err != nil {
 			return err
 		}
 	}
@@ -267,7 +316,7 @@ func (f *Footprint) collectInFlight(fn func(*Record) error) (err error) {
 		}
 		if failed == nil {
 			// Past fn's error, the stale entries are still found.
-			failed = fn(&Record{CgroupId: file.CgroupId, File: file.File, Target: val.Target, Kind: KindInFlight})
+			failed = fn(&Flight{Record{CgroupId: file.CgroupId, File: file.File, Target: val.Target, Kind: KindInFlight}, val.Up})
 		}
 	}
 	if err := files.Err(); err != nil {

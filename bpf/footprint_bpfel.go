@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type footprintChain struct {
+	_  structs.HostLayout
+	Id [4]uint64
+}
+
 type footprintChange struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -26,6 +31,7 @@ type footprintInflightCgroup struct {
 	Count   uint32
 	More    uint32
 	PastCap uint32
+	Up      [3]uint64
 }
 
 type footprintInflightCgroupKey struct {
@@ -39,6 +45,7 @@ type footprintInflightFileVal struct {
 	_      structs.HostLayout
 	Pass   uint32
 	Target uint32
+	Up     [3]uint64
 }
 
 type footprintMapper struct {
@@ -93,11 +100,16 @@ const (
 	footprintMapMapping                 = "mapping"
 	footprintMapSeen                    = "seen"
 	footprintMapSeenVma                 = "seen_vma"
+	footprintMapSenders                 = "senders"
 	footprintMapTargets                 = "targets"
 	footprintMapVisited                 = "visited"
 	footprintProgNr1EnterMmap           = "nr1_enter_mmap"
+	footprintProgNr1EnterSendmmsg       = "nr1_enter_sendmmsg"
+	footprintProgNr1EnterSendmsg        = "nr1_enter_sendmsg"
 	footprintProgNr1Exec                = "nr1_exec"
 	footprintProgNr1Exit                = "nr1_exit"
+	footprintProgNr1ExitAccept          = "nr1_exit_accept"
+	footprintProgNr1ExitAccept4         = "nr1_exit_accept4"
 	footprintProgNr1ExitMmap            = "nr1_exit_mmap"
 	footprintProgNr1ExitOpen            = "nr1_exit_open"
 	footprintProgNr1ExitOpenat          = "nr1_exit_openat"
@@ -172,8 +184,12 @@ type footprintSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintProgramSpecs struct {
 	Nr1EnterMmap      *ebpf.ProgramSpec `ebpf:"nr1_enter_mmap"`
+	Nr1EnterSendmmsg  *ebpf.ProgramSpec `ebpf:"nr1_enter_sendmmsg"`
+	Nr1EnterSendmsg   *ebpf.ProgramSpec `ebpf:"nr1_enter_sendmsg"`
 	Nr1Exec           *ebpf.ProgramSpec `ebpf:"nr1_exec"`
 	Nr1Exit           *ebpf.ProgramSpec `ebpf:"nr1_exit"`
+	Nr1ExitAccept     *ebpf.ProgramSpec `ebpf:"nr1_exit_accept"`
+	Nr1ExitAccept4    *ebpf.ProgramSpec `ebpf:"nr1_exit_accept4"`
 	Nr1ExitMmap       *ebpf.ProgramSpec `ebpf:"nr1_exit_mmap"`
 	Nr1ExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_exit_open"`
 	Nr1ExitOpenat     *ebpf.ProgramSpec `ebpf:"nr1_exit_openat"`
@@ -196,6 +212,7 @@ type footprintMapSpecs struct {
 	Mapping         *ebpf.MapSpec `ebpf:"mapping"`
 	Seen            *ebpf.MapSpec `ebpf:"seen"`
 	SeenVma         *ebpf.MapSpec `ebpf:"seen_vma"`
+	Senders         *ebpf.MapSpec `ebpf:"senders"`
 	Targets         *ebpf.MapSpec `ebpf:"targets"`
 	Visited         *ebpf.MapSpec `ebpf:"visited"`
 }
@@ -253,6 +270,7 @@ type footprintMaps struct {
 	Mapping         *ebpf.Map `ebpf:"mapping"`
 	Seen            *ebpf.Map `ebpf:"seen"`
 	SeenVma         *ebpf.Map `ebpf:"seen_vma"`
+	Senders         *ebpf.Map `ebpf:"senders"`
 	Targets         *ebpf.Map `ebpf:"targets"`
 	Visited         *ebpf.Map `ebpf:"visited"`
 }
@@ -266,6 +284,7 @@ func (m *footprintMaps) Close() error {
 		m.Mapping,
 		m.Seen,
 		m.SeenVma,
+		m.Senders,
 		m.Targets,
 		m.Visited,
 	)
@@ -302,8 +321,12 @@ type footprintVariables struct {
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintPrograms struct {
 	Nr1EnterMmap      *ebpf.Program `ebpf:"nr1_enter_mmap"`
+	Nr1EnterSendmmsg  *ebpf.Program `ebpf:"nr1_enter_sendmmsg"`
+	Nr1EnterSendmsg   *ebpf.Program `ebpf:"nr1_enter_sendmsg"`
 	Nr1Exec           *ebpf.Program `ebpf:"nr1_exec"`
 	Nr1Exit           *ebpf.Program `ebpf:"nr1_exit"`
+	Nr1ExitAccept     *ebpf.Program `ebpf:"nr1_exit_accept"`
+	Nr1ExitAccept4    *ebpf.Program `ebpf:"nr1_exit_accept4"`
 	Nr1ExitMmap       *ebpf.Program `ebpf:"nr1_exit_mmap"`
 	Nr1ExitOpen       *ebpf.Program `ebpf:"nr1_exit_open"`
 	Nr1ExitOpenat     *ebpf.Program `ebpf:"nr1_exit_openat"`
@@ -318,8 +341,12 @@ type footprintPrograms struct {
 func (p *footprintPrograms) Close() error {
 	return _FootprintClose(
 		p.Nr1EnterMmap,
+		p.Nr1EnterSendmmsg,
+		p.Nr1EnterSendmsg,
 		p.Nr1Exec,
 		p.Nr1Exit,
+		p.Nr1ExitAccept,
+		p.Nr1ExitAccept4,
 		p.Nr1ExitMmap,
 		p.Nr1ExitOpen,
 		p.Nr1ExitOpenat,

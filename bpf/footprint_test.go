@@ -164,9 +164,9 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.InFlight(context.Background(), []string{"/proc/self/ns/net"}, func(r *Record) error {
+	if err := f.InFlight(context.Background(), []string{"/proc/self/ns/net"}, func(r *Flight) error {
 		if r.Target == 1 || r.Target == 2 {
-			flying = append(flying, *r)
+			flying = append(flying, r.Record)
 		}
 		return nil
 	}); err != nil {
@@ -175,7 +175,7 @@ func TestInFlightFilesAreReported(t *testing.T) {
 	// Out of time: no namespace entered, the pass says so.
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := f.InFlight(done, []string{"/proc/self/ns/net"}, func(*Record) error {
+	if err := f.InFlight(done, []string{"/proc/self/ns/net"}, func(*Flight) error {
 		t.Error("a record read after the pass's time was up")
 		return nil
 	}); !errors.Is(err, context.Canceled) {

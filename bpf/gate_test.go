@@ -101,6 +101,8 @@ func opener() {
 			n = race(f[1], arg(2))
 		case "exit":
 			os.Exit(0)
+		default:
+			n, err = socketCommand(f)
 		}
 		if err != nil {
 			errno := syscall.EIO // an error with no errno

@@ -130,7 +130,7 @@ func TestInFlightPassBringsItsThreadHome(t *testing.T) {
 	}
 	paths = append(paths[:1], "/proc/0/ns/net", paths[1])
 	for pass := range 20 {
-		if err := f.InFlight(context.Background(), paths, func(*Record) error { return nil }); err != nil {
+		if err := f.InFlight(context.Background(), paths, func(*Flight) error { return nil }); err != nil {
 			t.Fatalf("pass %d: %v", pass, err)
 		}
 	}

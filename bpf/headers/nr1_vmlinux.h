@@ -38,7 +38,16 @@ struct kernfs_node {
 	__u64 id;
 };
 
+struct cgroup;
+
+/* A cgroup's own state: its parent's, up to the root's, which has none. */
+struct cgroup_subsys_state {
+	struct cgroup *cgroup;
+	struct cgroup_subsys_state *parent;
+};
+
 struct cgroup {
+	struct cgroup_subsys_state self;
 	struct kernfs_node *kn;
 };
 
@@ -88,8 +97,23 @@ struct signal_struct {
 	int nr_threads;
 };
 
+struct hlist_node {
+	struct hlist_node *next;
+	struct hlist_node **pprev;
+};
+
+struct hlist_head {
+	struct hlist_node *first;
+};
+
+/* A process ID's tasks, by type: PIDTYPE_TGID's is the process's leader. */
+struct pid {
+	struct hlist_head tasks[4];
+};
+
 struct task_struct {
 	__s32 tgid;
+	struct hlist_node pid_links[4];
 	struct css_set *cgroups;
 	struct files_struct *files;
 	struct nsproxy *nsproxy;
@@ -167,8 +191,11 @@ struct bpf_iter__task_vma {
 
 /* Files passed over a unix socket and not received yet: each message on the receiving
  * socket's queue carries them in its control block. */
+struct sock;
+
 struct sk_buff {
 	struct sk_buff *next;
+	struct sock *sk; /* the socket that sent it */
 	char cb[48];
 };
 
@@ -241,7 +268,10 @@ struct scm_fp_list {
 	struct file *fp[253];
 };
 
+/* pid: the sending process, when credentials were passed with the message (the sender
+ * cannot name another process than its own without CAP_SYS_ADMIN over its PID namespace). */
 struct unix_skb_parms {
+	struct pid *pid;
 	struct scm_fp_list *fp;
 };
 

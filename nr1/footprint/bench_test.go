@@ -111,7 +111,7 @@ func BenchmarkInFlightPass(b *testing.B) {
 			for b.Loop() {
 				ns := netNamespaces("/proc")
 				namespaces, records = len(ns.paths), 0
-				if err := src.fp.InFlight(ctx, ns.paths, func(*bpf.Record) error { records++; return nil }); err != nil {
+				if err := src.fp.InFlight(ctx, ns.paths, func(*bpf.Flight) error { records++; return nil }); err != nil {
 					b.Fatal(err)
 				}
 			}

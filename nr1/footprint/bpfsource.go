@@ -190,7 +190,8 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	// Handles passed over a unix socket and closed by their sender are still open, held
-	// in flight: they count for the receiving socket's cgroup. No process holds them, so
+	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
+	// a pod's when the sender's container is gone. No process holds them, so
 	// they are read whatever the cutoff, with a time of their own: a quarter of the
 	// scan's. A pass cut short leaves every CG's handles a lower bound.
 	ictx := context.WithoutCancel(ctx)
@@ -204,7 +205,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	defer entered.Close()
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
 	n = 0
-	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Record) error {
+	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Flight) error {
 		if n++; n%1024 == 0 && ictx.Err() != nil {
 			return errOutOfTime
 		}
@@ -213,7 +214,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			s.InFlightUnread = append(s.InFlightUnread, r.CgroupId)
 			return nil
 		case bpf.KindPastCap:
-			return s.unread(r, targets)
+			return s.unread(&r.Record, targets)
 		}
 		h, err := inFlightOf(r, targets)
 		if err == nil {
@@ -285,12 +286,12 @@ func handleOf(r *bpf.Record, targets int) (Handle, error) {
 }
 
 // inFlightOf checks a unix iterator record: a file of a target in flight, with its open
-// file description and no process.
-func inFlightOf(r *bpf.Record, targets int) (Handle, error) {
+// file description, no process, and its sender's cgroup with the nearest ancestors.
+func inFlightOf(r *bpf.Flight, targets int) (Handle, error) {
 	if r.Kind != bpf.KindInFlight || int64(r.Target) >= int64(targets) || r.Pid != 0 || r.File == 0 {
 		return Handle{}, fmt.Errorf("an in-flight record no file in flight of %d targets can have: %+v", targets, *r)
 	}
-	return Handle{CgroupID: r.CgroupId, FD: -1, Target: int(r.Target), Description: r.File}, nil
+	return Handle{CgroupID: r.CgroupId, Up: r.Up, FD: -1, Target: int(r.Target), Description: r.File}, nil
 }
 
 // namespaces are network namespaces to read sockets in: paths to open, and the inode

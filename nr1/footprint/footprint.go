@@ -41,12 +41,16 @@ type Mapping struct {
 
 // Handle is one fd open on a target; or (FD -1) one open file description of a target
 // registered with an io_uring of process PID, or (PID 0, FD -1) in flight over a unix
-// socket, for the receiving socket's cgroup.
+// socket, for the sender's cgroup.
 type Handle struct {
 	CgroupID uint64 `json:"cgroupID"`
-	PID      int    `json:"pid"`
-	FD       int    `json:"fd"`
-	Target   int    `json:"target"`
+	// Up are the nearest ancestors of CgroupID, nearest first (0 past the root), for a
+	// handle in flight: its sender's container may be gone since, and its pod is then
+	// who holds it.
+	Up     [3]uint64 `json:"up,omitzero"`
+	PID    int       `json:"pid"`
+	FD     int       `json:"fd"`
+	Target int       `json:"target"`
 	// Description is the same for fds sharing one open file description within a scan.
 	Description uint64 `json:"description"`
 	// Value is the fdinfo key's value, for FdinfoKey targets.

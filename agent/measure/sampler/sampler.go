@@ -184,7 +184,9 @@ type group struct {
 //
 // A record of a cgroup no CG's walk read (a pod's cgroups nested past PATH_MAX) is the
 // CG's whose cgroup lineage finds it below: what a CG does to its cgroups never takes
-// what it holds out of its usage. lineage may be nil.
+// what it holds out of its usage. lineage may be nil. A file in flight whose sender's
+// cgroup is gone (its container exited) is the CG's that owns the nearest of the
+// ancestors it was sent with.
 func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, targets *footprint.Targets, part PartitionUsage, lineage Lineage) *Snapshot {
 	snap := &Snapshot{Sample: &view.Sample{
 		Taken: now, Took: scan.Took, Source: scan.Source, Inputs: inv.Inputs, PartitionRead: part.Read, CGs: make([]*view.Measured, 0, len(inv.CGs)),
@@ -263,6 +265,14 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 	}
 	for _, h := range scan.Handles {
 		o, ok := find(h.CgroupID)
+		// A file in flight whose sender's container is gone: its pod's, the nearest
+		// ancestor some CG owns.
+		for _, up := range h.Up {
+			if ok || up == 0 {
+				break
+			}
+			o, ok = find(up)
+		}
 		if !ok {
 			tally.AddHandle(unattributed, h)
 			continue

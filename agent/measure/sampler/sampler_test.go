@@ -483,3 +483,25 @@ func TestACgroupNoWalkReadIsPlacedBelowItsContainer(t *testing.T) {
 		t.Error("without a lineage, the CG holds only what its own cgroup's records say")
 	}
 }
+
+// Queues in flight count for their sender: a container that sent them and exited leaves
+// a cgroup no CG owns, and they count for the pod above it, never for nobody; a sender
+// outside every pod leaves them unattributed.
+func TestInFlightHandlesOfAnExitedSenderCountForItsPod(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "p", Name: "parker", AllocationKnown: true, Allocation: nr1.Amounts{0, 0, 0, 1}, PodCgroupIDs: []uint64{20}, Containers: []*view.Container{
+			{Name: "health-handler", State: view.Running, CgroupID: 21}}},
+	}}
+	scan := &footprint.Scan{Source: "bpf", Handles: []footprint.Handle{
+		{CgroupID: 22, Up: [3]uint64{20, 2, 1}, FD: -1, Target: 1, Description: 1},  // the exited container's
+		{CgroupID: 23, Up: [3]uint64{22, 20, 2}, FD: -1, Target: 1, Description: 2}, // a cgroup below it
+		{CgroupID: 90, Up: [3]uint64{9, 1}, FD: -1, Target: 1, Description: 3},      // a host process's
+	}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
+	if got := snap.CGs[0].Usage[nr1.HypervisorQueue]; got != 2 {
+		t.Errorf("the pod holds %d queues in flight, want the 2 its exited container sent", got)
+	}
+	if got := snap.Unattributed[nr1.HypervisorQueue]; got != 1 {
+		t.Errorf("unattributed %d queues, want the host process's 1", got)
+	}
+}

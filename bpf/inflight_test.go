@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// socketCommand runs an opener's command on unix sockets: what a pod does to move files
+// into flight.
+func socketCommand(f []string) (int, error) {
+	arg := func(i int) int { n, _ := strconv.Atoi(f[i]); return n }
+	rights := func(i int) []byte {
+		if arg(i) < 0 {
+			return nil
+		}
+		return unix.UnixRights(arg(i))
+	}
+	switch f[0] {
+	case "dgram": // an unbound datagram socket
+		return unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	case "bind": // bind PATH: a datagram socket bound there, never read
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Bind(s, &unix.SockaddrUnix{Name: f[1]})
+		}
+		return s, err
+	case "sendto": // sendto SOCK PATH FD: one message to PATH, carrying FD unless -1
+		return 0, unix.Sendmsg(arg(1), []byte{0}, rights(3), &unix.SockaddrUnix{Name: f[2]}, 0)
+	case "send": // send SOCK FD: one message on a connected socket, carrying FD unless -1
+		return 0, unix.Sendmsg(arg(1), []byte{0}, rights(2), nil, 0)
+	case "listen": // listen PATH: a stream socket listening there
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Bind(s, &unix.SockaddrUnix{Name: f[1]})
+		}
+		if err == nil {
+			err = unix.Listen(s, 8)
+		}
+		return s, err
+	case "connect": // connect PATH: a stream socket connected there, never read
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			err = unix.Connect(s, &unix.SockaddrUnix{Name: f[1]})
+		}
+		return s, err
+	case "accept": // accept FD
+		s, _, err := unix.Accept4(arg(1), unix.SOCK_CLOEXEC)
+		return s, err
+	case "passcred": // passcred SOCK: the socket asks for its senders' credentials
+		return 0, unix.SetsockoptInt(arg(1), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	case "pair": // a datagram socket pair, as S0<<16 | S1
+		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		return sp[0]<<16 | sp[1], err
+	}
+	return 0, unix.EINVAL
+}
+
+// flightFixture is pods' cgroups, a file counted in handles as their queue, and the
+// footprint's programs.
+type flightFixture struct {
+	*gateFixture
+	fp    *Footprint
+	queue string
+	dir   string
+}
+
+func newFlightFixture(t *testing.T) *flightFixture {
+	t.Helper()
+	fp := loadOrSkip(t)
+	dir := t.TempDir()
+	f := &flightFixture{gateFixture: &gateFixture{t: t, root: v2CgroupOrSkip(t)}, fp: fp, queue: filepath.Join(dir, "queue"), dir: dir}
+	if err := os.WriteFile(f.queue, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := fp.SetTargets(map[TargetKey]uint32{keyOf(t, f.queue): 1}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// cgroupID is the id of a cgroup directory.
+func (f *flightFixture) cgroupID(dir string) uint64 {
+	f.t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		f.t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// flying is what one scan finds of the queue in flight.
+func (f *flightFixture) flying() []Flight {
+	f.t.Helper()
+	if err := f.fp.Files(func(*Record) error { return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+	var got []Flight
+	if err := f.fp.InFlight(context.Background(), []string{"/proc/self/ns/net"}, func(r *Flight) error {
+		if r.Target == 1 || r.Kind != KindInFlight {
+			got = append(got, *r)
+		}
+		return nil
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	return got
+}
+
+// sendQueues has the opener open n queues, send each with send (a command with %d for
+// the fd) and close its own fds.
+func (f *flightFixture) sendQueues(o *openerProc, n int, send string) {
+	f.t.Helper()
+	for range n {
+		q := o.must("open " + f.queue)
+		o.must(strings.ReplaceAll(send, "FD", strconv.Itoa(q)))
+		o.must("close " + strconv.Itoa(q))
+	}
+}
+
+// assertSentBy says every queue in flight counts for the sender's cgroup, n of them.
+func (f *flightFixture) assertSentBy(got []Flight, sender uint64, n int) {
+	f.t.Helper()
+	if len(got) != n {
+		f.t.Fatalf("%d records in flight %+v, want the %d queues sent", len(got), got, n)
+	}
+	for _, r := range got {
+		if r.Kind != KindInFlight || r.CgroupId != sender {
+			f.t.Errorf("in flight %+v: want a queue of the sender's cgroup %d", r, sender)
+		}
+	}
+}
+
+// A pod that sends queues to a neighbour's datagram socket, which never reads, and
+// closes its own: the queues are the sender's, not the neighbour's.
+func TestInFlightFilesCountForTheirSender(t *testing.T) {
+	f := newFlightFixture(t)
+	_, victimCG := f.pod("victim", -1, "ctr")
+	_, senderCG := f.pod("sender", -1, "ctr")
+	victim, sender := f.opener(victimCG), f.opener(senderCG)
+	path := filepath.Join(f.dir, "victim.sock")
+	victim.must("bind " + path)
+	s := sender.must("dgram")
+	f.sendQueues(sender, 3, "sendto "+strconv.Itoa(s)+" "+path+" FD")
+	f.assertSentBy(f.flying(), f.cgroupID(senderCG), 3)
+}
+
+// The neighbour connects to the sender's listener, so that the socket the sender
+// accepts was made by the neighbour's connect: still the sender's.
+func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
+	f := newFlightFixture(t)
+	_, victimCG := f.pod("victim", -1, "ctr")
+	_, senderCG := f.pod("sender", -1, "ctr")
+	victim, sender := f.opener(victimCG), f.opener(senderCG)
+	path := filepath.Join(f.dir, "listener.sock")
+	l := sender.must("listen " + path)
+	victim.must("connect " + path)
+	a := sender.must("accept " + strconv.Itoa(l))
+	f.sendQueues(sender, 2, "send "+strconv.Itoa(a)+" FD")
+	f.assertSentBy(f.flying(), f.cgroupID(senderCG), 2)
+}
+
+// A message that carries its sender's credentials names its sender, whoever sent through
+// the socket since: a socket shared with a neighbour that sends last does not move what
+// the first sent onto the neighbour.
+func TestInFlightFilesWithCredentialsCountForTheProcessNamed(t *testing.T) {
+	f := newFlightFixture(t)
+	_, victimCG := f.pod("victim", -1, "ctr")
+	_, senderCG := f.pod("sender", -1, "ctr")
+	_, thirdCG := f.pod("third", -1, "ctr")
+	victim, sender, third := f.opener(victimCG), f.opener(senderCG), f.opener(thirdCG)
+	path := filepath.Join(f.dir, "victim.sock")
+	v := victim.must("bind " + path)
+	victim.must("passcred " + strconv.Itoa(v))
+	s := sender.must("dgram")
+	f.sendQueues(sender, 1, "sendto "+strconv.Itoa(s)+" "+path+" FD")
+	// The third pod, given the sender's socket, sends a message with no file through it.
+	shared := third.must("steal " + strconv.Itoa(sender.cmd.Process.Pid) + " " + strconv.Itoa(s))
+	third.must("sendto " + strconv.Itoa(shared) + " " + path + " -1")
+	f.assertSentBy(f.flying(), f.cgroupID(senderCG), 1)
+}
+
+// A container that sent queues into a socket of its own and exited leaves them in
+// flight in a socket its pod still holds: they count for the dead container's cgroup,
+// whose nearest ancestor is the pod, never for nobody.
+func TestInFlightFilesOfAnExitedContainerNameItsPod(t *testing.T) {
+	f := newFlightFixture(t)
+	pod, ctr := f.pod("pod", -1, "ctr")
+	ctrID := f.cgroupID(ctr)
+	o := f.opener(ctr)
+	pair := o.must("pair")
+	s0, s1 := pair>>16, pair&0xffff
+	f.sendQueues(o, 2, "send "+strconv.Itoa(s0)+" FD")
+	// What the pod keeps: the receiving end, here held by the test.
+	pidfd, err := unix.PidfdOpen(o.cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := unix.PidfdGetfd(pidfd, s1, 0)
+	_ = unix.Close(pidfd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(kept)
+	_ = o.cmd.Process.Kill()
+	_ = o.cmd.Wait()
+	removed := false
+	for range 500 {
+		if err := os.Remove(ctr); err == nil {
+			removed = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !removed {
+		t.Fatalf("the container's cgroup %s was not removed", ctr)
+	}
+	got := f.flying()
+	f.assertSentBy(got, ctrID, 2)
+	for _, r := range got {
+		if r.Up[0] != pod {
+			t.Errorf("in flight %+v: want the pod's cgroup %d nearest above the container's", r, pod)
+		}
+	}
+}
