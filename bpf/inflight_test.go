@@ -4,6 +4,7 @@ package bpf
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -97,14 +98,19 @@ func (f *flightFixture) cgroupID(dir string) uint64 {
 	return st.Ino
 }
 
-// flying is what one scan finds of the queue in flight.
-func (f *flightFixture) flying() []Flight {
+// flying is what one scan finds of the queue in flight, in the namespaces of the test
+// and of the processes named.
+func (f *flightFixture) flying(in ...*openerProc) []Flight {
 	f.t.Helper()
 	if err := f.fp.Files(func(*Record) error { return nil }); err != nil {
 		f.t.Fatal(err)
 	}
+	netns := []string{"/proc/self/ns/net"}
+	for _, o := range in {
+		netns = append(netns, fmt.Sprintf("/proc/%d/ns/net", o.cmd.Process.Pid))
+	}
 	var got []Flight
-	if err := f.fp.InFlight(context.Background(), []string{"/proc/self/ns/net"}, func(r *Flight) error {
+	if err := f.fp.InFlight(context.Background(), netns, func(r *Flight) error {
 		if r.Target == 1 || r.Kind != KindInFlight {
 			got = append(got, *r)
 		}
@@ -150,7 +156,7 @@ func TestInFlightFilesCountForTheirSender(t *testing.T) {
 	victim.must("bind " + path)
 	s := sender.must("dgram")
 	f.sendQueues(sender, 3, "sendto "+strconv.Itoa(s)+" "+path+" FD")
-	f.assertSentBy(f.flying(), f.cgroupID(senderCG), 3)
+	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 3)
 }
 
 // The neighbour connects to the sender's listener, so that the socket the sender
@@ -165,7 +171,7 @@ func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
 	victim.must("connect " + path)
 	a := sender.must("accept " + strconv.Itoa(l))
 	f.sendQueues(sender, 2, "send "+strconv.Itoa(a)+" FD")
-	f.assertSentBy(f.flying(), f.cgroupID(senderCG), 2)
+	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 2)
 }
 
 // A message that carries its sender's credentials names its sender, whoever sent through
@@ -185,7 +191,7 @@ func TestInFlightFilesWithCredentialsCountForTheProcessNamed(t *testing.T) {
 	// The third pod, given the sender's socket, sends a message with no file through it.
 	shared := third.must("steal " + strconv.Itoa(sender.cmd.Process.Pid) + " " + strconv.Itoa(s))
 	third.must("sendto " + strconv.Itoa(shared) + " " + path + " -1")
-	f.assertSentBy(f.flying(), f.cgroupID(senderCG), 1)
+	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 1)
 }
 
 // A container that sent queues into a socket of its own and exited leaves them in
