@@ -138,7 +138,13 @@ struct record {
 // KIND_NETNS_MEMBER: the process is in a network namespace (file: its inode number), the
 // first met of that namespace's processes: user space enters each namespace through one
 // of them, without reading every process's /proc/PID/ns/net.
-enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6, KIND_PAST_CAP = 7, KIND_RING_LAYOUT = 8, KIND_NETNS_MEMBER = 9 };
+// KIND_TICK: TICK objects (fds, mappings) were walked since the last tick; the process
+// is the one walked. A walk of a million fds that are no target's writes nothing else,
+// and user space must see its time pass: a scan's budget counts what it walks.
+// KIND_HEAVY: the process holds more than HEAVY_FDS fds, every one walked at each scan: a
+// scan that runs out of time is its cgroup's doing.
+enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6, KIND_PAST_CAP = 7, KIND_RING_LAYOUT = 8, KIND_NETNS_MEMBER = 9,
+       KIND_TICK = 10, KIND_HEAVY = 11 };
 
 // Force the record type into BTF for bpf2go.
 const struct record *unused_record __attribute__((unused));
@@ -410,6 +416,52 @@ static __always_inline bool member(struct bpf_iter__task_file *ctx, struct task_
 	return true;
 }
 
+#define TICK 4096
+#define HEAVY_FDS 65536
+
+// HEAVY_FDS, which tests lower: a test process may not hold as many.
+__u64 heavy_fds = HEAVY_FDS;
+
+// What the iterators walked in this scan (walked_scan): objects in all, until the next
+// tick; fds of the task met last. Iterators run one at a time.
+__u32 walked_scan = 0;
+__u64 walked = 0;
+__u64 next_tick = 0;
+__u64 walked_task = 0;
+__u64 walked_task_fds = 0;
+
+// walk counts an object walked for task; false when a record it owed did not fit the
+// seq buffer (the object is shown again, and counted again: a tick comes early).
+static __always_inline bool walk(struct seq_file *seq, struct task_struct *task, bool fd)
+{
+	struct record r = {};
+
+	if (walked_scan != scan) {
+		walked_scan = scan;
+		walked = 0;
+		next_tick = TICK;
+		walked_task = 0;
+	}
+	if (fd && (__u64)task != walked_task) {
+		walked_task = (__u64)task;
+		walked_task_fds = 0;
+	}
+	if (fd && ++walked_task_fds == heavy_fds) {
+		fill(&r, task, 0, 0, KIND_HEAVY);
+		if (bpf_seq_write(seq, &r, sizeof(r))) {
+			walked_task_fds--;
+			return false;
+		}
+	}
+	if (++walked >= next_tick) {
+		fill(&r, task, 0, 0, KIND_TICK);
+		if (bpf_seq_write(seq, &r, sizeof(r)))
+			return false;
+		next_tick = walked + TICK;
+	}
+	return true;
+}
+
 SEC("iter/task_file")
 int nr1_task_file(struct bpf_iter__task_file *ctx)
 {
@@ -419,6 +471,8 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 	__u32 *target;
 
 	if (!task || !file)
+		return 0;
+	if (!walk(ctx->meta->seq, task, true))
 		return 0;
 	if (((__u64)task != last_task || last_task_scan != scan) && member(ctx, task)) {
 		last_task = (__u64)task;
@@ -561,6 +615,8 @@ int nr1_task_vma(struct bpf_iter__task_vma *ctx)
 	__u32 *target;
 
 	if (!task || !vma)
+		return 0;
+	if (!walk(ctx->meta->seq, task, false))
 		return 0;
 	// A 32-bit process met for the first time (one running before the agent): its
 	// mmap is not traced, so it is walked at every scan.

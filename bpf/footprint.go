@@ -47,6 +47,19 @@ const (
 	// KindNetNSMember: the record's process is in the network namespace whose inode
 	// number is in File, the first met of that namespace's processes in this scan.
 	KindNetNSMember = 9
+	// KindTick: Tick fds or mappings were walked since the last tick, the record's
+	// process's among the last: a walk of fds or mappings of no target writes nothing
+	// else, and a scan's time must be seen to pass.
+	KindTick = 10
+	// KindHeavy: the record's process holds more than HeavyFDs fds, every one walked at
+	// each scan (Files).
+	KindHeavy = 11
+)
+
+// Tick and HeavyFDs are TICK and HEAVY_FDS of footprint.bpf.c.
+const (
+	Tick     = 4096
+	HeavyFDs = 65536
 )
 
 // Record is one open fd or one mapping of a target file, as the iterators report it.
@@ -430,8 +443,13 @@ func run(it *link.Iter, fn func(*Record) error) error {
 		return fmt.Errorf("running iterator: %w", err)
 	}
 	defer rd.Close()
-	return ReadRecords(bufio.NewReaderSize(again{rd}, 64<<10), fn)
+	return ReadRecords(bufio.NewReaderSize(again{rd}, readSize), fn)
 }
+
+// readSize is how much one read of an iterator asks for: the kernel answers once it has
+// that much, so a tick (KindTick) reaches fn within 16 records' walk, a few milliseconds
+// of a flood of fds, rather than when 64 KiB of records have piled up.
+const readSize = 16 * RecordSize
 
 // again reads an iterator's output past the kernel's limit of objects met in one read
 // with nothing written (bpf_seq_read's MAX_ITER_OBJECTS, a million): the kernel then

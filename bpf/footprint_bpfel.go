@@ -121,6 +121,7 @@ const (
 	footprintProgNr1Unix                = "nr1_unix"
 	footprintVarChangesLost             = "changes_lost"
 	footprintVarFollowing               = "following"
+	footprintVarHeavyFds                = "heavy_fds"
 	footprintVarInflightFull            = "inflight_full"
 	footprintVarInflightPass            = "inflight_pass"
 	footprintVarLastTask                = "last_task"
@@ -129,6 +130,7 @@ const (
 	footprintVarLastVmaTaskScan         = "last_vma_task_scan"
 	footprintVarMappersLost             = "mappers_lost"
 	footprintVarMarkSeq                 = "mark_seq"
+	footprintVarNextTick                = "next_tick"
 	footprintVarRingFops                = "ring_fops"
 	footprintVarScan                    = "scan"
 	footprintVarSharedMapped            = "shared_mapped"
@@ -139,6 +141,10 @@ const (
 	footprintVarUnusedMapper            = "unused_mapper"
 	footprintVarUnusedRecord            = "unused_record"
 	footprintVarVisits                  = "visits"
+	footprintVarWalked                  = "walked"
+	footprintVarWalkedScan              = "walked_scan"
+	footprintVarWalkedTask              = "walked_task"
+	footprintVarWalkedTaskFds           = "walked_task_fds"
 )
 
 // loadFootprint returns the embedded CollectionSpec for footprint.
@@ -223,6 +229,7 @@ type footprintMapSpecs struct {
 type footprintVariableSpecs struct {
 	ChangesLost             *ebpf.VariableSpec `ebpf:"changes_lost"`
 	Following               *ebpf.VariableSpec `ebpf:"following"`
+	HeavyFds                *ebpf.VariableSpec `ebpf:"heavy_fds"`
 	InflightFull            *ebpf.VariableSpec `ebpf:"inflight_full"`
 	InflightPass            *ebpf.VariableSpec `ebpf:"inflight_pass"`
 	LastTask                *ebpf.VariableSpec `ebpf:"last_task"`
@@ -231,6 +238,7 @@ type footprintVariableSpecs struct {
 	LastVmaTaskScan         *ebpf.VariableSpec `ebpf:"last_vma_task_scan"`
 	MappersLost             *ebpf.VariableSpec `ebpf:"mappers_lost"`
 	MarkSeq                 *ebpf.VariableSpec `ebpf:"mark_seq"`
+	NextTick                *ebpf.VariableSpec `ebpf:"next_tick"`
 	RingFops                *ebpf.VariableSpec `ebpf:"ring_fops"`
 	Scan                    *ebpf.VariableSpec `ebpf:"scan"`
 	SharedMapped            *ebpf.VariableSpec `ebpf:"shared_mapped"`
@@ -241,6 +249,10 @@ type footprintVariableSpecs struct {
 	UnusedMapper            *ebpf.VariableSpec `ebpf:"unused_mapper"`
 	UnusedRecord            *ebpf.VariableSpec `ebpf:"unused_record"`
 	Visits                  *ebpf.VariableSpec `ebpf:"visits"`
+	Walked                  *ebpf.VariableSpec `ebpf:"walked"`
+	WalkedScan              *ebpf.VariableSpec `ebpf:"walked_scan"`
+	WalkedTask              *ebpf.VariableSpec `ebpf:"walked_task"`
+	WalkedTaskFds           *ebpf.VariableSpec `ebpf:"walked_task_fds"`
 }
 
 // footprintObjects contains all objects after they have been loaded into the kernel.
@@ -296,6 +308,7 @@ func (m *footprintMaps) Close() error {
 type footprintVariables struct {
 	ChangesLost             *ebpf.Variable `ebpf:"changes_lost"`
 	Following               *ebpf.Variable `ebpf:"following"`
+	HeavyFds                *ebpf.Variable `ebpf:"heavy_fds"`
 	InflightFull            *ebpf.Variable `ebpf:"inflight_full"`
 	InflightPass            *ebpf.Variable `ebpf:"inflight_pass"`
 	LastTask                *ebpf.Variable `ebpf:"last_task"`
@@ -304,6 +317,7 @@ type footprintVariables struct {
 	LastVmaTaskScan         *ebpf.Variable `ebpf:"last_vma_task_scan"`
 	MappersLost             *ebpf.Variable `ebpf:"mappers_lost"`
 	MarkSeq                 *ebpf.Variable `ebpf:"mark_seq"`
+	NextTick                *ebpf.Variable `ebpf:"next_tick"`
 	RingFops                *ebpf.Variable `ebpf:"ring_fops"`
 	Scan                    *ebpf.Variable `ebpf:"scan"`
 	SharedMapped            *ebpf.Variable `ebpf:"shared_mapped"`
@@ -314,6 +328,10 @@ type footprintVariables struct {
 	UnusedMapper            *ebpf.Variable `ebpf:"unused_mapper"`
 	UnusedRecord            *ebpf.Variable `ebpf:"unused_record"`
 	Visits                  *ebpf.Variable `ebpf:"visits"`
+	Walked                  *ebpf.Variable `ebpf:"walked"`
+	WalkedScan              *ebpf.Variable `ebpf:"walked_scan"`
+	WalkedTask              *ebpf.Variable `ebpf:"walked_task"`
+	WalkedTaskFds           *ebpf.Variable `ebpf:"walked_task_fds"`
 }
 
 // footprintPrograms contains all programs after they have been loaded into the kernel.

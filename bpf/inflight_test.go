@@ -58,6 +58,8 @@ func socketCommand(f []string) (int, error) {
 		return s, err
 	case "passcred": // passcred SOCK: the socket asks for its senders' credentials
 		return 0, unix.SetsockoptInt(arg(1), unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+	case "setrlimit":
+		return 0, unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 1 << 19, Max: 1 << 19})
 	case "pair": // a datagram socket pair, as S0<<16 | S1
 		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		return sp[0]<<16 | sp[1], err
@@ -89,7 +91,7 @@ func newFlightFixture(t *testing.T) *flightFixture {
 }
 
 // cgroupID is the id of a cgroup directory.
-func (f *flightFixture) cgroupID(dir string) uint64 {
+func (f *gateFixture) cgroupID(dir string) uint64 {
 	f.t.Helper()
 	var st unix.Stat_t
 	if err := unix.Stat(dir, &st); err != nil {

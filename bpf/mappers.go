@@ -83,7 +83,7 @@ func (f *Footprint) FollowMappers() error {
 	if err := f.attachMmap(); err != nil {
 		return fmt.Errorf("following mappers: %w", err)
 	}
-	m := &mappers{cleared: map[uint32]uint64{}, full: "the first pass", rd: bufio.NewReaderSize(nil, 64<<10)}
+	m := &mappers{cleared: map[uint32]uint64{}, full: "the first pass", rd: bufio.NewReaderSize(nil, readSize)}
 	attach := []func() (link.Link, error){
 		func() (link.Link, error) {
 			return link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_fork", Program: f.objs.Nr1Fork})

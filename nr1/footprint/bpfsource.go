@@ -137,6 +137,12 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			return errOutOfTime
 		}
 		switch r.Kind {
+		case bpf.KindTick: // a walk that writes nothing else is seen to take its time
+			if vctx.Err() != nil {
+				s.Cutoff = int(r.Pid)
+				return errOutOfTime
+			}
+			return nil
 		case bpf.KindRegistered: // with a ring held by a mapping of its queues
 			h, err := handleOf(r, targets)
 			if err == nil {
@@ -171,6 +177,15 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			return errOutOfTime
 		}
 		switch r.Kind {
+		case bpf.KindTick:
+			if ctx.Err() != nil {
+				s.Cutoff = int(r.Pid)
+				return errOutOfTime
+			}
+			return nil
+		case bpf.KindHeavy:
+			s.Heavy = append(s.Heavy, r.CgroupId)
+			return nil
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
 			return nil

@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/neureality-sdk/nr1-agent/bpf"
 )
 
 // Measure is how a target's use is counted.
@@ -57,6 +59,9 @@ type Handle struct {
 	Value int64 `json:"value,omitempty"`
 }
 
+// HeavyFDs is how many fds a process holds past which a scan names it (Scan.Heavy).
+const HeavyFDs = bpf.HeavyFDs
+
 // Scan is what one pass over every process found.
 type Scan struct {
 	Source   string        `json:"source"`
@@ -89,6 +94,9 @@ type Scan struct {
 	// handles without an fd on it (a mapping, an io_uring), whose description the source
 	// cannot tell (procfs): their handles are a lower bound.
 	Uncounted []uint64 `json:"uncounted,omitempty"`
+	// Heavy are the cgroups (v2 ids) with a process holding more fds than HeavyFDs, every one of them walked at each scan: a scan that ran out of time
+	// (Cutoff) did by their doing.
+	Heavy []uint64 `json:"heavy,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`

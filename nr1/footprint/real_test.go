@@ -6,12 +6,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 func newBPFOrSkip(tb testing.TB, p *population) *BPF {
@@ -98,5 +100,54 @@ func TestBPFRefusedWhereItCannotAttribute(t *testing.T) {
 	_, err = NewBPF("/proc", fake, p.targets)
 	if !errors.Is(err, ErrUnattributable) || !strings.Contains(err.Error(), "v2 cgroup id") {
 		t.Errorf("a tree that is not the kernel's: %v", err)
+	}
+}
+
+// A scan's time counts what it walks, not what it writes: processes holding two million
+// fds of no target make a pass that writes nothing, and a scan given far less time than
+// walking them takes is cut, saying where.
+func TestScanHonoursItsDeadlineThroughAFloodOfFds(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	flood := make([]*os.File, 19000) // this host's limit of fds is 20000 a process
+	for i := range flood {
+		fd, err := unix.Dup(int(null.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood[i] = os.NewFile(uintptr(fd), os.DevNull)
+		defer flood[i].Close()
+	}
+	for range 100 {
+		cmd := exec.Command("sleep", "600")
+		cmd.ExtraFiles = flood
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	}
+	ctx := context.Background()
+	whole, err := b.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Cutoff != 0 {
+		t.Fatalf("a scan with no deadline cut at PID %d", whole.Cutoff)
+	}
+	deadline := whole.Took / 20
+	short, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	s, err := b.Scan(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("whole scan %v; with %v to go, %v, cut at PID %d", whole.Took, deadline, s.Took, s.Cutoff)
+	if s.Cutoff == 0 {
+		t.Errorf("a scan given %v of the %v the flood takes to walk says it read every process", deadline, whole.Took)
 	}
 }

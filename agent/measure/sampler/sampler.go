@@ -474,6 +474,13 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 			return fmt.Sprintf("an io_uring of %s holds more files than the %s scan reads", name, scan.Source), view.CauseRing
 		}
 	}
+	// The walk of a flood of fds is the flooder's cost: when it runs the scan out of
+	// time, the flooder's usage is uncertain by its own doing, not shielded by the cut.
+	for _, id := range scan.Heavy {
+		if name, ok := holderOf(cg, id); ok && scan.Cutoff != 0 {
+			return fmt.Sprintf("a process of %s holds more than %d fds, every one walked at each scan, and the %s scan ran out of time", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
+		}
+	}
 	for _, id := range scan.Uncounted {
 		if name, ok := holderOf(cg, id); ok {
 			return fmt.Sprintf("a process of %s holds queues with no fd on them (mapped, in an io_uring), which the %s scan cannot tell apart", name, scan.Source), view.CauseNoFD

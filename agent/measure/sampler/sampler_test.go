@@ -505,3 +505,29 @@ func TestInFlightHandlesOfAnExitedSenderCountForItsPod(t *testing.T) {
 		t.Errorf("unattributed %d queues, want the host process's 1", got)
 	}
 }
+
+// A scan cut short while a process of one CG holds a flood of fds is that CG's doing: its
+// usage is uncertain by its own cause, which protects nothing; a CG the cut left unread is
+// uncertain by the node's. Without a cut, holding many fds makes nobody uncertain.
+func TestAFloodOfFdsThatRunsTheScanOutOfTimeIsTheFloodersDoing(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "flood", Name: "flood", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 11, PIDs: []int{100}}}},
+		{UID: "late", Name: "late", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 12, PIDs: []int{5000}}}},
+	}}
+	scan := &footprint.Scan{Source: "bpf", Heavy: []uint64{11}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
+	for _, cg := range snap.CGs {
+		if cg.UsageUncertain != "" {
+			t.Errorf("a scan in time: %s uncertain %q", cg.Name, cg.UsageUncertain)
+		}
+	}
+	scan.Cutoff = 4000
+	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
+	flood, late := snap.CGs[0], snap.CGs[1]
+	if flood.UncertainCause != view.CauseFDTable || !flood.UncertainOwn || !strings.Contains(flood.UsageUncertain, "holds more than 65536 fds") {
+		t.Errorf("the flooder: cause %q own %v %q, want its own %q", flood.UncertainCause, flood.UncertainOwn, flood.UsageUncertain, view.CauseFDTable)
+	}
+	if late.UncertainCause != view.CauseScanTime || late.UncertainOwn {
+		t.Errorf("a CG the cut left unread: cause %q own %v, want the node's %q", late.UncertainCause, late.UncertainOwn, view.CauseScanTime)
+	}
+}
