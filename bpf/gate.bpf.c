@@ -539,13 +539,22 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	if (!file || !gated_file(file))
 		return 0;
 	key = (__u64)file;
-	// A charge already at this address is of a description gone unseen, or of a live
-	// one put at the fd by another thread: which, the gate cannot tell, so it gives
-	// nothing back, and the charge's pod stays counted (erring on refusing) until its
-	// settle.
+	// A charge already at this address is of a description gone since, whose address
+	// this open's took (a worker's queue freed at its exit, the next worker's open: the
+	// common case, which the count had room for, so no walk gave it back); or, when
+	// another thread put a live description at the fd (dup2), of that one. Only the fd
+	// holds a description this open made: then the old one is gone, and its charge is
+	// given back, to whichever pod it was. A description held more than once may be
+	// another's: this grant then stays counted (erring on refusing) until a settle. A
+	// thread that puts another description at the fd and closes its source in that
+	// window has it taken for this open's: its pod may then hold one more than counted,
+	// which the footprint measures and the ladders act on.
 	old = bpf_map_lookup_elem(&charges, &key);
-	if (old && old->pod != id)
-		return 0;
+	if (old) {
+		if (refs(file) != 1)
+			return 0;
+		give_back(&key, old->pod);
+	}
 	c.pod = id;
 	c.inode = (__u64)BPF_CORE_READ(file, f_inode);
 	bpf_map_update_elem(&charges, &key, &c, BPF_ANY);

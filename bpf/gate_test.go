@@ -831,3 +831,37 @@ func TestGateLinkingByEntryTracepoints(t *testing.T) {
 		t.Run(name, test)
 	}
 }
+
+// Workers that come and go within the booking are never refused: a description freed
+// by a worker's exit or close leaves its address to the next open, which finds the old
+// description's charge there while the count has room, so no walk gave it back. Round
+// after round, the pod holds exactly what is open.
+func TestGateNeverRefusesWorkersThatComeAndGo(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pool", 4)
+	o := f.opener(cg)
+	for round := range 150 {
+		q, err := o.do("open " + f.queue)
+		if err != nil {
+			t.Fatalf("round %d: an open at the booking of a pod holding nothing: %v (count %+v)", round, err, f.held(id))
+		}
+		if round%2 == 0 { // a worker that holds the queue and exits
+			o.must(fmt.Sprintf("fork %d", q))
+			o.must(fmt.Sprintf("close %d", q))
+			o.must("kill")
+		} else {
+			o.must(fmt.Sprintf("close %d", q))
+		}
+	}
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(id); c.Held != 0 || c.Refused != 0 || c.Granted != 150 {
+		t.Errorf("count %+v, want 0 held, none refused, 150 granted", c)
+	}
+	for i := range 4 { // then the whole pool at once
+		if _, err := o.do("open " + f.queue); err != nil {
+			t.Fatalf("open %d of the 4 booked, after the rounds: %v (count %+v)", i+1, err, f.held(id))
+		}
+	}
+}
