@@ -27,6 +27,11 @@ type adversary struct {
 	// inflightQueues opens so many queue handles, sends them over a unix socket and
 	// closes its own fds: the handles are held only in flight.
 	inflightQueues int
+	// sendTo is a unix datagram socket's path (a neighbour's) the in-flight handles are
+	// sent to, instead of a socket pair of its own.
+	sendTo string
+	// bindSocket binds a unix datagram socket at this path and never reads it.
+	bindSocket string
 	// pathOnlyQueues opens so many O_PATH fds on the queue device: names, not handles.
 	pathOnlyQueues int
 	// ringQueues opens so many queue handles, registers them with an io_uring and closes
@@ -46,7 +51,7 @@ type adversary struct {
 }
 
 func (a *adversary) any() bool {
-	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0
+	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0 || a.bindSocket != ""
 }
 
 // hold takes everything asked, reporting it to out.
@@ -86,6 +91,11 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		_ = f.Close() // the mappings keep the file
 	}
+	if a.bindSocket != "" {
+		if err := a.bind(); err != nil {
+			return err
+		}
+	}
 	if a.inflightQueues > 0 {
 		if err := a.sendInFlight(queuePath); err != nil {
 			return err
@@ -113,14 +123,34 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 	return nil
 }
 
+// bind binds a datagram socket at bindSocket, which it never reads: what a neighbour
+// sends there stays in flight.
+func (a *adversary) bind() error {
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("socket: %w", err)
+	}
+	a.fds = append(a.fds, s)
+	_ = os.Remove(a.bindSocket) // one left by an earlier run
+	if err := unix.Bind(s, &unix.SockaddrUnix{Name: a.bindSocket}); err != nil {
+		return fmt.Errorf("binding %s: %w", a.bindSocket, err)
+	}
+	return nil
+}
+
 // sendInFlight opens the queue handles, sends them (SCM_RIGHTS, as many per message as
-// the kernel takes) to the other end of a socket pair nobody reads, and closes its own.
+// the kernel takes) to the other end of a socket pair nobody reads, or to sendTo, and
+// closes its own.
 func (a *adversary) sendInFlight(queuePath string) error {
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket pair: %w", err)
 	}
 	a.sockets, a.held = sp, true
+	var to unix.Sockaddr
+	if a.sendTo != "" {
+		to = &unix.SockaddrUnix{Name: a.sendTo}
+	}
 	const perMessage = 250 // SCM_MAX_FD is 253
 	var fds, copies []int
 	defer func() { closeAll(fds) }()
@@ -133,7 +163,7 @@ func (a *adversary) sendInFlight(queuePath string) error {
 		copies = append(copies, slices.Repeat([]int{fd}, max(a.copies, 1))...)
 	}
 	for chunk := range slices.Chunk(copies, perMessage) {
-		if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(chunk...), nil, 0); err != nil {
+		if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(chunk...), to, 0); err != nil {
 			return fmt.Errorf("sending %d queue handles: %w", len(chunk), err)
 		}
 	}
