@@ -750,12 +750,30 @@ const struct inflight_cgroup_key *unused_inflight_cgroup_key __attribute__((unus
 // by socket: a socket made by connect() is the connecting process's, yet the process
 // that accepts it is the one that sends through it. An LRU: a socket pushed out, or sent
 // through in a way no tracepoint sees (io_uring), falls back to the cgroup that made it.
+// A socket's memory is reused once it is freed: an entry names its socket by the cgroup
+// that made it and its inode number too, and one that names another is not this
+// socket's. A closed socket has no inode left to compare: its maker's cgroup must match.
+struct sender {
+	struct chain who;
+	__u64 maker; // the cgroup that made the socket
+	__u64 ino;   // the socket's inode number
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64); // struct sock *
-	__type(value, struct chain);
+	__type(value, struct sender);
 } senders SEC(".maps");
+
+// socket_ino is the inode number of sk's socket, 0 once it is closed.
+static __always_inline __u64 socket_ino(struct sock *sk)
+{
+	struct socket *sock = BPF_CORE_READ(sk, sk_socket);
+	struct file *file = sock ? BPF_CORE_READ(sock, file) : 0;
+
+	return file ? BPF_CORE_READ(file, f_inode, i_ino) : 0;
+}
 
 // chain_of fills c with cg and its nearest ancestors.
 static __always_inline void chain_of(struct cgroup *cg, struct chain *c)
@@ -786,13 +804,19 @@ static __always_inline void sender_of(struct sk_buff *skb, struct unix_skb_parms
 				return;
 		}
 	}
-	__u64 sk = (__u64)BPF_CORE_READ(skb, sk);
-	struct chain *seen = bpf_map_lookup_elem(&senders, &sk);
-	if (seen) {
-		*c = *seen;
-		return;
+	struct sock *sk = BPF_CORE_READ(skb, sk);
+	__u64 key = (__u64)sk;
+	struct sender *seen = bpf_map_lookup_elem(&senders, &key);
+	struct cgroup *maker = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	if (seen && seen->maker == BPF_CORE_READ(maker, kn, id)) {
+		__u64 ino = socket_ino(sk);
+
+		if (!ino || ino == seen->ino) {
+			*c = seen->who;
+			return;
+		}
 	}
-	chain_of(BPF_CORE_READ(skb, sk, sk_cgrp_data.cgroup), c);
+	chain_of(maker, c);
 }
 
 struct inflight {
@@ -1141,18 +1165,19 @@ static __always_inline int tag_sender(__s64 fd)
 	if (!inode || !unix_net(file, BPF_CORE_READ(inode, i_mode)))
 		return 0;
 	struct socket *sock = BPF_CORE_READ(file, private_data);
-	__u64 sk = (__u64)BPF_CORE_READ(sock, sk);
+	struct sock *sk = BPF_CORE_READ(sock, sk);
+	__u64 key = (__u64)sk, ino = BPF_CORE_READ(inode, i_ino);
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct cgroup *cg = BPF_CORE_READ(task, cgroups, dfl_cgrp);
 	__u64 id = BPF_CORE_READ(cg, kn, id);
-	struct chain *seen = bpf_map_lookup_elem(&senders, &sk);
+	struct sender *seen = bpf_map_lookup_elem(&senders, &key);
 
 	// Most sends are through a socket its sender already answers for: a lookup only.
-	if (seen && seen->id[0] == id)
+	if (seen && seen->who.id[0] == id && seen->ino == ino)
 		return 0;
-	struct chain c = {};
-	chain_of(cg, &c);
-	bpf_map_update_elem(&senders, &sk, &c, BPF_ANY);
+	struct sender c = {.ino = ino, .maker = BPF_CORE_READ(sk, sk_cgrp_data.cgroup, kn, id)};
+	chain_of(cg, &c.who);
+	bpf_map_update_elem(&senders, &key, &c, BPF_ANY);
 	return 0;
 }
 

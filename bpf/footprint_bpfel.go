@@ -13,11 +13,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type footprintChain struct {
-	_  structs.HostLayout
-	Id [4]uint64
-}
-
 type footprintChange struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -80,6 +75,16 @@ type footprintSeenVmaKey struct {
 	CgroupId uint64
 	Pgoff    uint64
 	Size     uint64
+}
+
+type footprintSender struct {
+	_   structs.HostLayout
+	Who struct {
+		_  structs.HostLayout
+		Id [4]uint64
+	}
+	Maker uint64
+	Ino   uint64
 }
 
 type footprintTargetKey struct {

@@ -216,10 +216,13 @@ struct sock_common {
 	possible_net_t skc_net;
 };
 
+struct socket;
+
 struct sock {
 	struct sock_common __sk_common;
 	struct sk_buff_head sk_receive_queue;
 	struct sock_cgroup_data sk_cgrp_data;
+	struct socket *sk_socket; /* 0 once closed */
 };
 
 struct unix_sock {
@@ -228,6 +231,7 @@ struct unix_sock {
 
 struct socket {
 	struct sock *sk;
+	struct file *file;
 };
 
 /* Files registered with an io_uring (IORING_REGISTER_FILES): the ring holds them open
