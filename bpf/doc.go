@@ -10,12 +10,17 @@
 // otherwise listed apart) without the program loaded; `footprint.bpf.c`: `task_file` and
 // `task_vma` iterators writing one record per open file description and cgroup, and per
 // mapping of a target and cgroup of one description, offset and length (LRU maps of what
-// this scan reported), syscall tracepoints (`sys_enter/exit_mmap`, `sys_exit_openat`,
+// this scan reported), a tick every 4096 fds or mappings walked and a record of each
+// process past 65536 fds, so that a scan's time counts what it walks, syscall tracepoints (`sys_enter/exit_mmap`, `sys_exit_openat`,
 // `openat2`, `open`, `pidfd_getfd`) writing to a ring buffer the cgroup and process that
 // just mapped or opened a target (tracefs mounted when the agent sees none), and a
-// `unix` iterator collecting into maps the target files in flight on each socket's queue
-// (every socket, held by an fd or itself in flight; past 4096 messages a socket's cgroup
-// is reported as holding more than read, past 1024 distinct files as past the cap), run
+// `unix` iterator collecting into maps the target files in flight on each socket's queue,
+// each for the cgroup that sent it (the process its credentials name, else the last seen
+// sending through or accepting the socket it came from, by `sys_enter_sendmsg`,
+// `sendmmsg` and `sys_exit_accept4`, `accept`, else that socket's maker), with that
+// cgroup's nearest ancestors (every socket, held by an fd or itself in flight; past 4096
+// messages the last sender read is reported as holding more than read, past 1024
+// distinct files as past the cap), run
 // in every network namespace, each named by the `task_file` pass through one process
 // in it, and entered from one locked thread per pass, and the mappers (`mappers.go`):
 // the processes marked by `mmap` of a target or ring, fork from a marked one and exec,

@@ -22,7 +22,7 @@ import (
 )
 
 // loadOrSkip loads the iterators, skipping only when the kernel lacks what they need.
-func loadOrSkip(t *testing.T) *Footprint {
+func loadOrSkip(t testing.TB) *Footprint {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("loading BPF programs needs root")
