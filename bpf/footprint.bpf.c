@@ -1181,8 +1181,20 @@ static __always_inline int tag_sender(__s64 fd)
 	return 0;
 }
 
+// The control data of a message: a send without any carries no file, and costs a read
+// of its header only. A sender that changes its header between this read and the
+// kernel's goes unmarked, and its socket falls back to the cgroup that made it.
+#define MSGHDR_CONTROLLEN 40 // offsetof(struct user_msghdr, msg_controllen), every ABI of 64 bits
+
 SEC("tracepoint/syscalls/sys_enter_sendmsg")
-int nr1_enter_sendmsg(struct syscall_enter_ctx *ctx) { return tag_sender((__s32)ctx->args[0]); }
+int nr1_enter_sendmsg(struct syscall_enter_ctx *ctx)
+{
+	__u64 controllen = 0;
+
+	if (bpf_probe_read_user(&controllen, sizeof(controllen), (void *)ctx->args[1] + MSGHDR_CONTROLLEN) || !controllen)
+		return 0;
+	return tag_sender((__s32)ctx->args[0]);
+}
 
 SEC("tracepoint/syscalls/sys_enter_sendmmsg")
 int nr1_enter_sendmmsg(struct syscall_enter_ctx *ctx) { return tag_sender((__s32)ctx->args[0]); }

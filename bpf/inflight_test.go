@@ -190,9 +190,11 @@ func TestInFlightFilesWithCredentialsCountForTheProcessNamed(t *testing.T) {
 	victim.must("passcred " + strconv.Itoa(v))
 	s := sender.must("dgram")
 	f.sendQueues(sender, 1, "sendto "+strconv.Itoa(s)+" "+path+" FD")
-	// The third pod, given the sender's socket, sends a message with no file through it.
+	// The third pod, given the sender's socket, sends a file of no target through it: the
+	// socket's last sender is the third pod now.
 	shared := third.must("steal " + strconv.Itoa(sender.cmd.Process.Pid) + " " + strconv.Itoa(s))
-	third.must("sendto " + strconv.Itoa(shared) + " " + path + " -1")
+	null := third.must("open /dev/null")
+	third.must("sendto " + strconv.Itoa(shared) + " " + path + " " + strconv.Itoa(null))
 	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 1)
 }
 
