@@ -27,7 +27,7 @@ func TestWalkTicksThroughAFloodAndNamesHeavyTables(t *testing.T) {
 		o := g.opener(cg)
 		n := o.must("open /dev/null")
 		o.must("dupflood " + strconv.Itoa(n) + " " + strconv.Itoa(perProcess))
-		pids[uint32(o.cmd.Process.Pid)] = true //nolint:gosec // a PID fits
+		pids[uint32(o.cmd.Process.Pid)] = true
 	}
 	id := g.cgroupID(cg)
 	for round := range 2 { // the counts start again with each scan
