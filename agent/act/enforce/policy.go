@@ -111,7 +111,7 @@ type Policy struct {
 	Freeze    bool      `json:"freeze"`
 	Resources Resources `json:"resources"`
 	// SelfUncertain is the ladder of a CG whose usage is uncertain for a cause inside it
-	// (view.OwnCause: handles in flight or io_uring files past what a scan reads), each
+	// (view.OwnCause: handles in flight or io_uring files past what a scan reads, a process whose fds took the scan past its time), each
 	// step once it has been so for After, whatever its booking: such uncertainty
 	// protects nothing. By default a warning at once and a throttle after 30 s; a kill
 	// only where the policy lists one.
