@@ -147,33 +147,44 @@ func (f *flightFixture) assertSentBy(got []Flight, sender uint64, n int) {
 	}
 }
 
+// pods starts a process in a container of each pod named, and gives its cgroup's id.
+func (f *flightFixture) pods(names ...string) ([]*openerProc, []uint64) {
+	f.t.Helper()
+	var procs []*openerProc
+	var ids []uint64
+	for _, name := range names {
+		_, cg := f.pod(name, -1, "ctr")
+		procs = append(procs, f.opener(cg))
+		ids = append(ids, f.cgroupID(cg))
+	}
+	return procs, ids
+}
+
 // A pod that sends queues to a neighbour's datagram socket, which never reads, and
 // closes its own: the queues are the sender's, not the neighbour's.
 func TestInFlightFilesCountForTheirSender(t *testing.T) {
 	f := newFlightFixture(t)
-	_, victimCG := f.pod("victim", -1, "ctr")
-	_, senderCG := f.pod("sender", -1, "ctr")
-	victim, sender := f.opener(victimCG), f.opener(senderCG)
+	procs, ids := f.pods("victim", "sender")
+	victim, sender := procs[0], procs[1]
 	path := filepath.Join(f.dir, "victim.sock")
 	victim.must("bind " + path)
 	s := sender.must("dgram")
 	f.sendQueues(sender, 3, "sendto "+strconv.Itoa(s)+" "+path+" FD")
-	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 3)
+	f.assertSentBy(f.flying(victim), ids[1], 3)
 }
 
 // The neighbour connects to the sender's listener, so that the socket the sender
 // accepts was made by the neighbour's connect: still the sender's.
 func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
 	f := newFlightFixture(t)
-	_, victimCG := f.pod("victim", -1, "ctr")
-	_, senderCG := f.pod("sender", -1, "ctr")
-	victim, sender := f.opener(victimCG), f.opener(senderCG)
+	procs, ids := f.pods("victim", "sender")
+	victim, sender := procs[0], procs[1]
 	path := filepath.Join(f.dir, "listener.sock")
 	l := sender.must("listen " + path)
 	victim.must("connect " + path)
 	a := sender.must("accept " + strconv.Itoa(l))
 	f.sendQueues(sender, 2, "send "+strconv.Itoa(a)+" FD")
-	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 2)
+	f.assertSentBy(f.flying(victim), ids[1], 2)
 }
 
 // A message that carries its sender's credentials names its sender, whoever sent through
@@ -181,10 +192,8 @@ func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
 // the first sent onto the neighbour.
 func TestInFlightFilesWithCredentialsCountForTheProcessNamed(t *testing.T) {
 	f := newFlightFixture(t)
-	_, victimCG := f.pod("victim", -1, "ctr")
-	_, senderCG := f.pod("sender", -1, "ctr")
-	_, thirdCG := f.pod("third", -1, "ctr")
-	victim, sender, third := f.opener(victimCG), f.opener(senderCG), f.opener(thirdCG)
+	procs, ids := f.pods("victim", "sender", "third")
+	victim, sender, third := procs[0], procs[1], procs[2]
 	path := filepath.Join(f.dir, "victim.sock")
 	v := victim.must("bind " + path)
 	victim.must("passcred " + strconv.Itoa(v))
@@ -195,7 +204,7 @@ func TestInFlightFilesWithCredentialsCountForTheProcessNamed(t *testing.T) {
 	shared := third.must("steal " + strconv.Itoa(sender.cmd.Process.Pid) + " " + strconv.Itoa(s))
 	null := third.must("open /dev/null")
 	third.must("sendto " + strconv.Itoa(shared) + " " + path + " " + strconv.Itoa(null))
-	f.assertSentBy(f.flying(victim), f.cgroupID(senderCG), 1)
+	f.assertSentBy(f.flying(victim), ids[1], 1)
 }
 
 // A container that sent queues into a socket of its own and exited leaves them in
