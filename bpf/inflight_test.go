@@ -100,17 +100,14 @@ func (f *gateFixture) cgroupID(dir string) uint64 {
 	return st.Ino
 }
 
-// flying is what one scan finds of the queue in flight, in the namespaces of the test
-// and of the processes named.
-func (f *flightFixture) flying(in ...*openerProc) []Flight {
+// flying is what one scan finds of the queue in flight, in the test's network namespace
+// and those named (a socket is seen only from its own).
+func (f *flightFixture) flying(netns ...string) []Flight {
 	f.t.Helper()
 	if err := f.fp.Files(func(*Record) error { return nil }); err != nil {
 		f.t.Fatal(err)
 	}
-	netns := []string{"/proc/self/ns/net"}
-	for _, o := range in {
-		netns = append(netns, fmt.Sprintf("/proc/%d/ns/net", o.cmd.Process.Pid))
-	}
+	netns = append([]string{"/proc/self/ns/net"}, netns...)
 	var got []Flight
 	if err := f.fp.InFlight(context.Background(), netns, func(r *Flight) error {
 		if r.Target == 1 || r.Kind != KindInFlight {
@@ -121,6 +118,20 @@ func (f *flightFixture) flying(in ...*openerProc) []Flight {
 		f.t.Fatal(err)
 	}
 	return got
+}
+
+// nsOf is the network namespace of an opener.
+func nsOf(o *openerProc) string { return fmt.Sprintf("/proc/%d/ns/net", o.cmd.Process.Pid) }
+
+// socketNS is the network namespace of the socket at fd, kept open for the test.
+func (f *flightFixture) socketNS(fd int) string {
+	f.t.Helper()
+	ns, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS)
+	if err != nil {
+		f.t.Fatalf("the namespace of socket %d: %v", fd, err)
+	}
+	f.t.Cleanup(func() { _ = unix.Close(ns) })
+	return fmt.Sprintf("/proc/self/fd/%d", ns)
 }
 
 // sendQueues has the opener open n queues, send each with send (a command with %d for
@@ -170,7 +181,7 @@ func TestInFlightFilesCountForTheirSender(t *testing.T) {
 	victim.must("bind " + path)
 	s := sender.must("dgram")
 	f.sendQueues(sender, 3, "sendto "+strconv.Itoa(s)+" "+path+" FD")
-	f.assertSentBy(f.flying(victim), ids[1], 3)
+	f.assertSentBy(f.flying(nsOf(victim)), ids[1], 3)
 }
 
 // The neighbour connects to the sender's listener, so that the socket the sender
@@ -184,7 +195,7 @@ func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
 	victim.must("connect " + path)
 	a := sender.must("accept " + strconv.Itoa(l))
 	f.sendQueues(sender, 2, "send "+strconv.Itoa(a)+" FD")
-	f.assertSentBy(f.flying(victim), ids[1], 2)
+	f.assertSentBy(f.flying(nsOf(victim)), ids[1], 2)
 }
 
 // A message that carries its sender's credentials names its sender, whoever sent through
@@ -204,7 +215,7 @@ func TestInFlightFilesWithCredentialsCountForTheProcessNamed(t *testing.T) {
 	shared := third.must("steal " + strconv.Itoa(sender.cmd.Process.Pid) + " " + strconv.Itoa(s))
 	null := third.must("open /dev/null")
 	third.must("sendto " + strconv.Itoa(shared) + " " + path + " " + strconv.Itoa(null))
-	f.assertSentBy(f.flying(victim), ids[1], 1)
+	f.assertSentBy(f.flying(nsOf(victim)), ids[1], 1)
 }
 
 // A container that sent queues into a socket of its own and exited leaves them in
@@ -242,7 +253,7 @@ func TestInFlightFilesOfAnExitedContainerNameItsPod(t *testing.T) {
 	if !removed {
 		t.Fatalf("the container's cgroup %s was not removed", ctr)
 	}
-	got := f.flying()
+	got := f.flying(f.socketNS(kept))
 	f.assertSentBy(got, ctrID, 2)
 	for _, r := range got {
 		if r.Up[0] != pod {
