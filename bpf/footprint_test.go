@@ -267,11 +267,23 @@ func TestSocketNamespacesAreNamed(t *testing.T) {
 		err error
 	}
 	done := make(chan made, 1)
+	home, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
 	go func() {
-		// The thread ends with this goroutine, and its namespace with it: only the
-		// sockets keep the namespace.
+		// Only the sockets keep the namespace: the thread goes back home, since the
+		// process's main thread, which Go never ends, may be the one running this (and
+		// /proc/self/ns/net, which later tests read, is the main thread's).
 		runtime.LockOSThread()
 		var m made
+		defer func() {
+			if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err == nil {
+				runtime.UnlockOSThread()
+			}
+			done <- m
+		}()
 		if m.err = unix.Unshare(unix.CLONE_NEWNET); m.err == nil {
 			var st unix.Stat_t
 			if m.err = unix.Stat(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()), &st); m.err == nil {
@@ -281,7 +293,6 @@ func TestSocketNamespacesAreNamed(t *testing.T) {
 				m.sp = sp
 			}
 		}
-		done <- m
 	}()
 	m := <-done
 	if m.err != nil {
