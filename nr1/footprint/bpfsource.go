@@ -225,10 +225,21 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			return errOutOfTime
 		}
 		switch r.Kind {
+		// What a sender's messages hold past what a scan reads is its pod's too once its
+		// container is gone: the ancestors are named with it (each is the same pod's, or
+		// no CG's).
 		case bpf.KindInFlightMore:
 			s.InFlightUnread = append(s.InFlightUnread, r.CgroupId)
+			s.InFlightUnread = appendChain(s.InFlightUnread, r.Up)
 			return nil
 		case bpf.KindPastCap:
+			for _, id := range appendChain(nil, r.Up) {
+				up := r.Record
+				up.CgroupId = id
+				if err := s.unread(&up, targets); err != nil {
+					return err
+				}
+			}
 			return s.unread(&r.Record, targets)
 		}
 		h, err := inFlightOf(r, targets)
@@ -298,6 +309,17 @@ func handleOf(r *bpf.Record, targets int) (Handle, error) {
 		h.FD = -1
 	}
 	return h, nil
+}
+
+// appendChain appends the ancestors a record names, nearest first, up to the first 0.
+func appendChain(ids []uint64, up [3]uint64) []uint64 {
+	for _, id := range up {
+		if id == 0 {
+			break
+		}
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // inFlightOf checks a unix iterator record: a file of a target in flight, with its open

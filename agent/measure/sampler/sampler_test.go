@@ -531,3 +531,18 @@ func TestAFloodOfFdsThatRunsTheScanOutOfTimeIsTheFloodersDoing(t *testing.T) {
 		t.Errorf("a CG the cut left unread: cause %q own %v, want the node's %q", late.UncertainCause, late.UncertainOwn, view.CauseScanTime)
 	}
 }
+
+// A container that left more in flight than a scan reads, or more distinct queues than
+// it counts, and exited: its pod is uncertain, or over, by its own doing, never nobody.
+func TestInFlightExcessOfAnExitedSenderIsItsPods(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "p", Name: "parker", AllocationKnown: true, PodCgroupIDs: []uint64{20}, Containers: []*view.Container{
+			{Name: "health-handler", State: view.Running, CgroupID: 21}}},
+	}}
+	scan := &footprint.Scan{Source: "bpf"}
+	scan.InFlightUnread = []uint64{22, 20, 2, 1} // the exited container's id, then its ancestors
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
+	if cg := snap.CGs[0]; cg.UncertainCause != view.CauseInFlight || !cg.UncertainOwn {
+		t.Errorf("cause %q own %v, want the pod uncertain by its own doing", cg.UncertainCause, cg.UncertainOwn)
+	}
+}
