@@ -67,6 +67,14 @@ func (f *Footprint) WatchChanges() (*Changes, error) {
 		}
 		c.links = append(c.links, l)
 	}
+	err := attachCompat(compatProbe{"kretprobe/compat_new_fd", f.objs.Nr1CompatNewFd}, func(_ string, l link.Link) error {
+		c.links = append(c.links, l)
+		return nil
+	})
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	rd, err := ringbuf.NewReader(f.objs.Changes)
 	if err != nil {
 		_ = c.Close()

@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "headers/nr1_fd.h"
+#include "headers/nr1_regs.h"
 
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
@@ -1032,8 +1033,8 @@ static __always_inline void mark_mapper(void)
 		__sync_fetch_and_add(&shared_mapped, 1);
 }
 
-SEC("tracepoint/syscalls/sys_enter_mmap")
-int nr1_enter_mmap(struct syscall_enter_ctx *ctx)
+// An mmap's entry, of its flags and fd.
+static __always_inline int enter_mmap(__u64 flags, __s32 fd)
 {
 	__u64 thread = bpf_get_current_pid_tgid();
 	__u32 ring = MAPPING_RING;
@@ -1041,9 +1042,9 @@ int nr1_enter_mmap(struct syscall_enter_ctx *ctx)
 	__u32 *target;
 	umode_t mode;
 
-	if (ctx->args[3] & MAP_ANONYMOUS)
+	if (flags & MAP_ANONYMOUS)
 		return 0;
-	file = fd_file((__s32)ctx->args[4]);
+	file = fd_file(fd);
 	if (!file || (BPF_CORE_READ(file, f_mode) & FMODE_PATH))
 		return 0;
 	target = match_mode(file, &mode);
@@ -1062,8 +1063,8 @@ int nr1_enter_mmap(struct syscall_enter_ctx *ctx)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_mmap")
-int nr1_exit_mmap(struct syscall_exit_ctx *ctx)
+// An mmap's exit, of what it returned.
+static __always_inline int exit_mmap(long ret)
 {
 	__u64 thread = bpf_get_current_pid_tgid();
 	__u32 *target = bpf_map_lookup_elem(&mapping, &thread);
@@ -1071,7 +1072,7 @@ int nr1_exit_mmap(struct syscall_exit_ctx *ctx)
 	if (!target)
 		return 0;
 	// A failed mmap returns -errno, an address never is.
-	if (ctx->ret < 0 && ctx->ret >= -4095) {
+	if (ret < 0 && ret >= -4095) {
 		bpf_map_delete_elem(&mapping, &thread);
 		return 0;
 	}
@@ -1083,6 +1084,39 @@ int nr1_exit_mmap(struct syscall_exit_ctx *ctx)
 	bpf_map_delete_elem(&mapping, &thread);
 	return 0;
 }
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int nr1_enter_mmap(struct syscall_enter_ctx *ctx) { return enter_mmap(ctx->args[3], ctx->args[4]); }
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int nr1_exit_mmap(struct syscall_exit_ctx *ctx) { return exit_mmap(ctx->ret); }
+
+// The 32-bit mmaps, which a 64-bit process can make too (int $0x80), and which no
+// tracepoint sees: the loader attaches these to the kernel's entries of them. mmap2
+// takes the arguments of mmap, in registers; the old mmap reads them from memory.
+SEC("kprobe/compat_mmap2")
+int nr1_compat_enter_mmap2(void *ctx) { return enter_mmap(compat_arg(3), compat_arg(4)); }
+
+SEC("kretprobe/compat_mmap2")
+int nr1_compat_exit_mmap2(void *ctx) { return exit_mmap(probe_ret(ctx)); }
+
+struct compat_mmap_args {
+	__u32 addr, len, prot, flags, fd, offset;
+};
+
+SEC("kprobe/compat_old_mmap")
+int nr1_compat_enter_old_mmap(void *ctx)
+{
+	struct compat_mmap_args a;
+
+	// Unreadable, the kernel's own read fails too and nothing is mapped.
+	if (bpf_probe_read_user(&a, sizeof(a), (void *)(__u64)compat_arg(0)))
+		return 0;
+	return enter_mmap(a.flags, a.fd);
+}
+
+SEC("kretprobe/compat_old_mmap")
+int nr1_compat_exit_old_mmap(void *ctx) { return exit_mmap(probe_ret(ctx)); }
 
 // A child process of a mapper is one: it holds copies of its parent's mappings. A child
 // that shares its parent's memory (CLONE_VM) needs nothing more: a mapping made in it
@@ -1128,30 +1162,35 @@ int nr1_exit(void *ctx)
 
 // A new fd: opened, or taken from another process. The fd is installed when the syscall
 // returns it.
-static __always_inline int new_fd(struct syscall_exit_ctx *ctx)
+static __always_inline int new_fd(long ret)
 {
 	__u32 *target;
 
-	if (ctx->ret < 0)
+	if (ret < 0)
 		return 0;
-	target = fd_target(ctx->ret);
+	target = fd_target(ret);
 	if (target)
 		report(*target);
 	return 0;
 }
 
 SEC("tracepoint/syscalls/sys_exit_openat")
-int nr1_exit_openat(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+int nr1_exit_openat(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
 
 SEC("tracepoint/syscalls/sys_exit_openat2")
-int nr1_exit_openat2(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+int nr1_exit_openat2(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
 
 // open(2) exists on some architectures only (amd64, not arm64).
 SEC("tracepoint/syscalls/sys_exit_open")
-int nr1_exit_open(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+int nr1_exit_open(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
 
 SEC("tracepoint/syscalls/sys_exit_pidfd_getfd")
-int nr1_exit_pidfd_getfd(struct syscall_exit_ctx *ctx) { return new_fd(ctx); }
+int nr1_exit_pidfd_getfd(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
+
+// The 32-bit opens and pidfd_getfd: the loader attaches this to the kernel's entries of
+// those only 32-bit syscalls reach.
+SEC("kretprobe/compat_new_fd")
+int nr1_compat_new_fd(void *ctx) { return new_fd(probe_ret(ctx)); }
 
 // A unix socket sent through, or accepted, is the current process's (senders): it is the
 // one that answers for what the socket's messages carry.
@@ -1199,6 +1238,71 @@ int nr1_enter_sendmsg(struct syscall_enter_ctx *ctx)
 SEC("tracepoint/syscalls/sys_enter_sendmmsg")
 int nr1_enter_sendmmsg(struct syscall_enter_ctx *ctx) { return tag_sender((__s32)ctx->args[0]); }
 
+// The 32-bit sends, which no tracepoint sees: their header's fields are of 32 bits.
+#define COMPAT_MSGHDR_CONTROLLEN 20
+
+static __always_inline int compat_sendmsg(__s32 fd, __u32 msg)
+{
+	__u32 controllen = 0;
+
+	if (bpf_probe_read_user(&controllen, sizeof(controllen), (void *)(__u64)msg + COMPAT_MSGHDR_CONTROLLEN) || !controllen)
+		return 0;
+	return tag_sender(fd);
+}
+
+SEC("kprobe/compat_sendmsg")
+int nr1_compat_sendmsg(void *ctx) { return compat_sendmsg(compat_arg(0), compat_arg(1)); }
+
+SEC("kprobe/compat_sendmmsg")
+int nr1_compat_sendmmsg(void *ctx) { return tag_sender((__s32)compat_arg(0)); }
+
+// socketcall(2), the 32-bit x86 door to every socket call: its first argument says
+// which, its second points at that call's arguments. An accept through it is tagged at
+// its return, which has the fd; until then the thread is kept in accepting.
+#define SYS_ACCEPT 5
+#define SYS_SENDMSG 16
+#define SYS_ACCEPT4 18
+#define SYS_SENDMMSG 20
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64); // pid_tgid
+	__type(value, __u8);
+} accepting SEC(".maps");
+
+SEC("kprobe/compat_socketcall")
+int nr1_compat_socketcall(void *ctx)
+{
+	__u32 call = compat_arg(0), args[2] = {};
+	__u64 thread = bpf_get_current_pid_tgid();
+	__u8 one = 1;
+
+	if (call == SYS_ACCEPT || call == SYS_ACCEPT4) {
+		bpf_map_update_elem(&accepting, &thread, &one, BPF_ANY);
+		return 0;
+	}
+	if (call != SYS_SENDMSG && call != SYS_SENDMMSG)
+		return 0;
+	if (bpf_probe_read_user(args, sizeof(args), (void *)(__u64)compat_arg(1)))
+		return 0;
+	if (call == SYS_SENDMMSG)
+		return tag_sender((__s32)args[0]);
+	return compat_sendmsg(args[0], args[1]);
+}
+
+SEC("kretprobe/compat_socketcall")
+int nr1_compat_socketcall_exit(void *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid();
+	long ret = probe_ret(ctx);
+
+	if (!bpf_map_lookup_elem(&accepting, &thread))
+		return 0;
+	bpf_map_delete_elem(&accepting, &thread);
+	return ret < 0 ? 0 : tag_sender(ret);
+}
+
 // The socket accepted is installed when the syscall returns its fd.
 SEC("tracepoint/syscalls/sys_exit_accept4")
 int nr1_exit_accept4(struct syscall_exit_ctx *ctx) { return ctx->ret < 0 ? 0 : tag_sender(ctx->ret); }
@@ -1206,3 +1310,11 @@ int nr1_exit_accept4(struct syscall_exit_ctx *ctx) { return ctx->ret < 0 ? 0 : t
 // accept(2) exists on some architectures only (amd64, not arm64).
 SEC("tracepoint/syscalls/sys_exit_accept")
 int nr1_exit_accept(struct syscall_exit_ctx *ctx) { return ctx->ret < 0 ? 0 : tag_sender(ctx->ret); }
+
+SEC("kretprobe/compat_accept")
+int nr1_compat_exit_accept(void *ctx)
+{
+	long ret = probe_ret(ctx);
+
+	return ret < 0 ? 0 : tag_sender(ret);
+}

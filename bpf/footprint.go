@@ -148,6 +148,21 @@ func (f *Footprint) followSenders() error {
 		}
 		f.sends = append(f.sends, l)
 	}
+	for _, p := range []compatProbe{
+		{"kprobe/compat_sendmsg", f.objs.Nr1CompatSendmsg},
+		{"kprobe/compat_sendmmsg", f.objs.Nr1CompatSendmmsg},
+		{"kprobe/compat_socketcall", f.objs.Nr1CompatSocketcall},
+		{"kretprobe/compat_socketcall", f.objs.Nr1CompatSocketcallExit},
+		{"kretprobe/compat_accept", f.objs.Nr1CompatExitAccept},
+	} {
+		err := attachCompat(p, func(_ string, l link.Link) error {
+			f.sends = append(f.sends, l)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

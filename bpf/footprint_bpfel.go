@@ -98,58 +98,69 @@ type footprintTargetKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	footprintMapChanges                 = "changes"
-	footprintMapInflightCgroups         = "inflight_cgroups"
-	footprintMapInflightFiles           = "inflight_files"
-	footprintMapMappers                 = "mappers"
-	footprintMapMapping                 = "mapping"
-	footprintMapSeen                    = "seen"
-	footprintMapSeenVma                 = "seen_vma"
-	footprintMapSenders                 = "senders"
-	footprintMapTargets                 = "targets"
-	footprintMapVisited                 = "visited"
-	footprintProgNr1EnterMmap           = "nr1_enter_mmap"
-	footprintProgNr1EnterSendmmsg       = "nr1_enter_sendmmsg"
-	footprintProgNr1EnterSendmsg        = "nr1_enter_sendmsg"
-	footprintProgNr1Exec                = "nr1_exec"
-	footprintProgNr1Exit                = "nr1_exit"
-	footprintProgNr1ExitAccept          = "nr1_exit_accept"
-	footprintProgNr1ExitAccept4         = "nr1_exit_accept4"
-	footprintProgNr1ExitMmap            = "nr1_exit_mmap"
-	footprintProgNr1ExitOpen            = "nr1_exit_open"
-	footprintProgNr1ExitOpenat          = "nr1_exit_openat"
-	footprintProgNr1ExitOpenat2         = "nr1_exit_openat2"
-	footprintProgNr1ExitPidfdGetfd      = "nr1_exit_pidfd_getfd"
-	footprintProgNr1Fork                = "nr1_fork"
-	footprintProgNr1TaskFile            = "nr1_task_file"
-	footprintProgNr1TaskVma             = "nr1_task_vma"
-	footprintProgNr1Unix                = "nr1_unix"
-	footprintVarChangesLost             = "changes_lost"
-	footprintVarFollowing               = "following"
-	footprintVarHeavyFds                = "heavy_fds"
-	footprintVarInflightFull            = "inflight_full"
-	footprintVarInflightPass            = "inflight_pass"
-	footprintVarLastTask                = "last_task"
-	footprintVarLastTaskScan            = "last_task_scan"
-	footprintVarLastVmaTask             = "last_vma_task"
-	footprintVarLastVmaTaskScan         = "last_vma_task_scan"
-	footprintVarMappersLost             = "mappers_lost"
-	footprintVarMarkSeq                 = "mark_seq"
-	footprintVarNextTick                = "next_tick"
-	footprintVarRingFops                = "ring_fops"
-	footprintVarScan                    = "scan"
-	footprintVarSharedMapped            = "shared_mapped"
-	footprintVarUnusedChange            = "unused_change"
-	footprintVarUnusedInflightCgroup    = "unused_inflight_cgroup"
-	footprintVarUnusedInflightCgroupKey = "unused_inflight_cgroup_key"
-	footprintVarUnusedInflightFileVal   = "unused_inflight_file_val"
-	footprintVarUnusedMapper            = "unused_mapper"
-	footprintVarUnusedRecord            = "unused_record"
-	footprintVarVisits                  = "visits"
-	footprintVarWalked                  = "walked"
-	footprintVarWalkedScan              = "walked_scan"
-	footprintVarWalkedTask              = "walked_task"
-	footprintVarWalkedTaskFds           = "walked_task_fds"
+	footprintMapAccepting                = "accepting"
+	footprintMapChanges                  = "changes"
+	footprintMapInflightCgroups          = "inflight_cgroups"
+	footprintMapInflightFiles            = "inflight_files"
+	footprintMapMappers                  = "mappers"
+	footprintMapMapping                  = "mapping"
+	footprintMapSeen                     = "seen"
+	footprintMapSeenVma                  = "seen_vma"
+	footprintMapSenders                  = "senders"
+	footprintMapTargets                  = "targets"
+	footprintMapVisited                  = "visited"
+	footprintProgNr1CompatEnterMmap2     = "nr1_compat_enter_mmap2"
+	footprintProgNr1CompatEnterOldMmap   = "nr1_compat_enter_old_mmap"
+	footprintProgNr1CompatExitAccept     = "nr1_compat_exit_accept"
+	footprintProgNr1CompatExitMmap2      = "nr1_compat_exit_mmap2"
+	footprintProgNr1CompatExitOldMmap    = "nr1_compat_exit_old_mmap"
+	footprintProgNr1CompatNewFd          = "nr1_compat_new_fd"
+	footprintProgNr1CompatSendmmsg       = "nr1_compat_sendmmsg"
+	footprintProgNr1CompatSendmsg        = "nr1_compat_sendmsg"
+	footprintProgNr1CompatSocketcall     = "nr1_compat_socketcall"
+	footprintProgNr1CompatSocketcallExit = "nr1_compat_socketcall_exit"
+	footprintProgNr1EnterMmap            = "nr1_enter_mmap"
+	footprintProgNr1EnterSendmmsg        = "nr1_enter_sendmmsg"
+	footprintProgNr1EnterSendmsg         = "nr1_enter_sendmsg"
+	footprintProgNr1Exec                 = "nr1_exec"
+	footprintProgNr1Exit                 = "nr1_exit"
+	footprintProgNr1ExitAccept           = "nr1_exit_accept"
+	footprintProgNr1ExitAccept4          = "nr1_exit_accept4"
+	footprintProgNr1ExitMmap             = "nr1_exit_mmap"
+	footprintProgNr1ExitOpen             = "nr1_exit_open"
+	footprintProgNr1ExitOpenat           = "nr1_exit_openat"
+	footprintProgNr1ExitOpenat2          = "nr1_exit_openat2"
+	footprintProgNr1ExitPidfdGetfd       = "nr1_exit_pidfd_getfd"
+	footprintProgNr1Fork                 = "nr1_fork"
+	footprintProgNr1TaskFile             = "nr1_task_file"
+	footprintProgNr1TaskVma              = "nr1_task_vma"
+	footprintProgNr1Unix                 = "nr1_unix"
+	footprintVarChangesLost              = "changes_lost"
+	footprintVarFollowing                = "following"
+	footprintVarHeavyFds                 = "heavy_fds"
+	footprintVarInflightFull             = "inflight_full"
+	footprintVarInflightPass             = "inflight_pass"
+	footprintVarLastTask                 = "last_task"
+	footprintVarLastTaskScan             = "last_task_scan"
+	footprintVarLastVmaTask              = "last_vma_task"
+	footprintVarLastVmaTaskScan          = "last_vma_task_scan"
+	footprintVarMappersLost              = "mappers_lost"
+	footprintVarMarkSeq                  = "mark_seq"
+	footprintVarNextTick                 = "next_tick"
+	footprintVarRingFops                 = "ring_fops"
+	footprintVarScan                     = "scan"
+	footprintVarSharedMapped             = "shared_mapped"
+	footprintVarUnusedChange             = "unused_change"
+	footprintVarUnusedInflightCgroup     = "unused_inflight_cgroup"
+	footprintVarUnusedInflightCgroupKey  = "unused_inflight_cgroup_key"
+	footprintVarUnusedInflightFileVal    = "unused_inflight_file_val"
+	footprintVarUnusedMapper             = "unused_mapper"
+	footprintVarUnusedRecord             = "unused_record"
+	footprintVarVisits                   = "visits"
+	footprintVarWalked                   = "walked"
+	footprintVarWalkedScan               = "walked_scan"
+	footprintVarWalkedTask               = "walked_task"
+	footprintVarWalkedTaskFds            = "walked_task_fds"
 )
 
 // loadFootprint returns the embedded CollectionSpec for footprint.
@@ -194,28 +205,39 @@ type footprintSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintProgramSpecs struct {
-	Nr1EnterMmap      *ebpf.ProgramSpec `ebpf:"nr1_enter_mmap"`
-	Nr1EnterSendmmsg  *ebpf.ProgramSpec `ebpf:"nr1_enter_sendmmsg"`
-	Nr1EnterSendmsg   *ebpf.ProgramSpec `ebpf:"nr1_enter_sendmsg"`
-	Nr1Exec           *ebpf.ProgramSpec `ebpf:"nr1_exec"`
-	Nr1Exit           *ebpf.ProgramSpec `ebpf:"nr1_exit"`
-	Nr1ExitAccept     *ebpf.ProgramSpec `ebpf:"nr1_exit_accept"`
-	Nr1ExitAccept4    *ebpf.ProgramSpec `ebpf:"nr1_exit_accept4"`
-	Nr1ExitMmap       *ebpf.ProgramSpec `ebpf:"nr1_exit_mmap"`
-	Nr1ExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_exit_open"`
-	Nr1ExitOpenat     *ebpf.ProgramSpec `ebpf:"nr1_exit_openat"`
-	Nr1ExitOpenat2    *ebpf.ProgramSpec `ebpf:"nr1_exit_openat2"`
-	Nr1ExitPidfdGetfd *ebpf.ProgramSpec `ebpf:"nr1_exit_pidfd_getfd"`
-	Nr1Fork           *ebpf.ProgramSpec `ebpf:"nr1_fork"`
-	Nr1TaskFile       *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
-	Nr1TaskVma        *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
-	Nr1Unix           *ebpf.ProgramSpec `ebpf:"nr1_unix"`
+	Nr1CompatEnterMmap2     *ebpf.ProgramSpec `ebpf:"nr1_compat_enter_mmap2"`
+	Nr1CompatEnterOldMmap   *ebpf.ProgramSpec `ebpf:"nr1_compat_enter_old_mmap"`
+	Nr1CompatExitAccept     *ebpf.ProgramSpec `ebpf:"nr1_compat_exit_accept"`
+	Nr1CompatExitMmap2      *ebpf.ProgramSpec `ebpf:"nr1_compat_exit_mmap2"`
+	Nr1CompatExitOldMmap    *ebpf.ProgramSpec `ebpf:"nr1_compat_exit_old_mmap"`
+	Nr1CompatNewFd          *ebpf.ProgramSpec `ebpf:"nr1_compat_new_fd"`
+	Nr1CompatSendmmsg       *ebpf.ProgramSpec `ebpf:"nr1_compat_sendmmsg"`
+	Nr1CompatSendmsg        *ebpf.ProgramSpec `ebpf:"nr1_compat_sendmsg"`
+	Nr1CompatSocketcall     *ebpf.ProgramSpec `ebpf:"nr1_compat_socketcall"`
+	Nr1CompatSocketcallExit *ebpf.ProgramSpec `ebpf:"nr1_compat_socketcall_exit"`
+	Nr1EnterMmap            *ebpf.ProgramSpec `ebpf:"nr1_enter_mmap"`
+	Nr1EnterSendmmsg        *ebpf.ProgramSpec `ebpf:"nr1_enter_sendmmsg"`
+	Nr1EnterSendmsg         *ebpf.ProgramSpec `ebpf:"nr1_enter_sendmsg"`
+	Nr1Exec                 *ebpf.ProgramSpec `ebpf:"nr1_exec"`
+	Nr1Exit                 *ebpf.ProgramSpec `ebpf:"nr1_exit"`
+	Nr1ExitAccept           *ebpf.ProgramSpec `ebpf:"nr1_exit_accept"`
+	Nr1ExitAccept4          *ebpf.ProgramSpec `ebpf:"nr1_exit_accept4"`
+	Nr1ExitMmap             *ebpf.ProgramSpec `ebpf:"nr1_exit_mmap"`
+	Nr1ExitOpen             *ebpf.ProgramSpec `ebpf:"nr1_exit_open"`
+	Nr1ExitOpenat           *ebpf.ProgramSpec `ebpf:"nr1_exit_openat"`
+	Nr1ExitOpenat2          *ebpf.ProgramSpec `ebpf:"nr1_exit_openat2"`
+	Nr1ExitPidfdGetfd       *ebpf.ProgramSpec `ebpf:"nr1_exit_pidfd_getfd"`
+	Nr1Fork                 *ebpf.ProgramSpec `ebpf:"nr1_fork"`
+	Nr1TaskFile             *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
+	Nr1TaskVma              *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
+	Nr1Unix                 *ebpf.ProgramSpec `ebpf:"nr1_unix"`
 }
 
 // footprintMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type footprintMapSpecs struct {
+	Accepting       *ebpf.MapSpec `ebpf:"accepting"`
 	Changes         *ebpf.MapSpec `ebpf:"changes"`
 	InflightCgroups *ebpf.MapSpec `ebpf:"inflight_cgroups"`
 	InflightFiles   *ebpf.MapSpec `ebpf:"inflight_files"`
@@ -280,6 +302,7 @@ func (o *footprintObjects) Close() error {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintMaps struct {
+	Accepting       *ebpf.Map `ebpf:"accepting"`
 	Changes         *ebpf.Map `ebpf:"changes"`
 	InflightCgroups *ebpf.Map `ebpf:"inflight_cgroups"`
 	InflightFiles   *ebpf.Map `ebpf:"inflight_files"`
@@ -294,6 +317,7 @@ type footprintMaps struct {
 
 func (m *footprintMaps) Close() error {
 	return _FootprintClose(
+		m.Accepting,
 		m.Changes,
 		m.InflightCgroups,
 		m.InflightFiles,
@@ -343,26 +367,46 @@ type footprintVariables struct {
 //
 // It can be passed to loadFootprintObjects or ebpf.CollectionSpec.LoadAndAssign.
 type footprintPrograms struct {
-	Nr1EnterMmap      *ebpf.Program `ebpf:"nr1_enter_mmap"`
-	Nr1EnterSendmmsg  *ebpf.Program `ebpf:"nr1_enter_sendmmsg"`
-	Nr1EnterSendmsg   *ebpf.Program `ebpf:"nr1_enter_sendmsg"`
-	Nr1Exec           *ebpf.Program `ebpf:"nr1_exec"`
-	Nr1Exit           *ebpf.Program `ebpf:"nr1_exit"`
-	Nr1ExitAccept     *ebpf.Program `ebpf:"nr1_exit_accept"`
-	Nr1ExitAccept4    *ebpf.Program `ebpf:"nr1_exit_accept4"`
-	Nr1ExitMmap       *ebpf.Program `ebpf:"nr1_exit_mmap"`
-	Nr1ExitOpen       *ebpf.Program `ebpf:"nr1_exit_open"`
-	Nr1ExitOpenat     *ebpf.Program `ebpf:"nr1_exit_openat"`
-	Nr1ExitOpenat2    *ebpf.Program `ebpf:"nr1_exit_openat2"`
-	Nr1ExitPidfdGetfd *ebpf.Program `ebpf:"nr1_exit_pidfd_getfd"`
-	Nr1Fork           *ebpf.Program `ebpf:"nr1_fork"`
-	Nr1TaskFile       *ebpf.Program `ebpf:"nr1_task_file"`
-	Nr1TaskVma        *ebpf.Program `ebpf:"nr1_task_vma"`
-	Nr1Unix           *ebpf.Program `ebpf:"nr1_unix"`
+	Nr1CompatEnterMmap2     *ebpf.Program `ebpf:"nr1_compat_enter_mmap2"`
+	Nr1CompatEnterOldMmap   *ebpf.Program `ebpf:"nr1_compat_enter_old_mmap"`
+	Nr1CompatExitAccept     *ebpf.Program `ebpf:"nr1_compat_exit_accept"`
+	Nr1CompatExitMmap2      *ebpf.Program `ebpf:"nr1_compat_exit_mmap2"`
+	Nr1CompatExitOldMmap    *ebpf.Program `ebpf:"nr1_compat_exit_old_mmap"`
+	Nr1CompatNewFd          *ebpf.Program `ebpf:"nr1_compat_new_fd"`
+	Nr1CompatSendmmsg       *ebpf.Program `ebpf:"nr1_compat_sendmmsg"`
+	Nr1CompatSendmsg        *ebpf.Program `ebpf:"nr1_compat_sendmsg"`
+	Nr1CompatSocketcall     *ebpf.Program `ebpf:"nr1_compat_socketcall"`
+	Nr1CompatSocketcallExit *ebpf.Program `ebpf:"nr1_compat_socketcall_exit"`
+	Nr1EnterMmap            *ebpf.Program `ebpf:"nr1_enter_mmap"`
+	Nr1EnterSendmmsg        *ebpf.Program `ebpf:"nr1_enter_sendmmsg"`
+	Nr1EnterSendmsg         *ebpf.Program `ebpf:"nr1_enter_sendmsg"`
+	Nr1Exec                 *ebpf.Program `ebpf:"nr1_exec"`
+	Nr1Exit                 *ebpf.Program `ebpf:"nr1_exit"`
+	Nr1ExitAccept           *ebpf.Program `ebpf:"nr1_exit_accept"`
+	Nr1ExitAccept4          *ebpf.Program `ebpf:"nr1_exit_accept4"`
+	Nr1ExitMmap             *ebpf.Program `ebpf:"nr1_exit_mmap"`
+	Nr1ExitOpen             *ebpf.Program `ebpf:"nr1_exit_open"`
+	Nr1ExitOpenat           *ebpf.Program `ebpf:"nr1_exit_openat"`
+	Nr1ExitOpenat2          *ebpf.Program `ebpf:"nr1_exit_openat2"`
+	Nr1ExitPidfdGetfd       *ebpf.Program `ebpf:"nr1_exit_pidfd_getfd"`
+	Nr1Fork                 *ebpf.Program `ebpf:"nr1_fork"`
+	Nr1TaskFile             *ebpf.Program `ebpf:"nr1_task_file"`
+	Nr1TaskVma              *ebpf.Program `ebpf:"nr1_task_vma"`
+	Nr1Unix                 *ebpf.Program `ebpf:"nr1_unix"`
 }
 
 func (p *footprintPrograms) Close() error {
 	return _FootprintClose(
+		p.Nr1CompatEnterMmap2,
+		p.Nr1CompatEnterOldMmap,
+		p.Nr1CompatExitAccept,
+		p.Nr1CompatExitMmap2,
+		p.Nr1CompatExitOldMmap,
+		p.Nr1CompatNewFd,
+		p.Nr1CompatSendmmsg,
+		p.Nr1CompatSendmsg,
+		p.Nr1CompatSocketcall,
+		p.Nr1CompatSocketcallExit,
 		p.Nr1EnterMmap,
 		p.Nr1EnterSendmmsg,
 		p.Nr1EnterSendmsg,

@@ -24,6 +24,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 #include "headers/nr1_fd.h"
+#include "headers/nr1_regs.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -180,54 +181,6 @@ volatile const bool link_by_registers = false;
 volatile const long nr_openat = NO_SYSCALL, nr_openat2 = NO_SYSCALL,
 		    nr_open_by_handle_at = NO_SYSCALL, nr_open = NO_SYSCALL, nr_creat = NO_SYSCALL;
 
-// The registers a syscall saves, by architecture, relocated against the kernel's types.
-// amd64: the number in orig_ax; ax is -ENOSYS from the syscall's entry until its return
-// value is stored; a 32-bit syscall (int $0x80, also from 64-bit code) sets TS_COMPAT in
-// the thread's status for its length and the way back to user space. arm64: the number
-// in syscallno; x0 is the first argument, kept in orig_x0, until the return value
-// replaces it; a 32-bit task runs in AArch32 state (pstate), and a 64-bit one cannot make
-// a 32-bit syscall.
-#define ENOSYS 38
-#define TS_COMPAT 0x0002
-#define PSR_MODE32_BIT 0x10
-
-struct pt_regs___amd64 {
-	unsigned long ax;
-	unsigned long orig_ax;
-} __attribute__((preserve_access_index));
-
-struct pt_regs___arm64 {
-	__u64 regs[31];
-	__u64 pstate;
-	__u64 orig_x0;
-	__s32 syscallno;
-} __attribute__((preserve_access_index));
-
-struct thread_info___amd64 {
-	__u32 status;
-} __attribute__((preserve_access_index));
-
-struct task_struct___gate {
-	unsigned int ptrace;
-	struct thread_info___amd64 thread_info;
-} __attribute__((preserve_access_index));
-
-// amd64 is a constant of the load, found in the kernel's types: no helper is called for
-// it on every open's exit.
-static __always_inline bool amd64(void)
-{
-	return bpf_core_field_exists(((struct task_struct___gate *)0)->thread_info.status);
-}
-
-// arm64 says whether every register read is found in the kernel's types: one that is
-// not would fail the programs' load where the branch reading it is reachable, where it
-// should only fail the self-test.
-static __always_inline bool arm64(struct pt_regs___arm64 *r)
-{
-	return bpf_core_field_exists(r->syscallno) && bpf_core_field_exists(r->pstate) &&
-	       bpf_core_field_exists(r->regs) && bpf_core_field_exists(r->orig_x0);
-}
-
 // in_native_syscall says whether the current thread is within a native syscall, before
 // its return value is stored, and which (nr). What runs on the thread's way back to user
 // space (task work: an io_uring request linked to another) sees the registers of the
@@ -235,7 +188,7 @@ static __always_inline bool arm64(struct pt_regs___arm64 *r)
 // trusted: the tracer may have written its registers.
 static __always_inline bool in_native_syscall(long *nr)
 {
-	struct task_struct___gate *task = (void *)bpf_get_current_task_btf();
+	struct task_struct___regs *task = (void *)bpf_get_current_task_btf();
 	void *regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
 
 	if (BPF_CORE_READ(task, ptrace))
@@ -577,8 +530,7 @@ int nr1_gate_registers(void *ctx)
 
 // A process of a pod calling ptrace, which can write the registers of the threads it
 // traces, all of its own pod: that pod's grants are never linked by registers again.
-SEC("tracepoint/syscalls/sys_enter_ptrace")
-int nr1_gate_enter_ptrace(struct syscall_enter_ctx *ctx)
+static __always_inline int called_ptrace(void)
 {
 	__u64 id = 0;
 	__u8 one = 1;
@@ -588,6 +540,14 @@ int nr1_gate_enter_ptrace(struct syscall_enter_ctx *ctx)
 	bpf_map_update_elem(&tracers, &id, &one, BPF_ANY);
 	return 0;
 }
+
+SEC("tracepoint/syscalls/sys_enter_ptrace")
+int nr1_gate_enter_ptrace(struct syscall_enter_ctx *ctx) { return called_ptrace(); }
+
+// A 32-bit ptrace, which a 64-bit process can make too (int $0x80): the loader attaches
+// this to the kernel's entry of it, which no tracepoint sees.
+SEC("kprobe/compat_ptrace")
+int nr1_gate_compat_ptrace(void *ctx) { return called_ptrace(); }
 
 // A syscall's entry and exit programs, named after it: `make generate` gives each its
 // Go name and its section its tracepoint, which the loader attaches.

@@ -143,8 +143,12 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	}
 	// Each program in a tracepoint section is attached to the tracepoint it names; the
 	// opens' entries only where registers do not link.
-	tracepoints := map[string]*ebpf.Program{}
+	tracepoints, probes := map[string]*ebpf.Program{}, []compatProbe{}
 	for name, p := range spec.Programs {
+		if strings.HasPrefix(p.SectionName, "kprobe/") {
+			probes = append(probes, compatProbe{p.SectionName, coll.Programs[name]})
+			continue
+		}
 		tp, ok := strings.CutPrefix(p.SectionName, "tracepoint/")
 		if !ok {
 			continue
@@ -162,7 +166,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
 	coll.Close() // what was not assigned
-	if err := g.open(opts, tracepoints); err != nil {
+	if err := g.open(opts, tracepoints, probes); err != nil {
 		_ = g.Close()
 		return nil, err
 	}
@@ -183,7 +187,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	return g, nil
 }
 
-func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program) error {
+func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program, probes []compatProbe) error {
 	for _, d := range opts.Devices {
 		if err := g.objs.Gated.Put(gateGateDev(d), uint8(1)); err != nil {
 			return fmt.Errorf("gating device %d:%d: %w", d.Major, d.Minor, err)
@@ -227,6 +231,15 @@ func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program) erro
 			return err
 		}
 		ours[tracepointLink(tp)] = true
+	}
+	for _, p := range probes {
+		err := attachCompat(p, func(entry string, l link.Link) error {
+			ours["kprobe-"+entry] = true
+			return g.pinLink("kprobe-"+entry, l)
+		})
+		if err != nil {
+			return fmt.Errorf("budget gate: %w", err)
+		}
 	}
 	return g.unpinStale(ours)
 }

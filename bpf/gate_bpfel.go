@@ -56,6 +56,7 @@ const (
 	gateMapTracers                      = "tracers"
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
+	gateProgNr1GateCompatPtrace         = "nr1_gate_compat_ptrace"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
 	gateProgNr1GateEnterCreat           = "nr1_gate_enter_creat"
 	gateProgNr1GateEnterFaccessat       = "nr1_gate_enter_faccessat"
@@ -131,6 +132,7 @@ type gateSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateProgramSpecs struct {
 	Nr1Gate                     *ebpf.ProgramSpec `ebpf:"nr1_gate"`
+	Nr1GateCompatPtrace         *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_access"`
 	Nr1GateEnterCreat           *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_creat"`
 	Nr1GateEnterFaccessat       *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_faccessat"`
@@ -252,6 +254,7 @@ type gateVariables struct {
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gatePrograms struct {
 	Nr1Gate                     *ebpf.Program `ebpf:"nr1_gate"`
+	Nr1GateCompatPtrace         *ebpf.Program `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.Program `ebpf:"nr1_gate_enter_access"`
 	Nr1GateEnterCreat           *ebpf.Program `ebpf:"nr1_gate_enter_creat"`
 	Nr1GateEnterFaccessat       *ebpf.Program `ebpf:"nr1_gate_enter_faccessat"`
@@ -281,6 +284,7 @@ type gatePrograms struct {
 func (p *gatePrograms) Close() error {
 	return _GateClose(
 		p.Nr1Gate,
+		p.Nr1GateCompatPtrace,
 		p.Nr1GateEnterAccess,
 		p.Nr1GateEnterCreat,
 		p.Nr1GateEnterFaccessat,

@@ -22,6 +22,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/neureality-sdk/nr1-agent/internal/compat32"
 	"golang.org/x/sys/unix"
 )
 
@@ -97,6 +98,10 @@ func opener() {
 		case "ptrace": // a ptrace call that attaches nothing (the parent is not traced)
 			_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_PEEKUSR, uintptr(os.Getppid()), 0, 0, 0, 0)
 			err = errno
+		case "ptrace32": // the same, as a 32-bit syscall, which no tracepoint sees
+			if err = compat32.Available(); err == nil {
+				_, err = compat32.Syscall(compat32.SysPtrace, unix.PTRACE_PEEKUSR, uintptr(os.Getppid()), 0, 0)
+			}
 		case "race": // race PATH K: K threads open at once; N of them got one
 			n = race(f[1], arg(2))
 		case "exit":
@@ -778,29 +783,36 @@ func TestGateLinksNoGrantAfterAnOpenReturnedAsUnderWay(t *testing.T) {
 
 // A pod one of whose processes called ptrace, with which a tracer may write the
 // registers of a thread it holds, has its grants counted, never linked: a close of what
-// it opened is not given back before a settle.
+// it opened is not given back before a settle. A 32-bit ptrace counts as a native one.
 func TestGateLinksNothingOfAPodCallingPtrace(t *testing.T) {
 	f := newGateFixture(t, false)
-	id, cg := f.pod("pod", 2)
-	o := f.opener(cg)
-	a := o.must("open " + f.queue)
-	o.must(fmt.Sprintf("close %d", a))
-	if err := f.gate.Reclaim(); err != nil {
-		t.Fatal(err)
-	}
-	if c := f.held(id); c.Held != 0 {
-		t.Fatalf("before ptrace, an open then closed: %+v, want none held", c)
-	}
-	if _, err := o.do("ptrace"); err == nil {
-		t.Fatal("ptrace of a parent that is not traced succeeded")
-	}
-	a = o.must("open " + f.queue)
-	o.must(fmt.Sprintf("close %d", a))
-	if err := f.gate.Reclaim(); err != nil {
-		t.Fatal(err)
-	}
-	if c := f.held(id); c.Held != 1 {
-		t.Fatalf("after ptrace, an open then closed: %+v, want it still held until a settle", c)
+	for _, call := range []string{"ptrace", "ptrace32"} {
+		t.Run(call, func(t *testing.T) {
+			if call == "ptrace32" {
+				compatOrSkip(t)
+			}
+			id, cg := f.pod(call, 2)
+			o := f.opener(cg)
+			a := o.must("open " + f.queue)
+			o.must(fmt.Sprintf("close %d", a))
+			if err := f.gate.Reclaim(); err != nil {
+				t.Fatal(err)
+			}
+			if c := f.held(id); c.Held != 0 {
+				t.Fatalf("before %s, an open then closed: %+v, want none held", call, c)
+			}
+			if _, err := o.do(call); err == nil {
+				t.Fatalf("%s of a parent that is not traced succeeded", call)
+			}
+			a = o.must("open " + f.queue)
+			o.must(fmt.Sprintf("close %d", a))
+			if err := f.gate.Reclaim(); err != nil {
+				t.Fatal(err)
+			}
+			if c := f.held(id); c.Held != 1 {
+				t.Fatalf("after %s, an open then closed: %+v, want it still held until a settle", call, c)
+			}
+		})
 	}
 }
 

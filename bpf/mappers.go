@@ -44,7 +44,8 @@ func (m *mappers) close() error {
 	return errors.Join(errs...)
 }
 
-// attachMmap attaches the mmap tracepoints, once: they report changes and mark mappers.
+// attachMmap attaches the mmap tracepoints and the 32-bit mmaps' probes, once: they
+// report changes and mark mappers.
 func (f *Footprint) attachMmap() error {
 	if f.mmap != nil {
 		return nil
@@ -69,6 +70,24 @@ func (f *Footprint) attachMmap() error {
 			return fmt.Errorf("attaching to tracepoint syscalls/%s: %w", name, err)
 		}
 		f.mmap = append(f.mmap, l)
+	}
+	for _, p := range []compatProbe{
+		{"kprobe/compat_mmap2", f.objs.Nr1CompatEnterMmap2},
+		{"kprobe/compat_old_mmap", f.objs.Nr1CompatEnterOldMmap},
+		{"kretprobe/compat_mmap2", f.objs.Nr1CompatExitMmap2},
+		{"kretprobe/compat_old_mmap", f.objs.Nr1CompatExitOldMmap},
+	} {
+		err := attachCompat(p, func(_ string, l link.Link) error {
+			f.mmap = append(f.mmap, l)
+			return nil
+		})
+		if err != nil {
+			for _, l := range f.mmap {
+				_ = l.Close()
+			}
+			f.mmap = nil
+			return err
+		}
 	}
 	return nil
 }

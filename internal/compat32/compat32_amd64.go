@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package compat32
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func int80(nr, a0, a1, a2, a3, a4, a5 uintptr) uintptr
+
+// Syscall makes the 32-bit system call nr with up to six arguments, each truncated to 32
+// bits as the kernel reads them: a pointer must be below 4 GiB (see Low). It blocks the
+// thread as a raw system call does.
+func Syscall(nr uintptr, args ...uintptr) (uintptr, error) {
+	var a [6]uintptr
+	if len(args) > len(a) {
+		return 0, fmt.Errorf("%d arguments to a system call, at most 6", len(args))
+	}
+	copy(a[:], args)
+	r := int32(int80(nr, a[0], a[1], a[2], a[3], a[4], a[5]))
+	if r < 0 && r >= -4095 {
+		return 0, syscall.Errno(-r)
+	}
+	return uintptr(uint32(r)), nil
+}
+
+// Low copies b into memory below 4 GiB, which a 32-bit system call can point at, and
+// returns its address; the memory stays until the process ends.
+func Low(b []byte) (uintptr, error) {
+	size := (len(b) + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+	m, err := unix.Mmap(-1, 0, max(size, unix.Getpagesize()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_32BIT)
+	if err != nil {
+		return 0, fmt.Errorf("memory below 4 GiB: %w", err)
+	}
+	copy(m, b)
+	return uintptr(unsafe.Pointer(&m[0])), nil
+}
