@@ -11,8 +11,9 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/neureality-sdk/nr1-agent/internal/compat32"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/compat32"
 )
 
 // compatOrSkip skips where this process cannot make 32-bit system calls: arm64, or an
@@ -106,7 +107,7 @@ func TestCompatMappingsAreFollowed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer unix.Syscall(unix.SYS_MUNMAP, addr, tc.size, 0) //nolint:errcheck // the test's own mapping
+			defer unix.Syscall(unix.SYS_MUNMAP, addr, tc.size, 0)
 			got, pass := mappersPass(t, f, self, dma)
 			if !slices.Contains(pass.pids, self) || len(got) != 1 || got[0].Size != uint64(tc.size) {
 				t.Fatalf("pass %+v: mappings %+v, want this process walked and its mapping of %d bytes", pass, got, tc.size)

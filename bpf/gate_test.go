@@ -22,8 +22,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/neureality-sdk/nr1-agent/internal/compat32"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/compat32"
 )
 
 // The gate's tests run their pods' processes as openers: this test binary, started

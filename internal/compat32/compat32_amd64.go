@@ -21,11 +21,12 @@ func Syscall(nr uintptr, args ...uintptr) (uintptr, error) {
 		return 0, fmt.Errorf("%d arguments to a system call, at most 6", len(args))
 	}
 	copy(a[:], args)
-	r := int32(int80(nr, a[0], a[1], a[2], a[3], a[4], a[5]))
-	if r < 0 && r >= -4095 {
-		return 0, syscall.Errno(-r)
+	// The kernel answers in the low 32 bits: -errno, or a value.
+	r := uint32(int80(nr, a[0], a[1], a[2], a[3], a[4], a[5])) //nolint:gosec // truncated on purpose
+	if errno := -int32(r); errno > 0 && errno <= 4095 {        //nolint:gosec // the same 32 bits, signed
+		return 0, fmt.Errorf("32-bit system call %d: %w", nr, syscall.Errno(errno))
 	}
-	return uintptr(uint32(r)), nil
+	return uintptr(r), nil
 }
 
 // Low copies b into memory below 4 GiB, which a 32-bit system call can point at, and
@@ -37,5 +38,5 @@ func Low(b []byte) (uintptr, error) {
 		return 0, fmt.Errorf("memory below 4 GiB: %w", err)
 	}
 	copy(m, b)
-	return uintptr(unsafe.Pointer(&m[0])), nil
+	return uintptr(unsafe.Pointer(&m[0])), nil //nolint:gosec // an address for the kernel, of memory never freed
 }

@@ -21,7 +21,7 @@ var Available = sync.OnceValue(func() (err error) {
 		}
 	}()
 	if pid, err := Syscall(sysGetpid); err != nil || int(pid) != unix.Getpid() {
-		return fmt.Errorf("%w: a 32-bit getpid answered %d, %v", ErrUnsupported, pid, err)
+		return fmt.Errorf("%w: a 32-bit getpid answered %d, %w", ErrUnsupported, pid, err)
 	}
 	return nil
 })
