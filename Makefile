@@ -67,7 +67,7 @@ SEED ?=
 DURATION ?= 10m
 MODES ?=
 
-.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 trust trust-regressions trust-mutants trust-mutants-gate trust-soak fuzz bench bench-agent bench-gate bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
+.PHONY: help version build $(ARCHES:%=build-%) dist dist-check release test test-deps test-arm64 test-kernels trust trust-regressions trust-mutants trust-mutants-gate trust-soak fuzz bench bench-agent bench-gate bench-ceiling lint generate generate-check deps run up down e2e e2e-crio image tools clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9 -]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -166,6 +166,9 @@ test: test-deps ## run the tests, installing the Debian packages they need (root
 
 test-arm64: ## run the tests built for arm64 under qemu-user (root: registers a binfmt_misc handler for the run)
 	GO=$(GO) deploy/ci/test-arm64.sh
+
+test-kernels: ## run the privileged tests (PKGS, default ./bpf; RUN, a -test.run regex) on Debian's amd64 kernel (SUITE, default bookworm: 6.1) in a qemu guest
+	deploy/kernels/run.sh -run '$(or $(RUN),.)' $(or $(PKGS),./bpf)
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 300000 inputs); crashers land in the package's testdata/fuzz
 	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/ci/fuzz.sh
