@@ -69,5 +69,5 @@ echo "== $image $version ($suite): ${pkgs[*]}"
 log=$work/console
 timeout "${TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg -m 2048 -smp 1 -nographic -no-reboot \
 	-kernel "$kdir"/boot/vmlinuz-* -initrd "$work/initrd.gz" \
-	-append "console=ttyS0 quiet panic=-1 lsm=bpf" | tee "$log" | grep -E '^(---|===|ok|FAIL|PASS|    |== guest)'
+	-append "console=ttyS0 quiet panic=-1 lsm=bpf" | tee "$log" | grep --line-buffered -E '^(---|===|ok|FAIL|PASS|    |== guest)'
 grep -q '^== guest: exit 0' "$log"

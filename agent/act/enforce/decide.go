@@ -101,7 +101,7 @@ func decideCG(now time.Time, snap *view.Sample, cg *view.Measured, st *State, p 
 	}
 	// A CG whose allocation or exemption is unknown is left exactly as it is: no step,
 	// no reset, its ladder's clock stopped.
-	if exempt || !decided || !cg.AllocationKnown || inWarmup(now, cg, p) {
+	if exempt || !decided || !cg.AllocationKnown {
 		if c != nil {
 			c.blindAll(now)
 		}
@@ -112,9 +112,15 @@ func decideCG(now time.Time, snap *view.Sample, cg *view.Measured, st *State, p 
 		st.cgs[cg.UID] = c
 	}
 	c.Namespace, c.Pod = cg.Namespace, cg.Name
+	cg, warm := pastWarmup(now, cg, p)
 	anyOver := false
 	for _, r := range nr1.All {
 		v, known := judged(now, snap, cg, r, p)
+		if warm && v.ratio <= 1 {
+			// Without its young containers the usage is a lower bound: under is not
+			// certain.
+			known = false
+		}
 		if !known {
 			// Unknown is neither over nor under: the ladder neither moves nor resets.
 			anyOver = anyOver || !c.Over[r].IsZero()
@@ -299,6 +305,29 @@ func restartedSince(cg *view.Measured, t time.Time) bool {
 		}
 	}
 	return false
+}
+
+// pastWarmup is cg as judged while containers of it are in their warm-up: on what its
+// other containers and the pod hold, a lower bound acted on only when even that is
+// over. A container's start is its CG's own doing, which never shields the CG: a
+// sidecar restarting more often than the warm-up does not keep a hog beside it unjudged.
+// What the pod shares with others is judged once the warm-up is over.
+func pastWarmup(now time.Time, cg *view.Measured, p Policy) (*view.Measured, bool) {
+	if !inWarmup(now, cg, p) {
+		return cg, false
+	}
+	mature := *cg
+	mature.Shared = nil
+	for _, c := range cg.Containers {
+		if age := now.Sub(c.StartedAt); c.State == view.Running && age >= 0 && age < p.ContainerWarmup.Duration {
+			young := cg.PerContainer[c.Name]
+			for r := range mature.Usage {
+				mature.Usage[r] = max(0, mature.Usage[r]-young[r])
+			}
+		}
+	}
+	mature.Ratio = view.Ratios(mature.Usage, mature.Allocation)
+	return &mature, true
 }
 
 // inWarmup reports a running container of the CG that started less than the warm-up

@@ -156,7 +156,7 @@ func TestUncertainAttributionDoesNothing(t *testing.T) {
 	unknown := overCG()
 	unknown.AllocationKnown = false
 	young := overCG()
-	young.Containers[0].StartedAt = t0.Add(-time.Second)
+	young.Containers[1].StartedAt = t0.Add(-time.Second) // the container holding the queues
 	cases := map[string]*view.Sample{
 		"stale sample":           snap(t0.Add(-time.Minute), overCG()),
 		"runtime disconnected":   {Taken: t0, Inputs: view.Inputs{AllocationRead: t0}, CGs: []*view.Measured{overCG()}},
@@ -430,6 +430,48 @@ func TestLadderClockPausesWhileUnseen(t *testing.T) {
 			// again from 63: 5 s seen over at 65, 15 s at 75.
 			if want := "0:warn/compute_dma_memory 65:throttle/compute_dma_memory 75:kill/compute_dma_memory"; got != want {
 				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// A container in its warm-up leaves out only what it holds: a sidecar restarting more
+// often than the warm-up does not shield a hog beside it, which is acted on as if the
+// sidecar were steady; what the young container holds is judged once it is past it.
+func TestAYoungContainerShieldsOnlyItself(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup = Duration{Duration: 0}
+	restarting := func(holder int, u nr1.Usage) func(s int) *view.Sample {
+		return func(s int) *view.Sample {
+			now := t0.Add(time.Duration(s) * time.Second)
+			c := cg("a", u)
+			// The sidecar (health-handler) restarted within the last 1.5 s, every time.
+			c.Containers[0].StartedAt = now.Add(-time.Duration(s%2) * time.Second)
+			if holder == 0 {
+				c.PerContainer = map[string]nr1.Usage{"health-handler": u, "graph": {}}
+			}
+			return snap(now, c)
+		}
+	}
+	over := nr1.Usage{4 * mb, 0, 0, 0}
+	// Up to the kill: a container started after it is the CG started again, with a
+	// ladder of its own.
+	for _, tc := range []struct {
+		name    string
+		holder  int // the container holding the usage
+		u       nr1.Usage
+		seconds int
+		want    string
+	}{
+		{"a hog beside a restarting sidecar: killed at once", 1, nr1.Usage{0, 0, 0, 20}, 1,
+			"0:warn/ai_hypervisor_queue(hard) 0:kill/ai_hypervisor_queue(hard)"},
+		{"over beside a restarting sidecar: its ladder as if the sidecar were steady", 1, over, 15,
+			"0:warn/compute_dma_memory 5:throttle/compute_dma_memory 15:kill/compute_dma_memory"},
+		{"the restarting sidecar itself over: judged only past its warm-ups", 0, nr1.Usage{0, 0, 0, 20}, 30, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := kinds(run(p, tc.seconds, restarting(tc.holder, tc.u))); got != tc.want {
+				t.Errorf("got  %s\nwant %s", got, tc.want)
 			}
 		})
 	}
