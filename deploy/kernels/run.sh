@@ -56,6 +56,7 @@ cat >"$root/init" <<INIT
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
 mount -t cgroup2 none /sys/fs/cgroup; mount -t bpf bpf /sys/fs/bpf; mount -t tracefs tracefs /sys/kernel/tracing
 for m in /*.ko*; do insmod \$m; done
+ulimit -n 1048576
 cd /tmp
 rc=0
 for t in ${tests[*]}; do \$t -test.v -test.run '$run' || rc=1; done

@@ -288,13 +288,29 @@ func (k *Keeper) tell(p *pod) {
 	if n == 0 || (!p.toldAt.IsZero() && now.Sub(p.toldAt) < k.opts.EventGap) {
 		return
 	}
-	msg := fmt.Sprintf("the kernel refused %d open(s) of %s: the pod holds %d of the %d it booked",
-		n, Gated.Name(), p.count.Held, p.count.Booked)
-	k.opts.Log.Info("budget gate refused", "namespace", p.namespace, "pod", p.name, "refused", n, "held", p.count.Held, "booked", p.count.Booked)
+	msg := fmt.Sprintf("the kernel refused %d open(s) of %s: the pod holds %d of the %d it booked; %s",
+		n, Gated.Name(), p.count.Held, p.count.Booked, p.cause())
+	k.opts.Log.Info("budget gate refused", "namespace", p.namespace, "pod", p.name, "refused", n, "held", p.count.Held, "booked", p.count.Booked, "measured", p.measured)
 	if k.opts.Events != nil {
 		k.opts.Events.Event(p.namespace, p.name, p.uid, "Warning", ReasonRefused, msg)
 	}
 	p.told, p.toldAt = p.count.Refused, now
+}
+
+// cause says why the gate counted the pod at its booking, as the last measurement sees
+// it: so that a refusal of a pod that measured within its booking says so.
+func (p *pod) cause() string {
+	switch {
+	case p.measured < 0:
+		return "its holdings were not measured in full at the last sample"
+	case p.measured >= p.count.Booked:
+		return fmt.Sprintf("measured holding %d", p.measured)
+	case p.measured < p.count.Held:
+		return fmt.Sprintf("measured holding %d: the count is ahead by what was closed since and not yet freed, "+
+			"or opened where the gate cannot see the open end (io_uring, a traced process); it is set to the measurement when the pod is quiet",
+			p.measured)
+	}
+	return fmt.Sprintf("measured holding %d", p.measured)
 }
 
 // Booked is a pod as the gate counts it, for the metrics.

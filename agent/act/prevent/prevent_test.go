@@ -274,7 +274,7 @@ func TestKeeperTellsRefusalsAtMostOncePerGap(t *testing.T) {
 	clk.Step(30 * time.Second)
 	k.Before()
 	k.After(sample(cg(1, 1, 1)))
-	if len(ev.got) != 1 || !strings.Contains(ev.got[0], "refused 3 open(s) of neureality.ai/ai_hypervisor_queue: the pod holds 1 of the 1 it booked") ||
+	if len(ev.got) != 1 || !strings.Contains(ev.got[0], "refused 3 open(s) of neureality.ai/ai_hypervisor_queue: the pod holds 1 of the 1 it booked; measured holding 1") ||
 		!strings.Contains(ev.got[0], "Warning "+ReasonRefused) {
 		t.Fatalf("events %q, want one telling 3", ev.got)
 	}
@@ -289,6 +289,35 @@ func TestKeeperTellsRefusalsAtMostOncePerGap(t *testing.T) {
 	k.After(sample(cg(1, 1, 1)))
 	if len(ev.got) != 2 {
 		t.Fatalf("events %q: told again with nothing new", ev.got)
+	}
+}
+
+// A refusal says its cause: the count at the booking, and what the last measurement
+// found, with why the two differ when the count is ahead.
+func TestKeeperTellsWhyItRefused(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	ev := &events{}
+	k := newKeeper(g, ev, clk)
+	k.Before()
+	k.After(sample(cg(1, 2, 0)))
+	// Opens while the pod is measured: the sample is not quiet, and the count is kept.
+	k.Before()
+	for range 3 {
+		g.open(1)
+	}
+	uncertain := cg(1, 2, 1)
+	k.After(sample(uncertain))
+	if len(ev.got) != 1 || !strings.Contains(ev.got[0], "the pod holds 2 of the 2 it booked; measured holding 1: the count is ahead") {
+		t.Fatalf("events %q, want one saying the count is ahead of the measurement", ev.got)
+	}
+	clk.Step(time.Hour)
+	g.open(1)
+	uncertain.UsageUncertain = "the scan ran out of time"
+	k.Before()
+	g.open(1)
+	k.After(sample(uncertain))
+	if len(ev.got) != 2 || !strings.Contains(ev.got[1], "not measured in full") {
+		t.Fatalf("events %q, want a second saying the pod was not measured", ev.got)
 	}
 }
 
