@@ -3,12 +3,12 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -89,12 +89,14 @@ func TestCompatMappingsAreFollowed(t *testing.T) {
 			return compat32.Syscall(compat32.SysMmap2, 0, size, unix.PROT_READ, unix.MAP_SHARED, fd, 0)
 		}},
 		{"old mmap", 3 * 4096, func(size uintptr) (uintptr, error) {
-			args := []uint32{0, uint32(size), unix.PROT_READ, unix.MAP_SHARED, uint32(fd), 0}
-			low, err := compat32.Low(unsafe.Slice((*byte)(unsafe.Pointer(&args[0])), 4*len(args)))
+			args, err := compat32.Low(24)
 			if err != nil {
 				return 0, err
 			}
-			return compat32.Syscall(compat32.SysOldMmap, low)
+			for i, v := range []uint32{0, uint32(size), unix.PROT_READ, unix.MAP_SHARED, uint32(fd), 0} {
+				binary.NativeEndian.PutUint32(args[4*i:], v)
+			}
+			return compat32.Syscall(compat32.SysOldMmap, compat32.Addr(args))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,10 +136,12 @@ func TestCompatOpensAreReported(t *testing.T) {
 	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): 3}); err != nil {
 		t.Fatal(err)
 	}
-	name, err := compat32.Low(append([]byte(path), 0))
+	low, err := compat32.Low(len(path) + 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	copy(low, path)
+	name := compat32.Addr(low)
 	const atFDCWD = 0xffffff9c // -100 in 32 bits
 	for _, tc := range []struct {
 		name string
@@ -160,4 +164,70 @@ func TestCompatOpensAreReported(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The i386 socketcall(2) calls used.
+const (
+	socketcallSendmsg = 16
+	socketcallAccept4 = 18
+)
+
+// compatAccept accepts on fd with a 32-bit accept4, or the same through socketcall.
+func compatAccept(how string, fd int) (int, error) {
+	if err := compat32.Available(); err != nil {
+		return 0, err
+	}
+	flags := uintptr(unix.SOCK_CLOEXEC)
+	if how == "accept32" {
+		s, err := compat32.Syscall(compat32.SysAccept4, uintptr(fd), 0, 0, flags)
+		return int(s), err
+	}
+	args, err := compat32.Low(16)
+	if err != nil {
+		return 0, err
+	}
+	for i, v := range []uint32{uint32(fd), 0, 0, uint32(flags)} {
+		binary.NativeEndian.PutUint32(args[4*i:], v)
+	}
+	s, err := compat32.Syscall(compat32.SysSocketcall, socketcallAccept4, compat32.Addr(args))
+	return int(s), err
+}
+
+// compatSend sends one byte on sock, carrying fd unless it is -1, with a 32-bit
+// sendmsg, sendmmsg, or sendmsg through socketcall: their headers are of 32-bit fields.
+func compatSend(how string, sock, fd int) error {
+	if err := compat32.Available(); err != nil {
+		return err
+	}
+	m, err := compat32.Low(256)
+	if err != nil {
+		return err
+	}
+	base := uint32(compat32.Addr(m))
+	put := func(at int, vs ...uint32) {
+		for i, v := range vs {
+			binary.NativeEndian.PutUint32(m[at+4*i:], v)
+		}
+	}
+	// [0] the byte; [8] its iovec; [16] the control message; [64] the msghdr; [96] the
+	// mmsghdr, a msghdr and a length; [128] socketcall's arguments.
+	put(8, base, 1)
+	var control, controllen uint32
+	if fd >= 0 {
+		put(16, 16, unix.SOL_SOCKET, unix.SCM_RIGHTS, uint32(fd))
+		control, controllen = base+16, 16
+	}
+	hdr := []uint32{0, 0, base + 8, 1, control, controllen, 0}
+	put(64, hdr...)
+	put(96, hdr...)
+	put(128, uint32(sock), base+64, 0)
+	switch how {
+	case "sendmsg32":
+		_, err = compat32.Syscall(compat32.SysSendmsg, uintptr(sock), uintptr(base+64), 0)
+	case "sendmmsg32":
+		_, err = compat32.Syscall(compat32.SysSendmmsg, uintptr(sock), uintptr(base+96), 1, 0)
+	default:
+		_, err = compat32.Syscall(compat32.SysSocketcall, socketcallSendmsg, uintptr(base+128))
+	}
+	return err
 }

@@ -63,6 +63,10 @@ func socketCommand(f []string) (int, error) {
 	case "pair": // a datagram socket pair, as S0<<16 | S1
 		sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		return sp[0]<<16 | sp[1], err
+	case "accept32", "socketcall-accept": // the accept of FD as a 32-bit syscall
+		return compatAccept(f[0], arg(1))
+	case "sendmsg32", "sendmmsg32", "socketcall-sendmsg": // send SOCK FD as a 32-bit syscall
+		return 0, compatSend(f[0], arg(1), arg(2))
 	}
 	return 0, unix.EINVAL
 }
@@ -196,6 +200,29 @@ func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
 	a := sender.must("accept " + strconv.Itoa(l))
 	f.sendQueues(sender, 2, "send "+strconv.Itoa(a)+" FD")
 	f.assertSentBy(f.flying(nsOf(victim)), ids[1], 2)
+}
+
+// A sender making its accept and its sends as 32-bit syscalls, which no tracepoint sees,
+// is the sender all the same, by each of the 32-bit doors.
+func TestInFlightFilesSentWith32BitCallsCountForTheirSender(t *testing.T) {
+	compatOrSkip(t)
+	for _, tc := range []struct{ accept, send string }{
+		{"accept32", "sendmsg32"},
+		{"accept32", "sendmmsg32"},
+		{"socketcall-accept", "socketcall-sendmsg"},
+	} {
+		t.Run(tc.accept+"+"+tc.send, func(t *testing.T) {
+			f := newFlightFixture(t)
+			procs, ids := f.pods("victim", "sender")
+			victim, sender := procs[0], procs[1]
+			path := filepath.Join(f.dir, "listener.sock")
+			l := sender.must("listen " + path)
+			victim.must("connect " + path)
+			a := sender.must(tc.accept + " " + strconv.Itoa(l))
+			f.sendQueues(sender, 2, tc.send+" "+strconv.Itoa(a)+" FD")
+			f.assertSentBy(f.flying(nsOf(victim)), ids[1], 2)
+		})
+	}
 }
 
 // A message that carries its sender's credentials names its sender, whoever sent through

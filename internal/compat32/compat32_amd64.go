@@ -29,14 +29,18 @@ func Syscall(nr uintptr, args ...uintptr) (uintptr, error) {
 	return uintptr(r), nil
 }
 
-// Low copies b into memory below 4 GiB, which a 32-bit system call can point at, and
-// returns its address; the memory stays until the process ends.
-func Low(b []byte) (uintptr, error) {
-	size := (len(b) + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
-	m, err := unix.Mmap(-1, 0, max(size, unix.Getpagesize()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_32BIT)
+// Low is n bytes of memory below 4 GiB, which a 32-bit system call can point at (see
+// Addr); it stays until the process ends.
+func Low(n int) ([]byte, error) {
+	size := (max(n, 1) + unix.Getpagesize() - 1) &^ (unix.Getpagesize() - 1)
+	m, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_32BIT)
 	if err != nil {
-		return 0, fmt.Errorf("memory below 4 GiB: %w", err)
+		return nil, fmt.Errorf("memory below 4 GiB: %w", err)
 	}
-	copy(m, b)
-	return uintptr(unsafe.Pointer(&m[0])), nil //nolint:gosec // an address for the kernel, of memory never freed
+	return m[:n], nil
+}
+
+// Addr is the address of b, as a 32-bit system call's argument: b must come from Low.
+func Addr(b []byte) uintptr {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b))) //nolint:gosec // an address for the kernel, of memory never freed
 }

@@ -8,7 +8,10 @@ package compat32
 func Syscall(nr uintptr, args ...uintptr) (uintptr, error) { return 0, ErrUnsupported }
 
 // Low answers ErrUnsupported: see the package's doc.
-func Low(b []byte) (uintptr, error) { return 0, ErrUnsupported }
+func Low(n int) ([]byte, error) { return nil, ErrUnsupported }
+
+// Addr is 0: there is no memory from Low here.
+func Addr(b []byte) uintptr { return 0 }
 
 // Available answers ErrUnsupported: see the package's doc.
 func Available() error { return ErrUnsupported }

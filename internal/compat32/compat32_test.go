@@ -24,10 +24,12 @@ func TestCallsAreMadeAs32BitOnes(t *testing.T) {
 	if err := Available(); err != nil {
 		t.Skip(err)
 	}
-	name, err := Low(append([]byte(path), 0))
+	low, err := Low(len(path) + 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	copy(low, path)
+	name := Addr(low)
 	fd, err := Syscall(SysOpen, name, unix.O_RDONLY)
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -20,4 +20,6 @@ const (
 	SysMmap2      = 192
 	SysOpenat     = 295
 	SysSendmsg    = 370
+	SysSendmmsg   = 345
+	SysAccept4    = 364
 )
