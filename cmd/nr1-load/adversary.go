@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -163,11 +164,28 @@ func (a *adversary) sendInFlight(queuePath string) error {
 		copies = append(copies, slices.Repeat([]int{fd}, max(a.copies, 1))...)
 	}
 	for chunk := range slices.Chunk(copies, perMessage) {
-		if err := unix.Sendmsg(sp[0], []byte{0}, unix.UnixRights(chunk...), to, 0); err != nil {
+		if err := sendWhenBound(sp[0], unix.UnixRights(chunk...), to); err != nil {
 			return fmt.Errorf("sending %d queue handles: %w", len(chunk), err)
 		}
 	}
 	return nil
+}
+
+// neighbourWait is how long a send to a neighbour's socket waits for the neighbour to
+// bind it: pods started together start in any order.
+const neighbourWait = 2 * time.Minute
+
+// sendWhenBound sends one message carrying rights to to (nil: the socket's peer),
+// waiting for a neighbour's socket not bound yet.
+func sendWhenBound(s int, rights []byte, to unix.Sockaddr) error {
+	deadline := time.Now().Add(neighbourWait)
+	for {
+		err := unix.Sendmsg(s, []byte{0}, rights, to, 0)
+		if to == nil || (!errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED)) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // emptyRing makes an io_uring whose file table has ringSlots empty slots, kept until

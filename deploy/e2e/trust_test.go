@@ -384,6 +384,12 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 		if h.BigEnv {
 			ctr.EnvFrom = r.bigEnv
 		}
+		if h.Bind || h.SendTo != "" {
+			dir := corev1.HostPathDirectoryOrCreate
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "frame",
+				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/nr1-trust-frame", Type: &dir}}})
+			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "frame", MountPath: trust.FrameDir})
+		}
 		if h.Mark != "" {
 			vol := r.marks[h.Mark]
 			if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol.Name }) {

@@ -93,6 +93,12 @@ type Holder struct {
 	// RingSlots makes an io_uring with so many empty slots, more than a scan reads of
 	// one: the CG is uncertain by its own doing.
 	RingSlots int
+	// Bind binds a unix datagram socket in the directory the framing cases share, and
+	// never reads it; SendTo names the case ("namespace/name") whose socket this holder
+	// sends its InFlight queues to instead of a socket of its own. What is in flight is
+	// the sender's: the CG whose socket holds it is never acted on for it.
+	Bind   bool
+	SendTo string
 	// Mark names the SharedClaim case, of another namespace, whose claim's CDI spec the
 	// holder mounts through a hostPath where a share's mark goes: a mark the agent did not
 	// write. It is reported (where the runtime does not tell CDI devices, CRI-O), never
@@ -187,11 +193,12 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	r := rand.New(rand.NewPCG(seed, uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	// What was added after seeds were kept comes from streams of its own, one per wave of
 	// additions.
-	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
-	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
-	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
-	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
-	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
+	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
+	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	seventh := rand.New(rand.NewPCG(seed, 600+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -226,7 +233,36 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		}
 		forgeMarks(sixth, &p)
 	}
+	frame(seventh, &p)
 	return p
+}
+
+// FrameDir is where, in the containers of the framing cases, their sockets are.
+const FrameDir = "/frame"
+
+// socketOf is the path of the socket case ("namespace/name") binds.
+func socketOf(c string) string { return FrameDir + "/" + strings.ReplaceAll(c, "/", ".") + ".sock" }
+
+// frame adds two CGs, each a bare pod that never restarts and never goes over: one at
+// its queue booking binds a socket it never reads; the other, in another namespace,
+// sends queues it holds in flight to that socket. What is in flight is the sender's,
+// within its booking; charged to the socket's CG, it would put that one over.
+func frame(r *rand.Rand, p *Plan) {
+	pair := func(name, ns string, queues int64) Case {
+		c := Case{Name: name, Namespace: ns, Mode: p.Mode, Kind: BarePod, RestartPolicy: "Never", Pods: 1}
+		c.Booked[nr1.ComputeDMAMemory] = nr1.Units(1 + r.IntN(4))
+		c.Booked[nr1.HypervisorQueue] = nr1.Units(queues)
+		c.Holders = []Holder{{Name: "health-handler", Role: Main, Books: true, ComputeMB: int64(c.Booked[nr1.ComputeDMAMemory])}}
+		return c
+	}
+	victim := pair("frame-0", Namespaces[0], int64(1+r.IntN(4)))
+	victim.Holders[0].Queues, victim.Holders[0].Bind = int64(victim.Booked[nr1.HypervisorQueue]), true
+	sender := pair("frame-1", Namespaces[1], int64(2+r.IntN(4)))
+	h := &sender.Holders[0]
+	h.InFlight = 1 + r.IntN(min(3, int(sender.Booked[nr1.HypervisorQueue])-1))
+	h.Queues = int64(sender.Booked[nr1.HypervisorQueue]) - int64(h.InFlight) - int64(r.IntN(2))
+	h.SendTo = victim.Namespace + "/" + victim.Name
+	p.Cases = append(p.Cases, victim, sender)
 }
 
 // forgeMarks gives, in DRA mode, some CGs of another namespace than the first shared
@@ -707,6 +743,12 @@ func (h Holder) Args(c *Case, index int) []string {
 	if h.RingSlots > 0 {
 		a = append(a, "--ring-slots="+strconv.Itoa(h.RingSlots))
 	}
+	if h.Bind {
+		a = append(a, "--bind-socket="+socketOf(c.Namespace+"/"+c.Name))
+	}
+	if h.SendTo != "" {
+		a = append(a, "--send-queues-to="+socketOf(h.SendTo))
+	}
 	if h.Probe {
 		a = append(a, "--probe="+probeEvery.String())
 	}
@@ -756,6 +798,12 @@ func (c *Case) Shape() string {
 		}
 		if h.BigEnv {
 			hostile = append(hostile, "big env")
+		}
+		if h.SendTo != "" {
+			hostile = append(hostile, "sends its queues to "+h.SendTo)
+		}
+		if h.Bind {
+			hostile = append(hostile, "a socket a neighbour sends to")
 		}
 	}
 	if c.Decoy {

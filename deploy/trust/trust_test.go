@@ -141,6 +141,27 @@ func TestShapesAreCovered(t *testing.T) {
 						}
 					}
 				}
+				for _, h := range c.Holders {
+					if h.SendTo == "" {
+						continue
+					}
+					seen["framing"] = true
+					v := slices.IndexFunc(p.Cases, func(o Case) bool { return o.Namespace+"/"+o.Name == h.SendTo })
+					if v < 0 || p.Cases[v].Namespace == c.Namespace || !slices.ContainsFunc(p.Cases[v].Holders, func(o Holder) bool { return o.Bind }) {
+						t.Errorf("seed %d: %s sends to %q: want a case of another namespace binding a socket", seed, c.Name, h.SendTo)
+						continue
+					}
+					victim := p.Cases[v]
+					for _, fc := range []Case{c, victim} {
+						if fc.Kind != BarePod || fc.RestartPolicy != "Never" || fc.Over != nil {
+							t.Errorf("seed %d: framing case %s is %s/%s, over %v: want a bare pod that never restarts, within", seed, fc.Name, fc.Kind, fc.RestartPolicy, fc.Over)
+						}
+					}
+					if c.Held(nr1.HypervisorQueue) > int64(c.Booked[nr1.HypervisorQueue]) ||
+						victim.Held(nr1.HypervisorQueue)+int64(h.InFlight) <= int64(victim.Booked[nr1.HypervisorQueue]) {
+						t.Errorf("seed %d: %s sends %d queues to %s: want the sender within and the victim over if charged them", seed, c.Name, h.InFlight, victim.Name)
+					}
+				}
 				if c.SelfUncertain {
 					seen["own uncertainty"] = true
 					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || c.Holders[0].RingSlots <= 1<<14 || !c.Holders[0].Probe {
@@ -168,7 +189,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition", "forged mark"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition", "forged mark", "framing"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}

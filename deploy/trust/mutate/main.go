@@ -16,7 +16,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -58,6 +60,13 @@ var mutants = []mutant{
 		[]change{{"agent/measure/sampler/sampler.go",
 			"cg.Ratio = view.Ratios(cg.Usage, cg.Allocation)",
 			"for r := range cg.Usage {\n\t\t\tcg.Usage[r] /= 2\n\t\t}\n\t\tcg.Ratio = view.Ratios(cg.Usage, cg.Allocation)"}}, false},
+	{"inflight-to-receiver", "a queue in flight charged to the CG whose socket holds it, not to its sender",
+		[]change{{"bpf/footprint.bpf.c",
+			"\t\tsender_of(skb, parms, &c->sender);",
+			"\t\tsender_of(skb, parms, &c->sender);\n" +
+				"\t\tvoid *queue = c->head;\n" +
+				"\t\tstruct sock *receiver = queue - bpf_core_field_offset(struct sock, sk_receive_queue);\n" +
+				"\t\tchain_of(BPF_CORE_READ(receiver, sk_cgrp_data.cgroup), &c->sender);"}}, false},
 	{"gate-doubled", "the budget gate holds each CG to twice the queues it booked",
 		[]change{{"agent/act/prevent/prevent.go",
 			"want := int64(m.Allocation[Gated]) // a queue's unit is one handle",
@@ -105,6 +114,15 @@ func apply(name, dir string) error {
 			//nolint:gosec // G703: a file of the table's, in the tree the user named
 			if err := os.WriteFile(path, []byte(strings.Replace(string(b), c.old, c.replacement, 1)), 0o644); err != nil {
 				return fmt.Errorf("mutant %s: %w", name, err)
+			}
+		}
+		// The BPF objects are built from their C by make generate, not by the image's
+		// build: a mutant of the C is generated here.
+		if slices.ContainsFunc(m.changes, func(c change) bool { return strings.HasSuffix(c.file, ".bpf.c") }) {
+			gen := exec.Command("go", "generate", "./bpf")
+			gen.Dir, gen.Stdout, gen.Stderr = dir, os.Stderr, os.Stderr
+			if err := gen.Run(); err != nil {
+				return fmt.Errorf("mutant %s: generating its BPF objects: %w", name, err)
 			}
 		}
 		return nil
