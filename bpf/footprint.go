@@ -222,6 +222,42 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 	return run(f.files, fn)
 }
 
+// SetHeavyFDs sets how many fds make a process heavy (KindHeavy), HeavyFDs until set.
+func (f *Footprint) SetHeavyFDs(n uint64) error {
+	if err := f.objs.HeavyFds.Set(n); err != nil {
+		return fmt.Errorf("setting heavy_fds: %w", err)
+	}
+	return nil
+}
+
+// FilesOf is Files over the processes named, one at a time, in their order, within one
+// scan: a description several of them hold is reported once per cgroup, as by Files. A
+// process gone since it was named is skipped. User space chooses what is walked last:
+// the process whose table is a flood, so that it costs no other process its walk.
+func (f *Footprint) FilesOf(pids []uint32, fn func(*Record) error) error {
+	f.scan++
+	if err := f.objs.Scan.Set(f.scan); err != nil {
+		return fmt.Errorf("starting a footprint scan: %w", err)
+	}
+	rd := bufio.NewReaderSize(nil, readSize)
+	for _, pid := range pids {
+		it, err := iterFor(f.objs.Nr1TaskFile, pid)
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("walking the fds of process %d: %w", pid, err)
+		}
+		rd.Reset(again{it})
+		err = ReadRecords(rd, fn)
+		_ = it.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ErrInFlightFull says the kernel's tables of files in flight were full: what did not
 // fit was not counted, for any cgroup.
 var ErrInFlightFull = errors.New("the tables of files in flight are full")

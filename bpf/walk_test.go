@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -17,7 +18,7 @@ func TestWalkTicksThroughAFloodAndNamesHeavyTables(t *testing.T) {
 	}
 	// A test process may hold 20000 fds here, far below HeavyFDs.
 	const heavy, perProcess, processes = 10000, 15000, 4
-	if err := f.objs.HeavyFds.Set(uint64(heavy)); err != nil {
+	if err := f.SetHeavyFDs(heavy); err != nil {
 		t.Fatal(err)
 	}
 	g := &gateFixture{t: t, root: v2CgroupOrSkip(t)}
@@ -56,6 +57,53 @@ func TestWalkTicksThroughAFloodAndNamesHeavyTables(t *testing.T) {
 			if n != 1 {
 				t.Errorf("round %d: process %d named heavy %d times, want once", round, pid, n)
 			}
+		}
+	}
+}
+
+// FilesOf walks the processes named in their order, within one scan: a description two
+// processes of one cgroup hold is reported once, with the first process named that
+// holds it; each process's records come together, after those of the process before
+// it; a process gone is skipped.
+func TestFilesOfWalksTheProcessesNamedInTheirOrder(t *testing.T) {
+	f := loadOrSkip(t)
+	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, "/dev/zero"): 1}); err != nil {
+		t.Fatal(err)
+	}
+	g := &gateFixture{t: t, root: v2CgroupOrSkip(t)}
+	_, cg := g.pod("walked", -1, "ctr")
+	holder, taker, third, gone := g.opener(cg), g.opener(cg), g.opener(cg), g.opener(cg)
+	fd := holder.must("open /dev/zero")
+	taker.must("steal " + strconv.Itoa(holder.cmd.Process.Pid) + " " + strconv.Itoa(fd))
+	third.must("open /dev/zero")
+	pid := func(o *openerProc) uint32 { return uint32(o.cmd.Process.Pid) }
+	gonePid := pid(gone)
+	_ = gone.cmd.Process.Kill()
+	_ = gone.cmd.Wait()
+	order := []uint32{pid(taker), gonePid, pid(third), pid(holder)}
+	var seen []uint32
+	files := map[uint64]int{}
+	if err := f.FilesOf(order, func(r *Record) error {
+		if r.Target != 1 {
+			return nil
+		}
+		if len(seen) == 0 || seen[len(seen)-1] != r.Pid {
+			seen = append(seen, r.Pid)
+		}
+		files[r.File]++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint32{pid(taker), pid(third)}; !slices.Equal(seen, want) {
+		t.Errorf("processes reported in the order %v, want %v: the gone one skipped, the holder's description reported with the taker named first", seen, want)
+	}
+	if len(files) != 2 {
+		t.Errorf("descriptions reported %v, want 2, each once", files)
+	}
+	for d, n := range files {
+		if n != 1 {
+			t.Errorf("description %#x reported %d times, want once", d, n)
 		}
 	}
 }

@@ -181,8 +181,11 @@ func sendWhenBound(s int, rights []byte, to unix.Sockaddr) error {
 	deadline := time.Now().Add(neighbourWait)
 	for {
 		err := unix.Sendmsg(s, []byte{0}, rights, to, 0)
+		if err == nil {
+			return nil
+		}
 		if to == nil || (!errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ECONNREFUSED)) || time.Now().After(deadline) {
-			return err
+			return fmt.Errorf("sendmsg: %w", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

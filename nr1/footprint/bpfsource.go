@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ type BPF struct {
 	targets  *Targets
 	procRoot string    // for fdinfo values
 	lastFull time.Time // the last pass over every process's mappings
+	// heavy are the processes the last scan found past HeavyFDs, or did not finish, by
+	// PID, with their cgroups: walked last, one by one after every other process, so
+	// that what walking their tables costs is their CGs' alone.
+	heavy map[uint32]uint64
 }
 
 // FullMappingPass is how often a scan walks every process's mappings, not only those of
@@ -105,6 +110,9 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	return nil
 }
 
+// SetHeavyFDs sets how many fds make a process heavy (Scan.Heavy), HeavyFDs until set.
+func (b *BPF) SetHeavyFDs(n uint64) error { return b.fp.SetHeavyFDs(n) }
+
 // Name is "bpf".
 func (b *BPF) Name() string { return "bpf" }
 
@@ -168,23 +176,42 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		b.lastFull = start
 	}
 	var foreign, members []bpf.Record
-	err = b.fp.Files(func(r *bpf.Record) error {
-		if s.Cutoff != 0 && int(r.Pid) >= s.Cutoff {
+	files, last := b.fp.Files, b.heavy
+	if len(last) > 0 {
+		pids, err := heavyLast(b.procRoot, last)
+		if err != nil {
+			return nil, fmt.Errorf("bpf footprint: %w", err)
+		}
+		files = func(fn func(*bpf.Record) error) error { return b.fp.FilesOf(pids, fn) }
+	}
+	heavy := map[uint32]uint64{}
+	// out stops the walk at r: a heavy process walked last is unfinished, its CG's
+	// doing; anywhere else, the processes from r's on are not read.
+	out := func(r *bpf.Record) error {
+		if _, ok := last[r.Pid]; ok && s.Cutoff == 0 {
+			heavy[r.Pid] = r.CgroupId
+			s.Unfinished = append(s.Unfinished, r.CgroupId)
+		} else {
+			s.Cutoff = int(r.Pid)
+		}
+		return errOutOfTime
+	}
+	err = files(func(r *bpf.Record) error {
+		if _, ok := last[r.Pid]; s.Cutoff != 0 && int(r.Pid) >= s.Cutoff && !ok {
 			return errOutOfTime // beyond what the mappings' pass read
 		}
 		if n++; n%1024 == 0 && ctx.Err() != nil {
-			s.Cutoff = int(r.Pid)
-			return errOutOfTime
+			return out(r)
 		}
 		switch r.Kind {
 		case bpf.KindTick:
 			if ctx.Err() != nil {
-				s.Cutoff = int(r.Pid)
-				return errOutOfTime
+				return out(r)
 			}
 			return nil
 		case bpf.KindHeavy:
 			s.Heavy = append(s.Heavy, r.CgroupId)
+			heavy[r.Pid] = r.CgroupId
 			return nil
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
@@ -204,6 +231,19 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	if errors.Is(err, errOutOfTime) {
+		// The heavy process cut, and those not reached, are unfinished, and walked last
+		// again.
+		for pid, id := range last {
+			if _, met := heavy[pid]; !met && processExists(b.procRoot, pid) {
+				heavy[pid] = id
+				s.Unfinished = append(s.Unfinished, id)
+			}
+		}
+		slices.Sort(s.Unfinished)
+		s.Unfinished = slices.Compact(s.Unfinished)
+	}
+	b.heavy = heavy
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
@@ -257,6 +297,36 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	fillFdinfo(b.procRoot, b.targets, s)
 	s.Took = time.Since(start)
 	return s, nil
+}
+
+// heavyLast lists the processes under procRoot in PID order, those of heavy moved to
+// the end.
+func heavyLast(procRoot string, heavy map[uint32]uint64) ([]uint32, error) {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var pids, last []uint32
+	for _, e := range entries {
+		n, err := strconv.ParseUint(e.Name(), 10, 32)
+		if err != nil {
+			continue
+		}
+		if _, ok := heavy[uint32(n)]; ok {
+			last = append(last, uint32(n))
+		} else {
+			pids = append(pids, uint32(n))
+		}
+	}
+	slices.Sort(pids)
+	slices.Sort(last)
+	return append(pids, last...), nil
+}
+
+// processExists says whether process pid is still under procRoot.
+func processExists(procRoot string, pid uint32) bool {
+	_, err := os.Stat(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10)))
+	return err == nil
 }
 
 // unread notes a record of what a scan did not read: a ring's files (by the cgroup's

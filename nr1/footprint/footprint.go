@@ -97,6 +97,10 @@ type Scan struct {
 	// Heavy are the cgroups (v2 ids) with a process holding more fds than HeavyFDs, every one of them walked at each scan: a scan that ran out of time
 	// (Cutoff) did by their doing.
 	Heavy []uint64 `json:"heavy,omitempty"`
+	// Unfinished are the cgroups (v2 ids) of such processes that the scan did not read
+	// in full: found heavy once, they are walked after every other process, so that the
+	// time their tables take runs out on them alone.
+	Unfinished []uint64 `json:"unfinished,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`

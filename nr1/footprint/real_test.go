@@ -4,16 +4,22 @@ package footprint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/sim"
 )
 
 func newBPFOrSkip(tb testing.TB, p *population) *BPF {
@@ -149,5 +155,85 @@ func TestScanHonoursItsDeadlineThroughAFloodOfFds(t *testing.T) {
 	t.Logf("whole scan %v; with %v to go, %v, cut at PID %d", whole.Took, deadline, s.Took, s.Cutoff)
 	if s.Cutoff == 0 {
 		t.Errorf("a scan given %v of the %v the flood takes to walk says it read every process", deadline, whole.Took)
+	}
+}
+
+// A process whose table is a flood is walked after every other once a scan found it
+// heavy: a scan too short for the flood reads every other process in full (no cutoff,
+// the CG beside it measured whole), and names the flooders' cgroup unfinished, its own
+// doing. The flooders' PIDs are below the other CG's, so that walked in PID order they
+// would cut it off.
+func TestAHeavyProcessIsWalkedLast(t *testing.T) {
+	p, dir := newCgroups(t, 2)
+	b := newBPFOrSkip(t, p)
+	if err := b.SetHeavyFDs(10000); err != nil {
+		t.Fatal(err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	flood := make([]*os.File, 19000) // this host's limit of fds is 20000 a process
+	for i := range flood {
+		fd, err := unix.FcntlInt(null.Fd(), unix.F_DUPFD_CLOEXEC, 0) // the flooders' alone, not the load's
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood[i] = os.NewFile(uintptr(fd), os.DevNull)
+		defer flood[i].Close()
+	}
+	for range 40 {
+		cmd := exec.Command("sleep", "600")
+		cmd.ExtraFiles = flood
+		p.start(t, 0, cmd)
+	}
+	status := filepath.Join(dir, "beside")
+	p.start(t, 1, exec.Command(nr1Load, "--compute-dma-file", p.sim.File(sim.ComputeDMA), "--cpu-dma-file", p.sim.File(sim.CPUDMA),
+		"--queue-file", p.sim.File(sim.HypervisorQ), "--write-file", filepath.Join(dir, "blob"), "--status-file", status, "--queues", "3"))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(status)
+		var st struct{ Queues int64 }
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Queues == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load beside the flood never reported its 3 queues: %s %v", b, err)
+		}
+	}
+	queues := func(s *Scan) int {
+		n := 0
+		for _, h := range s.Handles {
+			if h.CgroupID == p.ids[1] && p.targets.At(h.Target).Resource == nr1.HypervisorQueue {
+				n++
+			}
+		}
+		return n
+	}
+	ctx := context.Background()
+	whole, err := b.Scan(ctx) // names the flooders heavy
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole.Cutoff != 0 || !slices.Contains(whole.Heavy, p.ids[0]) || queues(whole) != 3 {
+		t.Fatalf("a scan with no deadline: cut at PID %d, heavy %v, %d queues beside; want none cut, cgroup %d heavy, 3 queues", whole.Cutoff, whole.Heavy, queues(whole), p.ids[0])
+	}
+	again, err := b.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := again.Took / 10
+	short, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	s, err := b.Scan(short)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("whole scan %v; with %v to go, %v: cut at PID %d, unfinished %v", again.Took, deadline, s.Took, s.Cutoff, s.Unfinished)
+	if s.Cutoff != 0 || queues(s) != 3 {
+		t.Errorf("a scan given %v: cut at PID %d, %d queues beside the flood; want every other process read, its 3 queues", deadline, s.Cutoff, queues(s))
+	}
+	if !slices.Contains(s.Unfinished, p.ids[0]) {
+		t.Errorf("a scan given %v of the %v the flood takes: unfinished %v, want the flooders' cgroup %d", deadline, again.Took, s.Unfinished, p.ids[0])
 	}
 }

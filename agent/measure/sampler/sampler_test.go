@@ -532,6 +532,24 @@ func TestAFloodOfFdsThatRunsTheScanOutOfTimeIsTheFloodersDoing(t *testing.T) {
 	}
 }
 
+// A flooder walked last and not finished is uncertain by its own doing, and the CGs
+// beside it, read whole, are judged: the cut is the flooder's alone.
+func TestAnUnfinishedFlooderIsUncertainAlone(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "flood", Name: "flood", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 11, PIDs: []int{100}}}},
+		{UID: "late", Name: "late", AllocationKnown: true, Containers: []*view.Container{{Name: "main", CgroupID: 12, PIDs: []int{5000}}}},
+	}}
+	scan := &footprint.Scan{Source: "bpf", Heavy: []uint64{11}, Unfinished: []uint64{11}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
+	flood, late := snap.CGs[0], snap.CGs[1]
+	if flood.UncertainCause != view.CauseFDTable || !flood.UncertainOwn || !strings.Contains(flood.UsageUncertain, "walked after every other process") {
+		t.Errorf("the flooder: cause %q own %v %q, want its own %q", flood.UncertainCause, flood.UncertainOwn, flood.UsageUncertain, view.CauseFDTable)
+	}
+	if late.UsageUncertain != "" {
+		t.Errorf("a CG read whole beside the flood: uncertain %q", late.UsageUncertain)
+	}
+}
+
 // A container that left more in flight than a scan reads, or more distinct queues than
 // it counts, and exited: its pod is uncertain, or over, by its own doing, never nobody.
 func TestInFlightExcessOfAnExitedSenderIsItsPods(t *testing.T) {
