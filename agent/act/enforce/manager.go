@@ -49,13 +49,13 @@ type Manager struct {
 	clock      clock.PassiveClock
 	log        *slog.Logger
 
-	mu       sync.Mutex
-	state    *State
-	counts   map[Count]int
-	acting   time.Time // when the action under way started; zero between actions
-	deadline time.Duration
-	busy     bool
-	busyNow  chan struct{} // closed when the state turns busy
+	mu      sync.Mutex
+	state   *State
+	counts  map[Count]int
+	lanes   map[string]*lane // by CG UID, while it has actions to take
+	working sync.WaitGroup   // the lanes' goroutines
+	busy    bool
+	busyNow chan struct{} // closed when the state turns busy
 }
 
 // Count keys the manager's action counters.
@@ -81,7 +81,7 @@ type Options struct {
 // NewManager returns a manager; nothing is decided until Run or Step.
 func NewManager(o Options) *Manager {
 	return &Manager{samples: o.Samples, policy: o.Policy, act: o.Actuator, checkpoint: o.Checkpoint, clock: o.Clock, log: o.Log, state: o.State,
-		counts: map[Count]int{}, busyNow: make(chan struct{})}
+		counts: map[Count]int{}, lanes: map[string]*lane{}, busyNow: make(chan struct{})}
 }
 
 // Counts returns the actions handed to the actuator since start.
@@ -112,16 +112,19 @@ func (m *Manager) Ladders() []Ladder {
 // Mode is whether actions are carried out.
 func (m *Manager) Mode() Mode { return m.policy.Mode }
 
-// Healthy fails when an action has been under way well past its deadline: the loop is
-// wedged, and only a restart of the agent (by the kubelet's liveness probe) frees it.
+// Healthy fails when an action has been under way well past its deadline: a lane is
+// wedged.
 func (m *Manager) Healthy() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.acting.IsZero() {
-		return nil
-	}
-	if d := m.clock.Now().Sub(m.acting); d > m.deadline+actionTimeout {
-		return fmt.Errorf("enforcement stalled: one action under way for %s", d.Round(time.Second))
+	now := m.clock.Now()
+	for _, l := range m.lanes {
+		if l.acting.IsZero() {
+			continue
+		}
+		if d := now.Sub(l.acting); d > l.deadline+actionTimeout {
+			return fmt.Errorf("enforcement stalled: one action under way for %s", d.Round(time.Second))
+		}
 	}
 	return nil
 }
@@ -160,14 +163,18 @@ func (m *Manager) TurnedBusy() <-chan struct{} {
 	return m.busyNow
 }
 
-// Run acts on every new sample until ctx ends.
+// Run acts on every new sample until ctx ends, then waits for the actions under way.
+// A sample is decided as soon as it comes, whatever is being done: the actions of a CG
+// are taken in their order, each CG's beside the others' (lanes), so that a slow kill of
+// one CG delays neither the detection of another nor its action.
 func (m *Manager) Run(ctx context.Context) error {
+	defer m.working.Wait()
 	var last *view.Sample
 	for {
 		snap, changed := m.samples.Load()
 		if snap != nil && snap != last {
 			last = snap
-			m.Step(ctx, snap)
+			m.step(ctx, snap)
 		}
 		select {
 		case <-ctx.Done():
@@ -177,10 +184,17 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 }
 
-// Step decides and acts on one sample; every action's outcome is recorded before the
-// next is taken.
+// Step decides on one sample and takes its actions, returning once every one of them
+// has its outcome recorded.
 func (m *Manager) Step(ctx context.Context, snap *view.Sample) {
+	m.step(ctx, snap).Wait()
+}
+
+// step decides on one sample and hands each action to its CG's lane; the WaitGroup is
+// done once they all have their outcome.
+func (m *Manager) step(ctx context.Context, snap *view.Sample) *sync.WaitGroup {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	actions := Decide(m.clock.Now(), snap, m.state, m.policy)
 	if busy := m.state.Busy(); busy != m.busy {
 		m.busy = busy
@@ -189,49 +203,10 @@ func (m *Manager) Step(ctx context.Context, snap *view.Sample) {
 			m.busyNow = make(chan struct{})
 		}
 	}
-	m.mu.Unlock()
+	done := &sync.WaitGroup{}
 	for _, a := range actions {
-		// Earlier actions of this step may have been slow: what the sample said may no
-		// longer hold. A step whose sample is too old now is undone, for a fresh sample to
-		// decide again; lifting a throttle and reporting an annotation always go.
-		if age := m.clock.Now().Sub(a.Sampled); age > m.policy.MaxSampleAge.Duration && a.Kind != Unthrottle && !reportOnly(a.Kind) {
-			m.mu.Lock()
-			m.state.undo(a)
-			m.mu.Unlock()
-			m.log.Info("action left for a fresh sample: its sample is too old now", "action", a.Kind, "namespace", a.Namespace, "pod", a.Pod,
-				"age", age.Round(time.Millisecond), "maxSampleAge", m.policy.MaxSampleAge.Duration)
-			continue
-		}
-		err := m.do(ctx, a)
-		m.mu.Lock()
-		failed := m.state.Outcome(a, err, m.clock.Now())
-		m.counts[Count{Kind: a.Kind, DryRun: a.DryRun, Failed: failed}]++
-		m.mu.Unlock()
+		done.Add(1)
+		m.enqueue(ctx, a, done)
 	}
-	if len(actions) > 0 && m.checkpoint != nil {
-		m.mu.Lock()
-		m.state.saved = m.clock.Now()
-		err := m.checkpoint.Save(m.state)
-		m.mu.Unlock()
-		if err != nil {
-			m.log.Error("enforcement state not saved: a restarted agent would start its ladders again", "err", err)
-		}
-	}
-}
-
-func (m *Manager) do(ctx context.Context, a Action) error {
-	d := actionTimeout
-	if a.Kind == Kill {
-		d += m.policy.KillTimeout.Duration
-	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	m.mu.Lock()
-	m.acting, m.deadline = m.clock.Now(), d
-	m.mu.Unlock()
-	err := m.act.Act(ctx, a)
-	m.mu.Lock()
-	m.acting = time.Time{}
-	m.mu.Unlock()
-	return err
+	return done
 }

@@ -305,3 +305,82 @@ func TestCheckpointSurvivesARestart(t *testing.T) {
 		})
 	}
 }
+
+// published hands samples to a running manager one at a time.
+type published struct {
+	mu   sync.Mutex
+	s    *view.Sample
+	next chan struct{}
+}
+
+func (p *published) Load() (*view.Sample, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s, p.next
+}
+
+func (p *published) publish(s *view.Sample) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.s = s
+	close(p.next)
+	p.next = make(chan struct{})
+}
+
+// laneActuator blocks the kill of cg-a until released, recording each action as it ends.
+type laneActuator struct {
+	actuator
+	release chan struct{}
+}
+
+func (l *laneActuator) Act(ctx context.Context, a Action) error {
+	if a.Kind == Kill && a.Pod == "cg-a" {
+		select {
+		case <-l.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return l.actuator.Act(ctx, a)
+}
+
+// A kill slow to finish (a container slow to stop) delays neither the decision on a CG
+// that goes over meanwhile nor its actions: each CG's actions keep their order, and the
+// CGs' run beside each other.
+func TestASlowActionDelaysNoOtherCG(t *testing.T) {
+	clk := &fakeClock{now: t0}
+	act := &laneActuator{release: make(chan struct{})}
+	samples := &published{next: make(chan struct{})}
+	m := NewManager(Options{Samples: samples, Policy: noWarmup(), Actuator: act, State: NewState(t0.Add(-time.Hour)), Clock: clk, Log: quiet()})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- m.Run(ctx) }()
+	hog, within := nr1.Usage{0, 0, 0, 20}, nr1.Usage{0, 0, 0, 7}
+	samples.publish(snap(clk.Now(), cg("a", hog), cg("b", within)))
+	waitTaken(t, act, "warn/cg-a")
+	clk.Step(time.Second)
+	samples.publish(snap(clk.Now(), cg("a", hog), cg("b", hog)))
+	// cg-a's kill is under way; cg-b is warned and killed beside it.
+	waitTaken(t, act, "warn/cg-a warn/cg-b kill/cg-b")
+	close(act.release)
+	waitTaken(t, act, "warn/cg-a warn/cg-b kill/cg-b kill/cg-a")
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Counts(); c[Count{Kind: Kill}] != 2 || c[Count{Kind: Warn}] != 2 {
+		t.Errorf("counts %v, want 2 warnings and 2 kills", c)
+	}
+}
+
+// waitTaken waits until the actuator has taken want, in that order.
+func waitTaken(t *testing.T, a *laneActuator, want string) {
+	t.Helper()
+	for range 500 {
+		if a.Taken() == want {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("taken %q, want %q", a.Taken(), want)
+}
