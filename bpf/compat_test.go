@@ -63,20 +63,8 @@ func TestCompatMappingsAreFollowed(t *testing.T) {
 	followOrFail(t, f)
 	c := watchOrSkip(t, f)
 	changes := reader(t, c)
-	path := filepath.Join(t.TempDir(), "dma")
-	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const dma = 7
-	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): dma}); err != nil {
-		t.Fatal(err)
-	}
-	file, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	fd := file.Fd()
+	fd := dmaTarget(t, f, dma).Fd()
 	self := uint32(os.Getpid())
 	mappingsOf(t, f, self, dma) // the first pass walks every process
 

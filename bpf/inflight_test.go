@@ -191,14 +191,21 @@ func TestInFlightFilesCountForTheirSender(t *testing.T) {
 // The neighbour connects to the sender's listener, so that the socket the sender
 // accepts was made by the neighbour's connect: still the sender's.
 func TestInFlightFilesOnAnAcceptedSocketCountForItsAcceptor(t *testing.T) {
+	sendOnAccepted(t, "accept", "send")
+}
+
+// sendOnAccepted has a sender accept, with its accept command, the connection a victim
+// makes to its listener, and send 2 queues on it with its send command: they count for
+// the sender.
+func sendOnAccepted(t *testing.T, accept, send string) {
 	f := newFlightFixture(t)
 	procs, ids := f.pods("victim", "sender")
 	victim, sender := procs[0], procs[1]
 	path := filepath.Join(f.dir, "listener.sock")
 	l := sender.must("listen " + path)
 	victim.must("connect " + path)
-	a := sender.must("accept " + strconv.Itoa(l))
-	f.sendQueues(sender, 2, "send "+strconv.Itoa(a)+" FD")
+	a := sender.must(accept + " " + strconv.Itoa(l))
+	f.sendQueues(sender, 2, send+" "+strconv.Itoa(a)+" FD")
 	f.assertSentBy(f.flying(nsOf(victim)), ids[1], 2)
 }
 
@@ -211,17 +218,7 @@ func TestInFlightFilesSentWith32BitCallsCountForTheirSender(t *testing.T) {
 		{"accept32", "sendmmsg32"},
 		{"socketcall-accept", "socketcall-sendmsg"},
 	} {
-		t.Run(tc.accept+"+"+tc.send, func(t *testing.T) {
-			f := newFlightFixture(t)
-			procs, ids := f.pods("victim", "sender")
-			victim, sender := procs[0], procs[1]
-			path := filepath.Join(f.dir, "listener.sock")
-			l := sender.must("listen " + path)
-			victim.must("connect " + path)
-			a := sender.must(tc.accept + " " + strconv.Itoa(l))
-			f.sendQueues(sender, 2, tc.send+" "+strconv.Itoa(a)+" FD")
-			f.assertSentBy(f.flying(nsOf(victim)), ids[1], 2)
-		})
+		t.Run(tc.accept+"+"+tc.send, func(t *testing.T) { sendOnAccepted(t, tc.accept, tc.send) })
 	}
 }
 

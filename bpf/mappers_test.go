@@ -87,19 +87,8 @@ func vforkMap(fd uintptr) (int, syscall.Errno) {
 func TestMapperVMAsWalkOnlyWhatMayMap(t *testing.T) {
 	f := loadOrSkip(t)
 	followOrFail(t, f)
-	path := filepath.Join(t.TempDir(), "dma")
-	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	const dma = 7
-	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): dma}); err != nil {
-		t.Fatal(err)
-	}
-	file, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
+	file := dmaTarget(t, f, dma)
 	self := uint32(os.Getpid())
 
 	// A mapping made before the mappers were followed is found by the first pass, which
@@ -231,6 +220,25 @@ func TestMapperVMAsWalkOnlyWhatMayMap(t *testing.T) {
 			t.Fatalf("pass %+v: want the mappers walked once the shared mapping was counted", pass)
 		}
 	})
+}
+
+// dmaTarget makes a file of 1 MiB the footprint's only target, as index, and opens it
+// for the test's life.
+func dmaTarget(t *testing.T, f *Footprint, index uint32) *os.File {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dma")
+	if err := os.WriteFile(path, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, path): index}); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = file.Close() })
+	return file
 }
 
 // waitComm waits until process pid runs the program named comm.

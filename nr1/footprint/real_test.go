@@ -115,20 +115,7 @@ func TestBPFRefusedWhereItCannotAttribute(t *testing.T) {
 func TestScanHonoursItsDeadlineThroughAFloodOfFds(t *testing.T) {
 	p, _ := newCgroups(t, 1)
 	b := newBPFOrSkip(t, p)
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	flood := make([]*os.File, 19000) // this host's limit of fds is 20000 a process
-	for i := range flood {
-		fd, err := unix.Dup(int(null.Fd()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		flood[i] = os.NewFile(uintptr(fd), os.DevNull)
-		defer flood[i].Close()
-	}
+	flood := floodOfFds(t)
 	for range 100 {
 		cmd := exec.Command("sleep", "600")
 		cmd.ExtraFiles = flood
@@ -169,20 +156,7 @@ func TestAHeavyProcessIsWalkedLast(t *testing.T) {
 	if err := b.SetHeavyFDs(10000); err != nil {
 		t.Fatal(err)
 	}
-	null, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
-	flood := make([]*os.File, 19000) // this host's limit of fds is 20000 a process
-	for i := range flood {
-		fd, err := unix.FcntlInt(null.Fd(), unix.F_DUPFD_CLOEXEC, 0) // the flooders' alone, not the load's
-		if err != nil {
-			t.Fatal(err)
-		}
-		flood[i] = os.NewFile(uintptr(fd), os.DevNull)
-		defer flood[i].Close()
-	}
+	flood := floodOfFds(t)
 	for range 40 {
 		cmd := exec.Command("sleep", "600")
 		cmd.ExtraFiles = flood
@@ -236,4 +210,26 @@ func TestAHeavyProcessIsWalkedLast(t *testing.T) {
 	if !slices.Contains(s.Unfinished, p.ids[0]) {
 		t.Errorf("a scan given %v of the %v the flood takes: unfinished %v, want the flooders' cgroup %d", deadline, again.Took, s.Unfinished, p.ids[0])
 	}
+}
+
+// floodOfFds is 19000 fds of /dev/null (this host's limit is 20000 a process), for the
+// test's life, to hand to processes as ExtraFiles: close-on-exec, so that no other
+// process the test starts holds them.
+func floodOfFds(t *testing.T) []*os.File {
+	t.Helper()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	flood := make([]*os.File, 19000)
+	for i := range flood {
+		fd, err := unix.FcntlInt(null.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood[i] = os.NewFile(uintptr(fd), os.DevNull)
+		t.Cleanup(func() { _ = flood[i].Close() })
+	}
+	return flood
 }
