@@ -131,7 +131,8 @@ func restartAgent(b testing.TB, c kubernetes.Interface) {
 // BenchmarkDetectionLatency is the time from a CG going over (the timestamp nr1-load
 // logs once it holds 2.5 times its queues) to the agent's decision (the "decided" field
 // of its action log), for each design in the same run. Each iteration is a round of 10
-// CGs going over 300 ms apart (-benchtime=5x: 50 trials); p50 and p99 over all trials.
+// CGs going over 300 ms apart (make bench-agent: -benchtime=20x, 200 trials); p50 and p99
+// over all trials.
 func BenchmarkDetectionLatency(b *testing.B) {
 	c := client(b)
 	for _, d := range designs {
