@@ -3,9 +3,11 @@
 package main
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -20,6 +22,10 @@ func TestMutantsApplyAndBuild(t *testing.T) {
 	}
 	for _, m := range mutants {
 		t.Run(m.name, func(t *testing.T) {
+			if slices.ContainsFunc(m.changes, func(c change) bool { return strings.HasSuffix(c.file, ".bpf.c") }) {
+				buildsWhole(t, repo, m.name)
+				return
+			}
 			dir := t.TempDir()
 			for _, c := range m.changes {
 				b, err := os.ReadFile(filepath.Join(repo, c.file))
@@ -65,5 +71,48 @@ func TestMutantsApplyAndBuild(t *testing.T) {
 	}
 	if err := apply("no-such-mutant", t.TempDir()); err == nil {
 		t.Error("an unknown mutant applied")
+	}
+}
+
+// buildsWhole applies a mutant of the BPF programs' C to a copy of the tree (without
+// its build outputs), as make trust-mutants does (apply generates the objects from the C,
+// with clang), and builds the agent there: the objects are embedded, which no overlay
+// replaces.
+func buildsWhole(t *testing.T, repo, name string) {
+	t.Helper()
+	dir := t.TempDir()
+	err := filepath.WalkDir(repo, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(repo, path)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if rel == ".git" || rel == "_output" || rel == "bin" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dir, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(name, dir); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", os.DevNull, "./cmd/nr1-agent")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the %s agent does not build: %v\n%s", name, err, out)
 	}
 }
