@@ -125,17 +125,20 @@ type trustRun struct {
 	failed   []string
 	maxRSS   int64
 	rssLimit int64
-	started  map[types.UID]time.Time       // each case pod's start, kept once it is gone
-	ends     map[types.UID][]end           // each case pod's container ends, as its status showed them
-	followed map[types.UID]bool            // the agent pods whose logs are being followed
-	logSince map[types.UID]time.Time       // when each agent's log was last read
-	agentLog []string                      // every agent's log lines of the run, to explain a failure
-	bigEnv   []corev1.EnvFromSource        // ConfigMaps (in every namespace) whose environment no runtime status carries readably
-	evicted  map[types.UID]podEvent        // case pods evicted (deleted by the Eviction API), when
-	written  map[types.UID]podEvent        // when the holder of a docker partition overrun wrote past the booking, by pod
-	counted  map[types.UID]map[string]bool // what the agent's metrics said it did to each pod: throttled, ended
-	marks    map[string]corev1.Volume      // by SharedClaim case, the hostPath of its claim's CDI spec…
-	markAt   map[string]string             // …and where a share's mark of it goes
+	// falseRefusals is the most nr1_gate_false_refusals_total said, by agent pod: opens
+	// the gate refused that a measurement then found within the CG's booking.
+	falseRefusals map[string]float64
+	started       map[types.UID]time.Time       // each case pod's start, kept once it is gone
+	ends          map[types.UID][]end           // each case pod's container ends, as its status showed them
+	followed      map[types.UID]bool            // the agent pods whose logs are being followed
+	logSince      map[types.UID]time.Time       // when each agent's log was last read
+	agentLog      []string                      // every agent's log lines of the run, to explain a failure
+	bigEnv        []corev1.EnvFromSource        // ConfigMaps (in every namespace) whose environment no runtime status carries readably
+	evicted       map[types.UID]podEvent        // case pods evicted (deleted by the Eviction API), when
+	written       map[types.UID]podEvent        // when the holder of a docker partition overrun wrote past the booking, by pod
+	counted       map[types.UID]map[string]bool // what the agent's metrics said it did to each pod: throttled, ended
+	marks         map[string]corev1.Volume      // by SharedClaim case, the hostPath of its claim's CDI spec…
+	markAt        map[string]string             // …and where a share's mark of it goes
 }
 
 // podEvent is something that happened to a case pod, kept once the pod is gone.
@@ -164,7 +167,7 @@ func runPlan(t *testing.T, c kubernetes.Interface, plan trust.Plan) string {
 		})
 	}
 	r := &trustRun{t: t, c: c, plan: plan, started: map[types.UID]time.Time{}, ends: map[types.UID][]end{}, followed: map[types.UID]bool{}, logSince: map[types.UID]time.Time{},
-		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}, counted: map[types.UID]map[string]bool{},
+		evicted: map[types.UID]podEvent{}, written: map[types.UID]podEvent{}, counted: map[types.UID]map[string]bool{}, falseRefusals: map[string]float64{},
 		marks: map[string]corev1.Volume{}, markAt: map[string]string{}}
 	r.rssLimit = agentMemoryLimit(t, c)
 	imageMB := nr1LoadImageMB(t)
@@ -478,7 +481,7 @@ func (r *trustRun) scrape(ctx context.Context) {
 		status := 0
 		if err == nil {
 			status = resp.StatusCode
-			r.noteCounters(resp.Body)
+			r.noteCounters(string(agent.UID), resp.Body)
 			_ = resp.Body.Close()
 		}
 		r.follow(ctx, agent)
@@ -505,14 +508,21 @@ func (r *trustRun) said(uid types.UID) map[string]bool {
 
 // noteCounters records the pods the agent's metrics say it throttled or ended (killed or
 // evicted), by UID: what it says it did, beside what its Events say and what the pods'
-// statuses show.
-func (r *trustRun) noteCounters(body io.Reader) {
+// statuses show; and the gate's false refusals the agent counted.
+func (r *trustRun) noteCounters(agent string, body io.Reader) {
 	lines := bufio.NewScanner(body)
 	lines.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for lines.Scan() {
 		line := lines.Text()
 		var what string
 		switch {
+		case strings.HasPrefix(line, "nr1_gate_false_refusals_total "):
+			if v, err := strconv.ParseFloat(strings.TrimPrefix(line, "nr1_gate_false_refusals_total "), 64); err == nil {
+				r.mu.Lock()
+				r.falseRefusals[agent] = max(r.falseRefusals[agent], v)
+				r.mu.Unlock()
+			}
+			continue
 		case strings.HasPrefix(line, "nr1_throttled{") && strings.HasSuffix(line, " 1"):
 			what = "throttled"
 		case strings.HasPrefix(line, "nr1_enforcement_ended_timestamp_seconds{"):
@@ -982,6 +992,13 @@ func (r *trustRun) judge() string {
 	}
 	if r.maxRSS > r.rssLimit {
 		t.Errorf("the agent's RSS reached %d bytes, over its limit %d", r.maxRSS, r.rssLimit)
+	}
+	// A refusal inside a booking is an action against a CG that did nothing wrong.
+	for agent, n := range r.falseRefusals {
+		if n > 0 {
+			falseActions += int(n)
+			t.Errorf("FALSE ACTION: the budget gate refused %v open(s) that a measurement then found within their CG's booking (nr1_gate_false_refusals_total of agent pod %s)", n, agent)
+		}
 	}
 	var per []string
 	for _, res := range nr1.All {
