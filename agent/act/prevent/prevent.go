@@ -303,9 +303,7 @@ func (p *pod) cause() string {
 	switch {
 	case p.measured < 0:
 		return "its holdings were not measured in full at the last sample"
-	case p.measured >= p.count.Booked:
-		return fmt.Sprintf("measured holding %d", p.measured)
-	case p.measured < p.count.Held:
+	case p.measured < min(p.count.Held, p.count.Booked):
 		return fmt.Sprintf("measured holding %d: the count is ahead by what was closed since and not yet freed, "+
 			"or opened where the gate cannot see the open end (io_uring, a traced process); it is set to the measurement when the pod is quiet",
 			p.measured)
