@@ -83,7 +83,11 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	partition := sampler.NewPartitionSampler(cri, watcher, cfg.Sampling.PartitionInterval.Duration, clk, log)
 	smp := sampler.New(sampler.Options{Inventory: inv, Source: source, Targets: targets, Partition: partition,
 		ScanTimeout: paces.ScanTimeout, Lineage: lineage(cgroups, a, log), Clock: clk, Log: log})
-	act, pins, closeActuator := actuator(cfg, api, dev, cri, cgroups, log)
+	var events *kube.Client // no API server: nothing told, nothing evicted
+	if api != nil {
+		events = api.Events(dev.node, log)
+	}
+	act, pins, closeActuator := actuator(cfg, events, dev, cri, cgroups, log)
 	a.closeAtEnd(closeActuator)
 	checkpoint := enforce.FileCheckpoint{Path: cfg.EnforcementCheckpoint()}
 	enforcer := enforce.NewManager(enforce.Options{Samples: judged{smp}, Policy: cfg.Enforcement, Actuator: act,
@@ -102,7 +106,11 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	reads := cadence.New(cadence.Options{Interval: paces.AllocationRead, Idle: paces.AllocationRest, Gap: cfg.Sampling.ChangeGap.Duration,
 		Wakes: tracker.Wakes(), WakesSuffice: true, Needs: []cadence.Need{tracker.Needs, tracker.Unread}, Clock: clk})
 	keeper := prevention(cfg, dev, cgroups, act.Events, a, log)
-	bookEarly(offer, keeper, cgroups, cri, podResources, log)
+	var inits initLimits
+	if events != nil {
+		inits = events
+	}
+	bookEarly(offer, keeper, cgroups, cri, podResources, inits, log)
 	sample := func(ctx context.Context) {
 		tracker.Vouch(ctx, paces.VouchWait)
 		if keeper == nil {

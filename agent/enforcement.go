@@ -22,7 +22,7 @@ import (
 // and leave their actions failing loudly: no API server (standalone kubelet) means
 // Events and evictions are only logged; no bpffs or BPF means no throttle. pins lists
 // the throttles attached now (nil when they cannot be read).
-func actuator(cfg *config.Config, api *kube.API, dev theNR1, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
+func actuator(cfg *config.Config, events *kube.Client, dev theNR1, cri *runtime.Client, cgroups cgroup.Hierarchy, log *slog.Logger) (a *actuate.Actuator, pins []string, closeAll func()) {
 	a = &actuate.Actuator{
 		Stopper:     cri,
 		KillTimeout: cfg.Enforcement.KillTimeout.Duration,
@@ -32,10 +32,9 @@ func actuator(cfg *config.Config, api *kube.API, dev theNR1, cri *runtime.Client
 		a.Killer = cgroups
 	}
 	var closers []func()
-	if api != nil {
-		k := api.Events(dev.node, log)
-		a.Events, a.Evictor, a.Disruptor = k, k, k
-		closers = append(closers, k.Close)
+	if events != nil {
+		a.Events, a.Evictor, a.Disruptor = events, events, events
+		closers = append(closers, events.Close)
 	}
 	if thr, err := bpf.LoadThrottle(cfg.ThrottlePins(), nr1Devices(dev.files, log)); err != nil {
 		log.Error("throttling unavailable", "err", err)

@@ -105,8 +105,9 @@ type starter interface {
 
 // bookEarly has the offer, when it can, book each pod in the gate before it runs: the
 // DRA driver as it prepares the pod's claims, the device plugin of the queues before
-// each container given some is made.
-func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, pods readyPods, alloc podAllocation, log *slog.Logger) {
+// each container given some is made. inits, when not nil, tells the init containers'
+// bookings, which the kubelet does not list.
+func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, pods readyPods, alloc podAllocation, inits initLimits, log *slog.Logger) {
 	if keeper == nil {
 		return
 	}
@@ -127,7 +128,7 @@ func bookEarly(o offer, keeper *prevent.Keeper, cgroups cgroup.Hierarchy, pods r
 	case preparer:
 		o.OnPrepared(func(pod types.UID, a nr1.Amounts) { book(string(pod), a[prevent.Gated], "as its claims were prepared") })
 	case starter:
-		b := &startBooker{keeper: keeper, pods: pods, alloc: alloc, none: map[string]bool{}, log: log,
+		b := &startBooker{keeper: keeper, pods: pods, alloc: alloc, inits: inits, none: map[string]bool{}, log: log,
 			book: func(uid string, queues nr1.Units) { book(uid, queues, "before its container started") }}
 		o.OnPreStart(prevent.Gated, b.run)
 	}
@@ -143,6 +144,12 @@ type podAllocation interface {
 	Get(ctx context.Context, pod allocation.PodKey) (map[string]allocation.Listed, error)
 }
 
+// initLimits reads the largest limit of a resource among a pod's init containers that
+// run to completion, from the API server (kube.Client).
+type initLimits interface {
+	InitLimit(ctx context.Context, namespace, pod, uid, resource string) (int64, error)
+}
+
 // preStartWait bounds what booking adds to a container's start: past it, the container
 // starts and the gate's policy for unknown pods holds it until a sample books its pod.
 const preStartWait = 2 * time.Second
@@ -152,10 +159,15 @@ const preStartWait = 2 * time.Second
 // container it is is among them: the kubelet allocated its devices at admission and
 // made its sandbox before it asks. Pods outside the gate are few, since the samples
 // book every CG they see; pods listed with nothing are remembered while they run.
+// A pod's booking is what Kubernetes books for it: its listed containers' sum, or its
+// largest init container's when more. The kubelet lists no init container that runs to
+// completion, and such a container starts first: booked at the main containers' sum, it
+// would be refused inside its own booking.
 type startBooker struct {
 	keeper interface{ Knows(uid string) bool }
 	pods   readyPods
 	alloc  podAllocation
+	inits  initLimits // nil: the listed sum only
 	book   func(uid string, queues nr1.Units)
 	log    *slog.Logger
 
@@ -188,11 +200,22 @@ func (b *startBooker) run(ctx context.Context) {
 		for _, l := range listed {
 			sum = nr1.Add(sum, l.Units)
 		}
-		if sum == (nr1.Amounts{}) {
-			b.none[p.UID] = true
+		queues, unread := sum[prevent.Gated], false
+		if b.inits != nil {
+			n, err := b.inits.InitLimit(ctx, p.Namespace, p.Name, p.UID, prevent.Gated.Name())
+			if unread = err != nil; unread {
+				// Booked at its listed sum: its first sample books its init containers.
+				b.log.Warn("budget gate: a pod's init containers are unread as a container starts", "namespace", p.Namespace, "pod", p.Name, "err", err)
+			}
+			queues = max(queues, nr1.Units(n))
+		}
+		if sum == (nr1.Amounts{}) && queues == 0 {
+			if !unread {
+				b.none[p.UID] = true
+			}
 			continue
 		}
-		b.book(p.UID, sum[prevent.Gated])
+		b.book(p.UID, queues)
 	}
 	for uid := range b.none {
 		if !ready[uid] {

@@ -79,3 +79,63 @@ func TestStartBookerBooksThePodsTheGateDoesNotKnow(t *testing.T) {
 		t.Errorf("the new pod booked %d (want 4); the ended one still remembered: %v", booked["web-2"], b.none["web"])
 	}
 }
+
+// initPods answers InitLimit as the API server's pods say, and counts the questions.
+type initPods struct {
+	limits map[string]int64 // pod UID → its largest run-to-completion init container's queues
+	down   bool
+	asked  int
+}
+
+func (p *initPods) InitLimit(_ context.Context, _, _, uid, resource string) (int64, error) {
+	p.asked++
+	if resource != nr1.HypervisorQueue.Name() {
+		return 0, errors.New("asked about " + resource)
+	}
+	if p.down {
+		return 0, errors.New("API server unreachable")
+	}
+	return p.limits[uid], nil
+}
+
+// A pod is booked with what Kubernetes books for it, its largest init container's
+// queues when more than its listed containers' sum: such an init container starts first
+// and the kubelet does not list it. A pod listed with nothing whose init containers are
+// unread is asked about again, not remembered as booking nothing.
+func TestStartBookerBooksTheLargestInitContainer(t *testing.T) {
+	key := func(name string) allocation.PodKey { return allocation.PodKey{Namespace: "ml", Name: name} }
+	pods := sandboxes{
+		{UID: "staged", Namespace: "ml", Name: "staged", Ready: true},
+		{UID: "init-only", Namespace: "ml", Name: "init-only", Ready: true},
+		{UID: "small-init", Namespace: "ml", Name: "small-init", Ready: true},
+	}
+	kubelet := &kubeletPods{asked: map[allocation.PodKey]int{}, listed: map[allocation.PodKey]map[string]allocation.Listed{
+		key("staged"):     {"health-handler": {Units: nr1.Amounts{3, 0, 2392, 1}}},
+		key("init-only"):  {"web": {}},
+		key("small-init"): {"health-handler": {Units: nr1.Amounts{0, 0, 0, 5}}},
+		key("unread"):     {"web": {}},
+	}}
+	api := &initPods{limits: map[string]int64{"staged": 4, "init-only": 3, "small-init": 2}}
+	booked := map[string]nr1.Units{}
+	known := knownUIDs{}
+	b := &startBooker{keeper: known, pods: &pods, alloc: kubelet, inits: api, none: map[string]bool{}, log: slog.New(slog.DiscardHandler),
+		book: func(uid string, queues nr1.Units) { booked[uid] = queues; known[uid] = true }}
+
+	b.run(context.Background())
+	if want := map[string]nr1.Units{"staged": 4, "init-only": 3, "small-init": 5}; !maps.Equal(booked, want) {
+		t.Fatalf("booked %v, want %v", booked, want)
+	}
+
+	pods = append(pods, &runtime.Pod{UID: "unread", Namespace: "ml", Name: "unread", Ready: true})
+	api.down = true
+	b.run(context.Background())
+	if b.none["unread"] {
+		t.Fatal("a pod whose init containers were unread is remembered as booking nothing")
+	}
+	api.down = false
+	api.limits["unread"] = 2
+	b.run(context.Background())
+	if booked["unread"] != 2 {
+		t.Errorf("the pod unread before booked %d once read, want 2", booked["unread"])
+	}
+}

@@ -83,3 +83,34 @@ func (c *podCache) get(ctx context.Context, namespace, name string, fresh bool) 
 	c.entries[key] = podEntry{pod: p, err: err, expires: now.Add(podTTL)}
 	return p, err
 }
+
+// InitLimit is the largest limit of resource among the init containers of pod
+// namespace/name that run to completion before the others start: the kubelet's
+// pod-resources answer lists sidecars (restartable init containers) with the main
+// containers, but leaves these out, and one of them may book more than all the others
+// together. A pod of that name that is not the one with uid is an error.
+func (c *Client) InitLimit(ctx context.Context, namespace, pod, uid, resource string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeouts.lookup)
+	defer cancel()
+	p, err := c.pods.get(ctx, namespace, pod, false)
+	if err == nil && string(p.UID) != uid {
+		// The cached pod may be one the name stood for before: asked again once.
+		p, err = c.pods.get(ctx, namespace, pod, true)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if string(p.UID) != uid {
+		return 0, fmt.Errorf("pod %s/%s is %s, not %s", namespace, pod, p.UID, uid)
+	}
+	var largest int64
+	for _, ctr := range p.Spec.InitContainers {
+		if ctr.RestartPolicy != nil && *ctr.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			continue
+		}
+		if q, ok := ctr.Resources.Limits[corev1.ResourceName(resource)]; ok {
+			largest = max(largest, q.Value())
+		}
+	}
+	return largest, nil
+}

@@ -72,6 +72,9 @@ func TestPrevention(t *testing.T) {
 			// plugin before its container is: none of its opens is one the gate has no
 			// booking for.
 			checkPrevention(t, c, cg)
+			if mode == "devicePlugin" {
+				checkInitContainerBooking(t, c)
+			}
 		})
 	}
 }
@@ -148,6 +151,28 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 		if got := running(t, c, p); got.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("%s restarted", p.Name)
 		}
+	}
+}
+
+// checkInitContainerBooking: an init container booking more queues than the main
+// containers together opens all it booked. The kubelet lists no init container that runs
+// to completion, and it starts first: booked at the main containers' sum, its opens past
+// it would be refused inside its own booking.
+func checkInitContainerBooking(t *testing.T, c kubernetes.Interface) {
+	p := loadPod("gated-init", "--queues=1")
+	p.Spec.Containers[0].Resources = nr1Requests(nr1.Amounts{0, 0, 0, 1})
+	fetch := loadContainer("fetch", "--queues=4", "--exit", "--status-file=")
+	fetch.Resources = nr1Requests(nr1.Amounts{0, 0, 0, 4})
+	p.Spec.InitContainers = []corev1.Container{fetch}
+	p = running(t, c, createPod(t, c, p))
+	if _, ok := logLineAt(t, c, p, "fetch", "refused"); ok {
+		t.Error("the init container was refused an open within its booking of 4")
+	}
+	if _, ok := logLineAt(t, c, p, "fetch", " queues=4 "); !ok {
+		t.Error("the init container did not hold the 4 queues it booked")
+	}
+	for _, ev := range nr1Events(t, c, p) {
+		t.Errorf("%s: %s %s: an Event on a CG that held no more than it booked", p.Name, ev.Reason, ev.Message)
 	}
 }
 
