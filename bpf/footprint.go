@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"iter"
 	"maps"
 	"os"
 	"runtime"
@@ -233,14 +234,15 @@ func (f *Footprint) SetHeavyFDs(n uint64) error {
 // FilesOf is Files over the processes named, one at a time, in their order, within one
 // scan: a description several of them hold is reported once per cgroup, as by Files. A
 // process gone since it was named is skipped. User space chooses what is walked last:
-// the process whose table is a flood, so that it costs no other process its walk.
-func (f *Footprint) FilesOf(pids []uint32, fn func(*Record) error) error {
+// the process whose table is a flood, so that it costs no other process its walk. pids
+// is read as the walk goes, so that it can name processes made meanwhile.
+func (f *Footprint) FilesOf(pids iter.Seq[uint32], fn func(*Record) error) error {
 	f.scan++
 	if err := f.objs.Scan.Set(f.scan); err != nil {
 		return fmt.Errorf("starting a footprint scan: %w", err)
 	}
 	rd := bufio.NewReaderSize(nil, readSize)
-	for _, pid := range pids {
+	for pid := range pids {
 		it, err := iterFor(f.objs.Nr1TaskFile, pid)
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
 			continue

@@ -83,7 +83,7 @@ func TestFilesOfWalksTheProcessesNamedInTheirOrder(t *testing.T) {
 	order := []uint32{pid(taker), gonePid, pid(third), pid(holder)}
 	var seen []uint32
 	files := map[uint64]int{}
-	if err := f.FilesOf(order, func(r *Record) error {
+	if err := f.FilesOf(slices.Values(order), func(r *Record) error {
 		if r.Target != 1 {
 			return nil
 		}

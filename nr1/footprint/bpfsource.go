@@ -3,9 +3,12 @@
 package footprint
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -29,7 +32,14 @@ type BPF struct {
 	// heavy are the processes the last scan found past HeavyFDs, or did not finish, by
 	// PID, with their cgroups: walked last, one by one after every other process, so
 	// that what walking their tables costs is their CGs' alone.
-	heavy map[uint32]uint64
+	heavy map[uint32]heavyProcess
+}
+
+// heavyProcess is a process walked last: its cgroup, and its start time, which tells it
+// from a process given its PID again once it exits.
+type heavyProcess struct {
+	cgroup  uint64
+	started uint64
 }
 
 // FullMappingPass is how often a scan walks every process's mappings, not only those of
@@ -176,20 +186,24 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		b.lastFull = start
 	}
 	var foreign, members []bpf.Record
-	files, last := b.fp.Files, b.heavy
+	files, last := b.fp.Files, b.stillHeavy()
+	var listing error
 	if len(last) > 0 {
-		pids, err := heavyLast(b.procRoot, last)
-		if err != nil {
-			return nil, fmt.Errorf("bpf footprint: %w", err)
+		files = func(fn func(*bpf.Record) error) error {
+			return b.fp.FilesOf(heavyLast(b.procRoot, last, &listing), fn)
 		}
-		files = func(fn func(*bpf.Record) error) error { return b.fp.FilesOf(pids, fn) }
 	}
-	heavy := map[uint32]uint64{}
+	heavy := map[uint32]heavyProcess{}
+	mark := func(pid uint32, cgroup uint64) {
+		if started, ok := startTime(b.procRoot, pid); ok {
+			heavy[pid] = heavyProcess{cgroup: cgroup, started: started}
+		}
+	}
 	// out stops the walk at r: a heavy process walked last is unfinished, its CG's
 	// doing; anywhere else, the processes from r's on are not read.
 	out := func(r *bpf.Record) error {
 		if _, ok := last[r.Pid]; ok && s.Cutoff == 0 {
-			heavy[r.Pid] = r.CgroupId
+			mark(r.Pid, r.CgroupId)
 			s.Unfinished = append(s.Unfinished, r.CgroupId)
 		} else {
 			s.Cutoff = int(r.Pid)
@@ -211,7 +225,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			return nil
 		case bpf.KindHeavy:
 			s.Heavy = append(s.Heavy, r.CgroupId)
-			heavy[r.Pid] = r.CgroupId
+			mark(r.Pid, r.CgroupId)
 			return nil
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
@@ -228,16 +242,21 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 		return err
 	})
+	if err == nil {
+		err = listing
+	}
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	if errors.Is(err, errOutOfTime) {
 		// The heavy process cut, and those not reached, are unfinished, and walked last
-		// again.
-		for pid, id := range last {
-			if _, met := heavy[pid]; !met && processExists(b.procRoot, pid) {
-				heavy[pid] = id
-				s.Unfinished = append(s.Unfinished, id)
+		// again: the same processes, not others given their PIDs since.
+		for pid, p := range last {
+			if _, met := heavy[pid]; !met {
+				if started, ok := startTime(b.procRoot, pid); ok && started == p.started {
+					heavy[pid] = p
+					s.Unfinished = append(s.Unfinished, p.cgroup)
+				}
 			}
 		}
 		slices.Sort(s.Unfinished)
@@ -299,34 +318,84 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	return s, nil
 }
 
-// heavyLast lists the processes under procRoot in PID order, those of heavy moved to
-// the end.
-func heavyLast(procRoot string, heavy map[uint32]uint64) ([]uint32, error) {
+// stillHeavy are the processes the last scan walked last that still run: a PID given to
+// another process since is walked in its order.
+func (b *BPF) stillHeavy() map[uint32]heavyProcess {
+	still := make(map[uint32]heavyProcess, len(b.heavy))
+	for pid, p := range b.heavy {
+		if started, ok := startTime(b.procRoot, pid); ok && started == p.started {
+			still[pid] = p
+		}
+	}
+	return still
+}
+
+// heavyLast names the processes under procRoot in PID order, those of heavy last. The
+// others are listed again once walked: a process made while they were walked is walked
+// before the heavy ones too. A listing that fails sets *failed.
+func heavyLast(procRoot string, heavy map[uint32]heavyProcess, failed *error) iter.Seq[uint32] {
+	return func(yield func(uint32) bool) {
+		walked := map[uint32]bool{}
+		for range 2 {
+			pids, err := processes(procRoot)
+			if err != nil {
+				*failed = err
+				return
+			}
+			for _, pid := range pids {
+				if _, last := heavy[pid]; last || walked[pid] {
+					continue
+				}
+				walked[pid] = true
+				if !yield(pid) {
+					return
+				}
+			}
+		}
+		for _, pid := range slices.Sorted(maps.Keys(heavy)) {
+			if !yield(pid) {
+				return
+			}
+		}
+	}
+}
+
+// processes lists the processes under procRoot in PID order.
+func processes(procRoot string) ([]uint32, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
-	var pids, last []uint32
+	var pids []uint32
 	for _, e := range entries {
-		n, err := strconv.ParseUint(e.Name(), 10, 32)
-		if err != nil {
-			continue
-		}
-		if _, ok := heavy[uint32(n)]; ok {
-			last = append(last, uint32(n))
-		} else {
+		if n, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
 			pids = append(pids, uint32(n))
 		}
 	}
 	slices.Sort(pids)
-	slices.Sort(last)
-	return append(pids, last...), nil
+	return pids, nil
 }
 
-// processExists says whether process pid is still under procRoot.
-func processExists(procRoot string, pid uint32) bool {
-	_, err := os.Stat(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10)))
-	return err == nil
+// startTime is when process pid started, in clock ticks after boot (stat's field 22);
+// false when it is gone.
+func startTime(procRoot string, pid uint32) (uint64, bool) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// The command's name, in parentheses, may hold spaces and parentheses: the fields
+	// are counted after its last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	const field = 22 - 3 // fields 1 and 2 are the PID and the name; the rest from 3
+	if len(fields) <= field {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(fields[field], 10, 64)
+	return n, err == nil
 }
 
 // unread notes a record of what a scan did not read: a ring's files (by the cgroup's
