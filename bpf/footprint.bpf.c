@@ -15,6 +15,7 @@
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
 #define S_IFSOCK 0140000
+#define S_IFREG 0100000
 #define AF_UNIX 1
 // An O_PATH fd names a file without opening it: no I/O, no mapping, nothing held.
 #define FMODE_PATH (1U << 14)
@@ -144,8 +145,14 @@ struct record {
 // and user space must see its time pass: a scan's budget counts what it walks.
 // KIND_HEAVY: the process holds more than HEAVY_FDS fds, every one walked at each scan: a
 // scan that runs out of time is its cgroup's doing.
+// KIND_UNLINKED: the process holds open (fd) a regular file of its own root, an
+// overlay (its container's writable layer), that has no name left (file: its inode;
+// size: its size). Its blocks stay in the layer's file system, where a walk of the
+// layer's names, as the runtime's size of it is, never finds them.
 enum { KIND_REGISTERED = 4, KIND_RING_MORE = 5, KIND_NETNS = 6, KIND_PAST_CAP = 7, KIND_RING_LAYOUT = 8, KIND_NETNS_MEMBER = 9,
-       KIND_TICK = 10, KIND_HEAVY = 11 };
+       KIND_TICK = 10, KIND_HEAVY = 11, KIND_UNLINKED = 12 };
+
+#define OVERLAYFS_SUPER_MAGIC 0x794c7630
 
 // Force the record type into BTF for bpf2go.
 const struct record *unused_record __attribute__((unused));
@@ -174,6 +181,22 @@ static __always_inline __u32 *match(struct file *file)
 	umode_t mode;
 
 	return match_mode(file, &mode);
+}
+
+// unlinked gives the inode of file when it is a regular file of task's root, an
+// overlay, with no name left; 0 otherwise. Only a file with no link is read further:
+// the test costs any other file one read.
+static __always_inline struct inode *unlinked(struct task_struct *task, struct file *file, umode_t mode)
+{
+	if ((mode & S_IFMT) != S_IFREG)
+		return 0;
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	if (BPF_CORE_READ(inode, __i_nlink) != 0)
+		return 0;
+	struct super_block *sb = BPF_CORE_READ(inode, i_sb);
+	if (BPF_CORE_READ(sb, s_magic) != OVERLAYFS_SUPER_MAGIC || sb != BPF_CORE_READ(task, fs, root.mnt, mnt_sb))
+		return 0;
+	return inode;
 }
 
 static __always_inline void fill(struct record *r, struct task_struct *task, struct file *file, __u32 target, __u32 kind)
@@ -463,6 +486,24 @@ static __always_inline bool walk(struct seq_file *seq, struct task_struct *task,
 	return true;
 }
 
+// unlinked_file writes a KIND_UNLINKED record of inode, once per scan and cgroup.
+static __always_inline void unlinked_file(struct bpf_iter__task_file *ctx, struct task_struct *task, struct file *file, struct inode *inode)
+{
+	struct record r = {};
+
+	fill(&r, task, file, 0, KIND_UNLINKED);
+	r.file = (__u64)inode;
+	r.target = 0;
+	r.fd = ctx->fd;
+	r.size = BPF_CORE_READ(inode, i_size);
+	struct seen_key key = {.file = r.file, .cgroup_id = r.cgroup_id};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+	if (last && *last == scan)
+		return;
+	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) == 0)
+		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+}
+
 SEC("iter/task_file")
 int nr1_task_file(struct bpf_iter__task_file *ctx)
 {
@@ -485,11 +526,14 @@ int nr1_task_file(struct bpf_iter__task_file *ctx)
 	target = match_mode(file, &mode);
 	if (!target) {
 		struct net *net;
+		struct inode *inode;
 
 		if (is_ring(file, mode))
 			registered(ctx->meta->seq, task, file, ctx->fd);
 		else if ((net = unix_net(file, mode)))
 			netns(ctx, task, net);
+		else if ((inode = unlinked(task, file, mode)))
+			unlinked_file(ctx, task, file, inode);
 		return 0;
 	}
 	fill(&r, task, file, *target, KIND_FD);

@@ -55,6 +55,10 @@ const (
 	// KindHeavy: the record's process holds more than HeavyFDs fds, every one walked at
 	// each scan (Files).
 	KindHeavy = 11
+	// KindUnlinked: the record's process holds open (Fd) a regular file with no name left
+	// on its own root, an overlay: its container's writable layer. File is its inode,
+	// Size its size; once per scan, inode and cgroup.
+	KindUnlinked = 12
 )
 
 // Tick and HeavyFDs are TICK and HEAVY_FDS of footprint.bpf.c.

@@ -119,17 +119,26 @@ struct task_struct {
 	struct nsproxy *nsproxy;
 	struct mm_struct *mm;
 	struct signal_struct *signal;
+	struct fs_struct *fs;
 };
 
 struct super_block {
 	dev_t s_dev;
+	unsigned long s_magic;
 };
 
+/* __i_nlink is in an anonymous union with i_nlink: found there by CO-RE. */
 struct inode {
 	umode_t i_mode;
 	unsigned long i_ino;
 	dev_t i_rdev;
 	struct super_block *i_sb;
+	unsigned int __i_nlink;
+	__s64 i_size;
+};
+
+struct vfsmount {
+	struct super_block *mnt_sb;
 };
 
 struct qstr {
@@ -141,7 +150,12 @@ struct dentry {
 };
 
 struct path {
+	struct vfsmount *mnt;
 	struct dentry *dentry;
+};
+
+struct fs_struct {
+	struct path root;
 };
 
 /* A file's references: f_ref since Linux 6.13 (one reference reads 0), f_count before

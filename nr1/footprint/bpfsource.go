@@ -185,7 +185,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if pass.Full != "" && err == nil {
 		b.lastFull = start
 	}
-	var foreign, members []bpf.Record
+	var foreign, members, unlinked []bpf.Record
 	files, last := b.fp.Files, b.stillHeavy()
 	var listing error
 	if len(last) > 0 {
@@ -232,6 +232,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			return nil
 		case bpf.KindNetNSMember:
 			members = append(members, *r)
+			return nil
+		case bpf.KindUnlinked:
+			unlinked = append(unlinked, *r)
 			return nil
 		case bpf.KindRingMore, bpf.KindRingLayout, bpf.KindPastCap:
 			return s.unread(r, targets)
@@ -314,8 +317,34 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	fillFdinfo(b.procRoot, b.targets, s)
+	s.sizeUnlinked(b.procRoot, unlinked)
 	s.Took = time.Since(start)
 	return s, nil
+}
+
+// sizeUnlinked sizes the unlinked files the walk met through the fds that hold them,
+// MaxUnlinked per cgroup at most: a cgroup holding more is named in UnlinkedUnread. A
+// file whose fd has gone, or now names another file, since the walk is skipped, as a
+// process gone is.
+func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record) {
+	sized := map[uint64]int{}
+	for _, r := range records {
+		if sized[r.CgroupId] == MaxUnlinked {
+			s.UnlinkedUnread = append(s.UnlinkedUnread, r.CgroupId)
+			sized[r.CgroupId]++ // named once
+			continue
+		}
+		if sized[r.CgroupId] > MaxUnlinked {
+			continue
+		}
+		sized[r.CgroupId]++
+		var st unix.Stat_t
+		fd := filepath.Join(procRoot, strconv.FormatUint(uint64(r.Pid), 10), "fd", strconv.FormatUint(uint64(r.Fd), 10))
+		if err := unix.Stat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 {
+			continue
+		}
+		s.Unlinked = append(s.Unlinked, Unlinked{CgroupID: r.CgroupId, Inode: r.File, Bytes: st.Blocks * 512})
+	}
 }
 
 // stillHeavy are the processes the last scan walked last that still run: a PID given to

@@ -104,7 +104,26 @@ type Scan struct {
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`
+	// Unlinked are the regular files with no name left that processes hold open on
+	// their own root, an overlay (their container's writable layer): the runtime sizes
+	// a layer by walking its names, and never finds them (BPF source only).
+	Unlinked []Unlinked `json:"unlinked,omitempty"`
+	// UnlinkedUnread are the cgroups (v2 ids) holding more such files than a scan sizes
+	// (MaxUnlinked): their docker partition is a lower bound, by their own doing.
+	UnlinkedUnread []uint64 `json:"unlinkedUnread,omitempty"`
 }
+
+// Unlinked is a file with no name left in a cgroup's writable layer, held open by one
+// of its processes: the blocks it takes there (as du counts them), once per inode and
+// cgroup.
+type Unlinked struct {
+	CgroupID uint64 `json:"cgroupID"`
+	Inode    uint64 `json:"inode"` // the kernel's inode, an identity within one scan
+	Bytes    int64  `json:"bytes"`
+}
+
+// MaxUnlinked bounds the unlinked files a scan sizes per cgroup: each costs a stat.
+const MaxUnlinked = 64
 
 // PastCap is a cgroup (v2 id) holding more distinct files of a target on one socket or
 // ring than a scan counts for it.

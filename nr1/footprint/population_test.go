@@ -37,6 +37,11 @@ func TestMain(m *testing.M) {
 		mapper(spec)
 		return
 	}
+	// Helper mode: an unlinker holds files it removed, then makes a directory its root.
+	if spec := os.Getenv("NR1_FP_UNLINKER"); spec != "" {
+		unlinker(spec)
+		return
+	}
 	code := func() int {
 		if os.Geteuid() == 0 {
 			dir, err := os.MkdirTemp("", "nr1-load")
