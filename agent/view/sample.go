@@ -112,7 +112,8 @@ func Ratios(usage nr1.Usage, allocation nr1.Amounts) Ratio {
 // The causes of a CG's uncertain usage. The CG's own: handles it keeps in flight on its
 // sockets past what a scan reads (CauseInFlight), io_urings holding more files than a
 // scan reads (CauseRing), a process holding so many fds that walking them ran the scan
-// out of time (CauseFDTable). The node's: queues held with no fd, which only the procfs
+// out of time (CauseFDTable), more files removed from its writable layer and held open
+// than a scan sizes (CauseUnlinked). The node's: queues held with no fd, which only the procfs
 // scan, a node's fallback without BPF, cannot tell apart (CauseNoFD), the scan out of
 // time (CauseScanTime, CauseInFlightTime), a cgroup (CauseNoCgroup) or network
 // namespace (CauseNetNS) the agent cannot read, an io_uring of a kernel layout the
@@ -127,12 +128,13 @@ const (
 	CauseNetNS        = "netns"
 	CauseRingLayout   = "ring-layout"
 	CauseFDTable      = "fd-table"
+	CauseUnlinked     = "unlinked"
 )
 
 // OwnCause says whether a cause of uncertainty lies inside the CG.
 func OwnCause(cause string) bool {
 	switch cause {
-	case CauseInFlight, CauseRing, CauseFDTable:
+	case CauseInFlight, CauseRing, CauseFDTable, CauseUnlinked:
 		return true
 	}
 	return false

@@ -33,6 +33,9 @@ type BPF struct {
 	// PID, with their cgroups: walked last, one by one after every other process, so
 	// that what walking their tables costs is their CGs' alone.
 	heavy map[uint32]heavyProcess
+	// unlinked is when each unlinked file the last scan sized was first found, by
+	// cgroup and inode.
+	unlinked map[[2]uint64]time.Time
 }
 
 // heavyProcess is a process walked last: its cgroup, and its start time, which tells it
@@ -317,7 +320,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	fillFdinfo(b.procRoot, b.targets, s)
-	s.sizeUnlinked(b.procRoot, unlinked)
+	b.unlinked = s.sizeUnlinked(b.procRoot, unlinked, b.unlinked, start)
 	s.Took = time.Since(start)
 	return s, nil
 }
@@ -325,8 +328,10 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 // sizeUnlinked sizes the unlinked files the walk met through the fds that hold them,
 // MaxUnlinked per cgroup at most: a cgroup holding more is named in UnlinkedUnread. A
 // file whose fd has gone, or now names another file, since the walk is skipped, as a
-// process gone is.
-func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record) {
+// process gone is. since is when the last scan's were first found; it returns this
+// scan's, a file first found now found at now.
+func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record, since map[[2]uint64]time.Time, now time.Time) map[[2]uint64]time.Time {
+	found := map[[2]uint64]time.Time{}
 	sized := map[uint64]int{}
 	for _, r := range records {
 		if sized[r.CgroupId] == MaxUnlinked {
@@ -343,8 +348,15 @@ func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record) {
 		if err := unix.Stat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 {
 			continue
 		}
-		s.Unlinked = append(s.Unlinked, Unlinked{CgroupID: r.CgroupId, Inode: r.File, Bytes: st.Blocks * 512})
+		key := [2]uint64{r.CgroupId, r.File}
+		first, ok := since[key]
+		if !ok {
+			first = now
+		}
+		found[key] = first
+		s.Unlinked = append(s.Unlinked, Unlinked{CgroupID: r.CgroupId, Inode: r.File, Bytes: st.Blocks * 512, Since: first})
 	}
+	return found
 }
 
 // stillHeavy are the processes the last scan walked last that still run: a PID given to

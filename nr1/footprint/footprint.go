@@ -118,8 +118,11 @@ type Scan struct {
 // cgroup.
 type Unlinked struct {
 	CgroupID uint64 `json:"cgroupID"`
-	Inode    uint64 `json:"inode"` // the kernel's inode, an identity within one scan
+	Inode    uint64 `json:"inode"` // the kernel's inode: an identity while it is held
 	Bytes    int64  `json:"bytes"`
+	// Since is when a scan first found the cgroup holding it with no name: a figure of
+	// the layer taken before then may still hold it by its name.
+	Since time.Time `json:"since"`
 }
 
 // MaxUnlinked bounds the unlinked files a scan sizes per cgroup: each costs a stat.

@@ -30,8 +30,8 @@ type RuntimeView interface {
 type Layers interface {
 	// WritableLayers are the writable layers the runtime lists in one call; a container
 	// not among them is read alone.
-	WritableLayers(ctx context.Context) (map[string]int64, error)
-	WritableLayer(ctx context.Context, containerID string) (int64, error)
+	WritableLayers(ctx context.Context) (map[string]runtime.Layer, error)
+	WritableLayer(ctx context.Context, containerID string) (runtime.Layer, error)
 	ImageSize(ctx context.Context, ref string) (int64, error)
 }
 
@@ -75,7 +75,7 @@ func (p *PartitionSampler) Run(ctx context.Context) error {
 // failure is that CG's alone.
 func (p *PartitionSampler) Measure(ctx context.Context) error {
 	rs, _ := p.view.Load()
-	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]nr1.Base{}, ByCtr: map[string]nr1.Base{}, Failed: map[string]string{}}
+	usage := PartitionUsage{Read: p.clock.Now(), ByCG: map[string]nr1.Base{}, ByCtr: map[string]nr1.Base{}, SizedAt: map[string]time.Time{}, Failed: map[string]string{}}
 	images := map[string]int64{}
 	// A pod's sandboxes are one CG: a sandbox the runtime keeps after the pod's
 	// network was set up again holds exited containers, and must not hide (nor
@@ -111,8 +111,11 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 				}
 				break
 			}
-			usage.ByCtr[c.ID] = nr1.Base(w)
-			usage.ByCG[pod.UID] += nr1.Base(w)
+			usage.ByCtr[c.ID] = nr1.Base(w.Bytes)
+			usage.ByCG[pod.UID] += nr1.Base(w.Bytes)
+			if at, ok := usage.SizedAt[pod.UID]; !ok || w.At.Before(at) {
+				usage.SizedAt[pod.UID] = w.At
+			}
 			if c.ImageRef == "" || seen[pod.UID][c.ImageRef] {
 				continue
 			}
@@ -138,9 +141,12 @@ func (p *PartitionSampler) Measure(ctx context.Context) error {
 	}
 	for uid := range usage.Failed {
 		delete(usage.ByCG, uid)
+		delete(usage.SizedAt, uid)
 	}
 	// A reading like the last (at rest, every reading) renews its time without waking
-	// the sampler: only what changed may have gone past a CG's partition.
+	// the sampler: only what changed may have gone past a CG's partition. The times the
+	// runtime sized the layers move on every period of its own, and are kept for the
+	// sampler's next sample without waking it.
 	if last, _ := p.Load(); !last.Read.IsZero() && maps.Equal(last.ByCtr, usage.ByCtr) && maps.Equal(last.ByCG, usage.ByCG) && maps.Equal(last.Failed, usage.Failed) {
 		p.value.Renew(usage.Read, usage)
 	} else {

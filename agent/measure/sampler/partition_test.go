@@ -46,6 +46,8 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 	cri.SetImageSize("img-b", 50<<20)
 	cri.SetWritable("a1", 10<<20, nil)
 	cri.SetWritable("a2", 1<<20, nil)
+	cri.SetWritableSizedAt("a1", time.Unix(1000, 0))
+	cri.SetWritableSizedAt("a2", time.Unix(990, 0))
 	cri.SetWritable("b1", 0, status.Error(codes.DeadlineExceeded, "stats timed out"))
 	cri.SetWritableMissing("c1")
 	cri.SetWritable("d1", 1<<20, nil)
@@ -90,9 +92,15 @@ func TestPartitionFailureIsUnknownNotZero(t *testing.T) {
 func checkPartitionFailures(t *testing.T, p *PartitionSampler) {
 	t.Helper()
 	got, _ := p.Load()
-	// The image once per CG, both writable layers.
+	// The image once per CG, both writable layers; sized when the older of them was.
 	if want := nr1.Base(100<<20 + 11<<20); got.ByCG["ua"] != want {
 		t.Errorf("ua %d bytes, want %d", got.ByCG["ua"], want)
+	}
+	if at := got.SizedAt["ua"]; !at.Equal(time.Unix(990, 0)) {
+		t.Errorf("ua's layers sized at %v, want the older's time, %v", at, time.Unix(990, 0))
+	}
+	if at, ok := got.SizedAt["ub"]; ok {
+		t.Errorf("ub, whose layer is unread, sized at %v", at)
 	}
 	if v, ok := got.ByCG["ub"]; ok {
 		t.Errorf("ub measured as %d bytes although its ContainerStats failed", v)

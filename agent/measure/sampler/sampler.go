@@ -56,6 +56,9 @@ type PartitionUsage struct {
 	Read  time.Time
 	ByCG  map[string]nr1.Base // CG UID → bytes (distinct images + writable layers)
 	ByCtr map[string]nr1.Base // container ID → bytes of its writable layer
+	// SizedAt is, per CG UID, when the runtime sized the oldest of its layers: a file
+	// removed from a layer before then is in no figure of it by name.
+	SizedAt map[string]time.Time
 	// Failed says, per CG UID, why its measurement failed; such a CG has no ByCG entry.
 	Failed map[string]string
 }
@@ -301,6 +304,7 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 			gr.cg.PerContainer[gr.container] = nr1.Add(gr.cg.PerContainer[gr.container], u)
 		}
 	}
+	addUnlinked(scan.Unlinked, part.SizedAt, find, groups)
 	for _, cg := range snap.CGs {
 		cg.Ratio = view.Ratios(cg.Usage, cg.Allocation)
 	}
@@ -308,6 +312,38 @@ func Attribute(now time.Time, inv *inventory.Snapshot, scan *footprint.Scan, tar
 		settle(s)
 	}
 	return snap
+}
+
+// addUnlinked adds to each CG's docker partition, and its container's, the files removed
+// from its writable layer that its processes hold open: the runtime, which sizes a layer
+// by walking its names, leaves them out, yet they take the layer's blocks until closed.
+// An inode two containers of a CG hold counts once for the CG; one no CG holds is no
+// CG's layer. A file counts once the runtime sized the CG's layers after it was found
+// with no name: a figure taken before may still hold it by its name, and counting it
+// twice would put a CG that removes a file it keeps open over for a round.
+func addUnlinked(unlinked []footprint.Unlinked, sizedAt map[string]time.Time, find func(uint64) (owner, bool), groups []group) {
+	type held struct {
+		group int
+		inode uint64
+	}
+	counted := map[held]bool{}
+	for _, u := range unlinked {
+		o, ok := find(u.CgroupID)
+		if !ok || o.cg.PartitionUnknown != "" || !u.Since.Before(sizedAt[o.cg.UID]) {
+			continue
+		}
+		if k := (held{o.cgGroup, u.Inode}); !counted[k] {
+			counted[k] = true
+			o.cg.Usage[nr1.DockerPartition] += nr1.Base(u.Bytes)
+		}
+		if k := (held{o.ctrGroup, u.Inode}); o.ctrGroup >= 0 && !counted[k] {
+			counted[k] = true
+			name := groups[o.ctrGroup].container
+			c := o.cg.PerContainer[name]
+			c[nr1.DockerPartition] += nr1.Base(u.Bytes)
+			o.cg.PerContainer[name] = c
+		}
+	}
 }
 
 // lineage is the sampler's Lineage for one sample: the cgroups asked of it are the ones
@@ -484,6 +520,11 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	for _, id := range scan.Heavy {
 		if name, ok := holderOf(cg, id); ok && scan.Cutoff != 0 {
 			return fmt.Sprintf("a process of %s holds more than %d fds, every one walked at each scan, and the %s scan ran out of time", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
+		}
+	}
+	for _, id := range scan.UnlinkedUnread {
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("a process of %s holds more than %d files removed from its writable layer, more than the %s scan sizes", name, footprint.MaxUnlinked, scan.Source), view.CauseUnlinked
 		}
 	}
 	for _, id := range scan.Uncounted {

@@ -564,3 +564,53 @@ func TestInFlightExcessOfAnExitedSenderIsItsPods(t *testing.T) {
 		t.Errorf("cause %q own %v, want the pod uncertain by its own doing", cg.UncertainCause, cg.UncertainOwn)
 	}
 }
+
+// Files removed from a writable layer and held open add to the holder's docker
+// partition, beside what the runtime measured: once per inode for the CG and for each
+// container holding it, once the runtime sized the layers after the file was found
+// with no name (before, its figure may hold the file by name); a CG whose partition is
+// unknown stays unknown; one no CG holds counts for no one; a CG holding more than a
+// scan sizes is uncertain by its own doing.
+func TestUnlinkedFilesAddToTheirHoldersPartition(t *testing.T) {
+	const mb = 1 << 20
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "u1", Name: "writer", Containers: []*view.Container{
+			{ID: "hh", Name: "health-handler", CgroupID: 11},
+			{ID: "w", Name: "worker", CgroupID: 12},
+		}},
+		{UID: "u2", Name: "unmeasured", Containers: []*view.Container{{ID: "o", Name: "main", CgroupID: 21}}},
+		{UID: "u3", Name: "hoarder", Containers: []*view.Container{{ID: "h", Name: "main", CgroupID: 31}}},
+	}}
+	found, sized := time.Unix(100, 0), time.Unix(110, 0)
+	scan := &footprint.Scan{
+		Unlinked: []footprint.Unlinked{
+			{CgroupID: 11, Inode: 1, Bytes: 5 * mb, Since: found},
+			{CgroupID: 12, Inode: 1, Bytes: 5 * mb, Since: found}, // passed to the worker: one file
+			{CgroupID: 12, Inode: 2, Bytes: 2 * mb, Since: found},
+			{CgroupID: 12, Inode: 5, Bytes: 3 * mb, Since: sized}, // removed since the layer was sized
+			{CgroupID: 21, Inode: 3, Bytes: 9 * mb, Since: found},
+			{CgroupID: 99, Inode: 4, Bytes: 7 * mb, Since: found}, // a host process's
+		},
+		UnlinkedUnread: []uint64{31},
+	}
+	part := PartitionUsage{Read: time.Unix(120, 0), ByCG: map[string]nr1.Base{"u1": 100 * mb, "u3": 10 * mb},
+		ByCtr: map[string]nr1.Base{"hh": 1 * mb, "h": 1 * mb}, SizedAt: map[string]time.Time{"u1": sized, "u3": sized},
+		Failed: map[string]string{"u2": "writable layer of main: unavailable"}}
+	snap := Attribute(time.Unix(1, 0), inv, scan, targets(t), part, nil)
+	writer, unmeasured, hoarder := snap.CGs[0], snap.CGs[1], snap.CGs[2]
+	if got := writer.Usage[nr1.DockerPartition]; got != 107*mb {
+		t.Errorf("writer's partition %d MB, want 107 (100 measured, 5 + 2 removed and held)", got/mb)
+	}
+	if hh, w := writer.PerContainer["health-handler"][nr1.DockerPartition], writer.PerContainer["worker"][nr1.DockerPartition]; hh != 6*mb || w != 7*mb {
+		t.Errorf("containers' partitions %d and %d MB, want 6 (1 measured + 5) and 7 (5 + 2)", hh/mb, w/mb)
+	}
+	if unmeasured.PartitionUnknown == "" || unmeasured.Usage[nr1.DockerPartition] != 0 {
+		t.Errorf("a CG whose layer is unread: %d bytes, unknown %q; want unknown, nothing added", unmeasured.Usage[nr1.DockerPartition], unmeasured.PartitionUnknown)
+	}
+	if snap.Unattributed[nr1.DockerPartition] != 0 {
+		t.Errorf("a host process's removed file counted as unattributed partition: %d", snap.Unattributed[nr1.DockerPartition])
+	}
+	if hoarder.UncertainCause != view.CauseUnlinked || !hoarder.UncertainOwn || writer.UsageUncertain != "" {
+		t.Errorf("hoarder uncertain %q (%s, own %v), writer %q; want the hoarder alone uncertain by its own doing", hoarder.UsageUncertain, hoarder.UncertainCause, hoarder.UncertainOwn, writer.UsageUncertain)
+	}
+}

@@ -69,30 +69,38 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 // callTimeout bounds one CRI call, so that a hung runtime cannot wedge a stage.
 const callTimeout = 10 * time.Second
 
-// WritableLayer returns the bytes of a container's writable layer.
-func (c *Client) WritableLayer(ctx context.Context, id string) (int64, error) {
+// Layer is a container's writable layer as the runtime sized it: its bytes, and when
+// the runtime walked it, which may be well before it was asked (containerd sizes its
+// snapshots on a period of its own).
+type Layer struct {
+	Bytes int64
+	At    time.Time
+}
+
+// WritableLayer returns a container's writable layer.
+func (c *Client) WritableLayer(ctx context.Context, id string) (Layer, error) {
 	conn, err := c.Conn(ctx)
 	if err != nil {
-		return 0, err
+		return Layer{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	st, err := conn.RS.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: id})
 	if err != nil {
-		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
+		return Layer{}, fmt.Errorf("CRI ContainerStats %s: %w", id, err)
 	}
-	used, ok := writableBytes(st.GetStats())
+	layer, ok := writable(st.GetStats())
 	if !ok {
-		return 0, fmt.Errorf("CRI ContainerStats %s: %w", id, ErrNoFigure)
+		return Layer{}, fmt.Errorf("CRI ContainerStats %s: %w", id, ErrNoFigure)
 	}
-	return used, nil
+	return layer, nil
 }
 
-// WritableLayers returns the bytes of the writable layer of every container the runtime
-// lists with the figure, by container ID, in one call: a round of the docker partition
+// WritableLayers returns the writable layer of every container the runtime lists with
+// the figure, by container ID, in one call: a round of the docker partition
 // costs the runtime one call, not one per container. A container not in the answer is
 // for WritableLayer to read (and say why it cannot).
-func (c *Client) WritableLayers(ctx context.Context) (map[string]int64, error) {
+func (c *Client) WritableLayers(ctx context.Context) (map[string]Layer, error) {
 	conn, err := c.Conn(ctx)
 	if err != nil {
 		return nil, err
@@ -103,26 +111,26 @@ func (c *Client) WritableLayers(ctx context.Context) (map[string]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CRI ListContainerStats: %w", err)
 	}
-	out := make(map[string]int64, len(resp.GetStats()))
+	out := make(map[string]Layer, len(resp.GetStats()))
 	for _, st := range resp.GetStats() {
-		if used, ok := writableBytes(st); ok && st.GetAttributes().GetId() != "" {
-			out[st.GetAttributes().GetId()] = used
+		if layer, ok := writable(st); ok && st.GetAttributes().GetId() != "" {
+			out[st.GetAttributes().GetId()] = layer
 		}
 	}
 	return out, nil
 }
 
-// writableBytes is the figure of a container's writable layer, false when the runtime
+// writable is the figure of a container's writable layer, false when the runtime
 // gave none. Neither runtime says it could not measure the layer: CRI-O answers stats
 // without the figure (its storage failing, the container stopping), containerd 0 bytes
 // measured at no time (a snapshot its periodic sync has not sized yet, as for a
 // container just started). Unknown, not empty.
-func writableBytes(st *runtimeapi.ContainerStats) (int64, bool) {
+func writable(st *runtimeapi.ContainerStats) (Layer, bool) {
 	layer := st.GetWritableLayer()
 	if layer.GetUsedBytes() == nil || layer.GetTimestamp() == 0 {
-		return 0, false
+		return Layer{}, false
 	}
-	return int64(layer.GetUsedBytes().GetValue()), true //nolint:gosec // bytes fit
+	return Layer{Bytes: int64(layer.GetUsedBytes().GetValue()), At: time.Unix(0, layer.GetTimestamp())}, true //nolint:gosec // bytes fit
 }
 
 // ErrNoFigure is a runtime's answer without the figure asked for.

@@ -72,6 +72,7 @@ type Server struct {
 	listStatsErr     error
 	noWritable       map[string]bool
 	unsized          map[string]bool
+	sizedAt          map[string]time.Time
 	// streamsChanged is closed, and replaced, when a stream opens or ends.
 	streamsChanged chan struct{}
 }
@@ -80,7 +81,7 @@ type Server struct {
 func New(socket string) *Server {
 	return &Server{Socket: socket, sandboxes: map[string]*Sandbox{}, containers: map[string]*Container{},
 		streams: map[chan *runtimeapi.ContainerEventResponse]chan error{}, streamsChanged: make(chan struct{}), calls: map[string]int{}, removedSandboxes: map[string]bool{},
-		imageSizes: map[string]uint64{}, writable: map[string]uint64{}, statsErr: map[string]error{}, noWritable: map[string]bool{}, unsized: map[string]bool{}}
+		imageSizes: map[string]uint64{}, writable: map[string]uint64{}, statsErr: map[string]error{}, noWritable: map[string]bool{}, unsized: map[string]bool{}, sizedAt: map[string]time.Time{}}
 }
 
 // Start serves on the socket.

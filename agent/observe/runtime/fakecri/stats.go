@@ -51,6 +51,14 @@ func (s *Server) SetWritableUnsized(id string) {
 	s.unsized[id] = true
 }
 
+// SetWritableSizedAt has the writable layer of container id sized at at, as containerd
+// sizes its snapshots on a period of its own (now, when asked, unless set).
+func (s *Server) SetWritableSizedAt(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sizedAt[id] = at
+}
+
 // ContainerStats answers the writable layer set with SetWritable.
 func (s *Server) ContainerStats(_ context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
 	s.count("ContainerStats")
@@ -110,7 +118,11 @@ func (s *Server) layer(id string) *runtimeapi.FilesystemUsage {
 	if s.unsized[id] {
 		return &runtimeapi.FilesystemUsage{UsedBytes: &runtimeapi.UInt64Value{}, InodesUsed: &runtimeapi.UInt64Value{}}
 	}
-	return &runtimeapi.FilesystemUsage{Timestamp: time.Now().UnixNano(), UsedBytes: &runtimeapi.UInt64Value{Value: s.writable[id]}}
+	at, ok := s.sizedAt[id]
+	if !ok {
+		at = time.Now()
+	}
+	return &runtimeapi.FilesystemUsage{Timestamp: at.UnixNano(), UsedBytes: &runtimeapi.UInt64Value{Value: s.writable[id]}}
 }
 
 // ImageStatus answers the size set with SetImageSize.
