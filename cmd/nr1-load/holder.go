@@ -108,11 +108,19 @@ func (q *queues) set(target int64) error {
 type writable struct {
 	path string
 	mb   int64
+	// unlink has each growth written to a file of its own whose name is removed once
+	// written, held open (held) until the holding shrinks: its blocks stay in the layer
+	// with no name a walk of the layer finds.
+	unlink bool
+	held   []*os.File
 }
 
 func (w *writable) set(target int64) error {
 	if target == w.mb {
 		return nil
+	}
+	if w.unlink {
+		return w.setUnlinked(target)
 	}
 	if target == 0 {
 		if err := os.Remove(w.path); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -145,5 +153,36 @@ func (w *writable) set(target int64) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("syncing %s: %w", w.path, err)
 	}
+	return nil
+}
+
+// setUnlinked holds target MB in files with no name: a growth writes one more, a shrink
+// closes them all and writes what is left again.
+func (w *writable) setUnlinked(target int64) error {
+	if target < w.mb {
+		for _, f := range w.held {
+			_ = f.Close()
+		}
+		w.held, w.mb = nil, 0
+	}
+	if target == w.mb {
+		return nil
+	}
+	name := fmt.Sprintf("%s.%d", w.path, len(w.held))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("writable layer file: %w", err)
+	}
+	grown := writable{path: name}
+	if err := grown.set(target - w.mb); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := os.Remove(name); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("removing %s: %w", name, err)
+	}
+	w.held = append(w.held, f)
+	w.mb = target
 	return nil
 }

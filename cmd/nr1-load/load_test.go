@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -259,5 +260,42 @@ func TestDMAOffsetPlacesTheBuffers(t *testing.T) {
 	}
 	if err := l.apply(Holding{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// --unlink-written holds what it writes in files with no name left: the layer's names
+// show nothing, the held files take the MB asked, a growth adds a file, a shrink holds
+// what is left.
+func TestUnlinkedWritesHoldTheirBlocksWithNoName(t *testing.T) {
+	dir := t.TempDir()
+	w := writable{path: filepath.Join(dir, "blob"), unlink: true}
+	held := func() (int64, int) {
+		t.Helper()
+		if names, err := os.ReadDir(dir); err != nil || len(names) != 0 {
+			t.Fatalf("names left in the layer: %v %v", names, err)
+		}
+		var size int64
+		for _, f := range w.held {
+			st, err := f.Stat()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := st.Sys().(*syscall.Stat_t).Nlink; n != 0 {
+				t.Errorf("%s: %d links", f.Name(), n)
+			}
+			size += st.Size()
+		}
+		return size / mb, len(w.held)
+	}
+	for _, step := range []struct {
+		target      int64
+		size, files int
+	}{{3, 3, 1}, {5, 5, 2}, {1, 1, 1}, {0, 0, 0}} {
+		if err := w.set(step.target); err != nil {
+			t.Fatal(err)
+		}
+		if size, files := held(); size != int64(step.size) || files != step.files {
+			t.Errorf("set(%d): %d MB in %d files, want %d MB in %d", step.target, size, files, step.size, step.files)
+		}
 	}
 }

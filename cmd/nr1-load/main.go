@@ -114,6 +114,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&initial.CPUDMAMB, "cpu-dma-mb", 0, "MB of CPU DMA memory to map")
 	fs.Int64Var(&initial.Queues, "queues", 0, "hypervisor queue handles to open")
 	fs.Int64Var(&initial.WriteMB, "write-mb", 0, "MB to write into the writable layer")
+	fs.BoolVar(&l.write.unlink, "unlink-written", false, "adversary: remove the name of what is written to the writable layer once written, keeping it open (its blocks stay in the layer)")
 	forks := fs.Int("fork", 0, "after taking the initial holding, start this many worker processes that inherit its DMA file and queue descriptors, map the same ranges of the DMA files and hold it all until nr1-load exits (steps change only nr1-load's own holding)")
 	var adv adversary
 	fs.IntVar(&adv.dupQueues, "dup-queues", 0, "adversary: open one more queue handle and dup() it so many times (one queue, many fds)")

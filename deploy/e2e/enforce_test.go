@@ -151,6 +151,21 @@ func TestEnforcement(t *testing.T) {
 			return nil
 		})
 	})
+	// The runtime sizes a layer by walking its names: a file removed and held open takes
+	// the layer's blocks and is in no figure of it. The agent finds it held.
+	t.Run("a removed file held open past the docker partition: evicted", func(t *testing.T) {
+		t.Parallel()
+		p := loadPod("hider", "--write-mb=150", "--unlink-written")
+		small := resource.MustParse("100")
+		p.Spec.Containers[0].Resources.Requests["neureality.ai/docker_partition_in_mb"] = small
+		p.Spec.Containers[0].Resources.Limits["neureality.ai/docker_partition_in_mb"] = small
+		pod := running(t, c, createPod(t, c, p))
+		ev := waitReason(t, c, pod, "NR1LimitExceeded", 60*time.Second)
+		if !strings.Contains(ev.Message, "docker_partition") {
+			t.Errorf("the CG over for another reason: %s", ev.Message)
+		}
+		waitReason(t, c, pod, "NR1Evicted", 60*time.Second)
+	})
 	t.Run("a CG within its budget is left alone", func(t *testing.T) { // exempt ones: TestExemption
 		t.Parallel()
 		within := running(t, c, createPod(t, c, podFromFile(t, "device-plugin/resnet50-cg.yaml")))
