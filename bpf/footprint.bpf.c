@@ -1034,16 +1034,6 @@ struct {
 
 #define MAP_ANONYMOUS 0x20
 
-
-static __always_inline __u32 *fd_target(__s64 fd)
-{
-	struct file *file = fd_file(fd);
-
-	if (!file || (BPF_CORE_READ(file, f_mode) & FMODE_PATH))
-		return 0;
-	return match(file);
-}
-
 static __always_inline void report(__u32 target)
 {
 	struct change *c = bpf_ringbuf_reserve(&changes, sizeof(*c), 0);
@@ -1204,37 +1194,93 @@ int nr1_exit(void *ctx)
 	return 0;
 }
 
-// A new fd: opened, or taken from another process. The fd is installed when the syscall
+// The queue descriptions processes opened, by address, with the cgroups of their
+// opener: a description can be held where no walk finds it, by the kernel on a
+// process's behalf (an io_uring request pending on it, a read blocked on it while
+// another thread closes its fd), yet it is held, and the opener answers for it. An LRU:
+// an entry pushed out is a description the scan can no longer name.
+struct opened {
+	__u64 inode;  // tells the description from a later one at the same address
+	__u32 target; // as in targets
+	__u32 pad;
+	struct chain who;
+};
+
+const struct opened *unused_opened __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct opened);
+} opened SEC(".maps");
+
+// A new fd: opened (a new description: remembered with its opener, whatever was
+// remembered at its address), or taken from another process (the description its
+// opener answers for, unless none was remembered). The fd is installed when the syscall
 // returns it.
-static __always_inline int new_fd(long ret)
+static __always_inline int new_fd(long ret, bool taken)
 {
+	struct file *file;
 	__u32 *target;
 
 	if (ret < 0)
 		return 0;
-	target = fd_target(ret);
-	if (target)
-		report(*target);
+	file = fd_file(ret);
+	if (!file || (BPF_CORE_READ(file, f_mode) & FMODE_PATH))
+		return 0;
+	target = match(file);
+	if (!target)
+		return 0;
+	report(*target);
+	if (*target & TARGET_BYTES)
+		return 0; // counted in bytes mapped: a description with no mapping holds none
+	__u64 key = (__u64)file;
+	struct opened o = {.inode = (__u64)BPF_CORE_READ(file, f_inode), .target = *target};
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	chain_of(BPF_CORE_READ(task, cgroups, dfl_cgrp), &o.who);
+	bpf_map_update_elem(&opened, &key, &o, taken ? BPF_NOEXIST : BPF_ANY);
 	return 0;
 }
 
 SEC("tracepoint/syscalls/sys_exit_openat")
-int nr1_exit_openat(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
+int nr1_exit_openat(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret, false); }
 
 SEC("tracepoint/syscalls/sys_exit_openat2")
-int nr1_exit_openat2(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
+int nr1_exit_openat2(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret, false); }
 
 // open(2) exists on some architectures only (amd64, not arm64).
 SEC("tracepoint/syscalls/sys_exit_open")
-int nr1_exit_open(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
+int nr1_exit_open(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret, false); }
 
 SEC("tracepoint/syscalls/sys_exit_pidfd_getfd")
-int nr1_exit_pidfd_getfd(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret); }
+int nr1_exit_pidfd_getfd(struct syscall_exit_ctx *ctx) { return new_fd(ctx->ret, true); }
 
 // The 32-bit opens and pidfd_getfd: the loader attaches this to the kernel's entries of
-// those only 32-bit syscalls reach.
+// those only 32-bit syscalls reach. A 32-bit pidfd_getfd is taken for an open: the
+// taker, who may trace the holder, answers for what it took.
 SEC("kretprobe/compat_new_fd")
-int nr1_compat_new_fd(void *ctx) { return new_fd(probe_ret(ctx)); }
+int nr1_compat_new_fd(void *ctx) { return new_fd(probe_ret(ctx), false); }
+
+// forget_released drops a remembered description that is released, or whose address a
+// file of another inode took since.
+static long forget_released(void *map, __u64 *key, struct opened *o, void *ctx)
+{
+	struct file *file = (struct file *)*key;
+
+	if (refs(file) <= 0 || (__u64)BPF_CORE_READ(file, f_inode) != o->inode)
+		bpf_map_delete_elem(map, key);
+	return 0;
+}
+
+// nr1_fp_forget drops every remembered description released since, run by user space
+// before it reads what is left: the descriptions held, by fds or otherwise.
+SEC("syscall")
+int nr1_fp_forget(void *ctx)
+{
+	bpf_for_each_map_elem(&opened, forget_released, 0, 0);
+	return 0;
+}
 
 // A unix socket sent through, or accepted, is the current process's (senders): it is the
 // one that answers for what the socket's messages carry.

@@ -264,6 +264,41 @@ func (f *Footprint) FilesOf(pids iter.Seq[uint32], fn func(*Record) error) error
 	return nil
 }
 
+// Opened is a description of a target counted in open handles, as a process opened it
+// (or took it with pidfd_getfd, when its opener was not known): its address, the same as
+// records' File, its target, and the cgroup of its opener and that cgroup's nearest
+// ancestors, nearest first (0 past the root).
+type Opened struct {
+	File   uint64
+	Target uint32
+	Who    [4]uint64
+}
+
+// Opened calls fn for each description opened since the footprint was loaded that is
+// still held, whether by fds or otherwise: the kernel holds one for a process while an
+// io_uring request or a blocking read is pending on it, with no fd left. The released
+// ones are forgotten first. An open made before the programs were attached, or through
+// an io_uring (no syscall), is not among them.
+func (f *Footprint) Opened(fn func(Opened) error) error {
+	if _, err := f.objs.Nr1FpForget.Run(&ebpf.RunOptions{}); err != nil {
+		return fmt.Errorf("forgetting released descriptions: %w", err)
+	}
+	var (
+		key uint64
+		o   footprintOpened
+	)
+	it := f.objs.Opened.Iterate()
+	for it.Next(&key, &o) {
+		if err := fn(Opened{File: key, Target: o.Target, Who: o.Who.Id}); err != nil {
+			return err
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("reading the descriptions opened: %w", err)
+	}
+	return nil
+}
+
 // ErrInFlightFull says the kernel's tables of files in flight were full: what did not
 // fit was not counted, for any cgroup.
 var ErrInFlightFull = errors.New("the tables of files in flight are full")

@@ -50,6 +50,17 @@ type footprintMapper struct {
 	Always uint32
 }
 
+type footprintOpened struct {
+	_      structs.HostLayout
+	Inode  uint64
+	Target uint32
+	Pad    uint32
+	Who    struct {
+		_  structs.HostLayout
+		Id [4]uint64
+	}
+}
+
 type footprintRecord struct {
 	_        structs.HostLayout
 	CgroupId uint64
@@ -104,6 +115,7 @@ const (
 	footprintMapInflightFiles            = "inflight_files"
 	footprintMapMappers                  = "mappers"
 	footprintMapMapping                  = "mapping"
+	footprintMapOpened                   = "opened"
 	footprintMapSeen                     = "seen"
 	footprintMapSeenVma                  = "seen_vma"
 	footprintMapSenders                  = "senders"
@@ -132,6 +144,7 @@ const (
 	footprintProgNr1ExitOpenat2          = "nr1_exit_openat2"
 	footprintProgNr1ExitPidfdGetfd       = "nr1_exit_pidfd_getfd"
 	footprintProgNr1Fork                 = "nr1_fork"
+	footprintProgNr1FpForget             = "nr1_fp_forget"
 	footprintProgNr1TaskFile             = "nr1_task_file"
 	footprintProgNr1TaskVma              = "nr1_task_vma"
 	footprintProgNr1Unix                 = "nr1_unix"
@@ -155,6 +168,7 @@ const (
 	footprintVarUnusedInflightCgroupKey  = "unused_inflight_cgroup_key"
 	footprintVarUnusedInflightFileVal    = "unused_inflight_file_val"
 	footprintVarUnusedMapper             = "unused_mapper"
+	footprintVarUnusedOpened             = "unused_opened"
 	footprintVarUnusedRecord             = "unused_record"
 	footprintVarVisits                   = "visits"
 	footprintVarWalked                   = "walked"
@@ -228,6 +242,7 @@ type footprintProgramSpecs struct {
 	Nr1ExitOpenat2          *ebpf.ProgramSpec `ebpf:"nr1_exit_openat2"`
 	Nr1ExitPidfdGetfd       *ebpf.ProgramSpec `ebpf:"nr1_exit_pidfd_getfd"`
 	Nr1Fork                 *ebpf.ProgramSpec `ebpf:"nr1_fork"`
+	Nr1FpForget             *ebpf.ProgramSpec `ebpf:"nr1_fp_forget"`
 	Nr1TaskFile             *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
 	Nr1TaskVma              *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
 	Nr1Unix                 *ebpf.ProgramSpec `ebpf:"nr1_unix"`
@@ -243,6 +258,7 @@ type footprintMapSpecs struct {
 	InflightFiles   *ebpf.MapSpec `ebpf:"inflight_files"`
 	Mappers         *ebpf.MapSpec `ebpf:"mappers"`
 	Mapping         *ebpf.MapSpec `ebpf:"mapping"`
+	Opened          *ebpf.MapSpec `ebpf:"opened"`
 	Seen            *ebpf.MapSpec `ebpf:"seen"`
 	SeenVma         *ebpf.MapSpec `ebpf:"seen_vma"`
 	Senders         *ebpf.MapSpec `ebpf:"senders"`
@@ -274,6 +290,7 @@ type footprintVariableSpecs struct {
 	UnusedInflightCgroupKey *ebpf.VariableSpec `ebpf:"unused_inflight_cgroup_key"`
 	UnusedInflightFileVal   *ebpf.VariableSpec `ebpf:"unused_inflight_file_val"`
 	UnusedMapper            *ebpf.VariableSpec `ebpf:"unused_mapper"`
+	UnusedOpened            *ebpf.VariableSpec `ebpf:"unused_opened"`
 	UnusedRecord            *ebpf.VariableSpec `ebpf:"unused_record"`
 	Visits                  *ebpf.VariableSpec `ebpf:"visits"`
 	Walked                  *ebpf.VariableSpec `ebpf:"walked"`
@@ -308,6 +325,7 @@ type footprintMaps struct {
 	InflightFiles   *ebpf.Map `ebpf:"inflight_files"`
 	Mappers         *ebpf.Map `ebpf:"mappers"`
 	Mapping         *ebpf.Map `ebpf:"mapping"`
+	Opened          *ebpf.Map `ebpf:"opened"`
 	Seen            *ebpf.Map `ebpf:"seen"`
 	SeenVma         *ebpf.Map `ebpf:"seen_vma"`
 	Senders         *ebpf.Map `ebpf:"senders"`
@@ -323,6 +341,7 @@ func (m *footprintMaps) Close() error {
 		m.InflightFiles,
 		m.Mappers,
 		m.Mapping,
+		m.Opened,
 		m.Seen,
 		m.SeenVma,
 		m.Senders,
@@ -355,6 +374,7 @@ type footprintVariables struct {
 	UnusedInflightCgroupKey *ebpf.Variable `ebpf:"unused_inflight_cgroup_key"`
 	UnusedInflightFileVal   *ebpf.Variable `ebpf:"unused_inflight_file_val"`
 	UnusedMapper            *ebpf.Variable `ebpf:"unused_mapper"`
+	UnusedOpened            *ebpf.Variable `ebpf:"unused_opened"`
 	UnusedRecord            *ebpf.Variable `ebpf:"unused_record"`
 	Visits                  *ebpf.Variable `ebpf:"visits"`
 	Walked                  *ebpf.Variable `ebpf:"walked"`
@@ -390,6 +410,7 @@ type footprintPrograms struct {
 	Nr1ExitOpenat2          *ebpf.Program `ebpf:"nr1_exit_openat2"`
 	Nr1ExitPidfdGetfd       *ebpf.Program `ebpf:"nr1_exit_pidfd_getfd"`
 	Nr1Fork                 *ebpf.Program `ebpf:"nr1_fork"`
+	Nr1FpForget             *ebpf.Program `ebpf:"nr1_fp_forget"`
 	Nr1TaskFile             *ebpf.Program `ebpf:"nr1_task_file"`
 	Nr1TaskVma              *ebpf.Program `ebpf:"nr1_task_vma"`
 	Nr1Unix                 *ebpf.Program `ebpf:"nr1_unix"`
@@ -420,6 +441,7 @@ func (p *footprintPrograms) Close() error {
 		p.Nr1ExitOpenat2,
 		p.Nr1ExitPidfdGetfd,
 		p.Nr1Fork,
+		p.Nr1FpForget,
 		p.Nr1TaskFile,
 		p.Nr1TaskVma,
 		p.Nr1Unix,

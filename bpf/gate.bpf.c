@@ -37,7 +37,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define EDQUOT 122
 #define MINORBITS 20
 #define MAX_LEVEL 32
-#define FILE_REF_RELEASED 0xc000000000000000ULL
 #define UID_LEN 36
 #define NAME_TAIL (UID_LEN + 4 + 6) // [/-]pod<uid>[.slice]
 
@@ -303,17 +302,6 @@ static __always_inline void release(__u64 id)
 	__sync_fetch_and_add(&b->moves, 1);
 	__sync_fetch_and_add(&b->held, -1);
 	__sync_fetch_and_add(&b->released, 1);
-}
-
-// refs is the number of references to file.
-static __always_inline __s64 refs(struct file *file)
-{
-	if (bpf_core_field_exists(file->f_ref)) {
-		__u64 c = BPF_CORE_READ(file, f_ref.refcnt.counter);
-
-		return c >= FILE_REF_RELEASED ? 0 : (__s64)c + 1;
-	}
-	return BPF_CORE_READ((struct file___count *)file, f_count.counter);
 }
 
 // gated_file says whether file is a gated device's.

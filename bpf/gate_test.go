@@ -103,6 +103,8 @@ func opener() {
 			if err = compat32.Available(); err == nil {
 				_, err = compat32.Syscall(compat32.SysPtrace, unix.PTRACE_PEEKUSR, uintptr(os.Getppid()), 0, 0)
 			}
+		case "blockread": // blockread FD: a thread reads FD, blocking; then FD is closed under it
+			err = blockRead(arg(1))
 		case "race": // race PATH K: K threads open at once; N of them got one
 			n = race(f[1], arg(2))
 		case "exit":
@@ -118,6 +120,26 @@ func opener() {
 		}
 		fmt.Printf("ok %d\n", n)
 	}
+}
+
+// blockRead starts a thread blocked reading fd, then closes fd: the read keeps the
+// description, which no fd holds any longer, until it returns.
+func blockRead(fd int) error {
+	go func() {
+		runtime.LockOSThread() // the read blocks a thread of its own
+		var b [1]byte
+		_, _ = unix.Read(fd, b[:])
+	}()
+	// The read is under way once the thread sleeps in it: the opener's threads are few.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		tasks, _ := os.ReadDir("/proc/self/task")
+		for _, task := range tasks {
+			if b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall"); err == nil && strings.HasPrefix(string(b), strconv.Itoa(unix.SYS_READ)+" 0x"+strconv.FormatInt(int64(fd), 16)+" ") {
+				return unix.Close(fd)
+			}
+		}
+	}
+	return errors.New("no thread blocked reading the fd")
 }
 
 func race(path string, k int) int {

@@ -319,10 +319,43 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	if s.Cutoff == 0 && len(s.Unfinished) == 0 && !s.InFlightCut {
+		if err := s.heldElsewhere(b.fp, targets); err != nil {
+			return nil, fmt.Errorf("bpf footprint: %w", err)
+		}
+	}
 	fillFdinfo(b.procRoot, b.targets, s)
 	b.unlinked = s.sizeUnlinked(b.procRoot, unlinked, b.unlinked, start)
 	s.Took = time.Since(start)
 	return s, nil
+}
+
+// heldElsewhere adds the descriptions held where no walk finds them (by the kernel for a
+// process: an io_uring request pending on one, a read blocked on one whose fd another
+// thread closed) for the cgroup of their opener, or its nearest ancestor that is a pod's
+// once its container is gone: the opener put it there. Only a scan that read every
+// process and socket can tell such a description from one an unread fd holds.
+func (s *Scan) heldElsewhere(fp *bpf.Footprint, targets int) error {
+	seen := make(map[uint64]bool, len(s.Handles))
+	for _, h := range s.Handles {
+		seen[h.Description] = true
+	}
+	for _, m := range s.Mappings {
+		if m.Description != 0 {
+			seen[m.Description] = true
+		}
+	}
+	return fp.Opened(func(o bpf.Opened) error {
+		if seen[o.File] {
+			return nil
+		}
+		if int64(o.Target) >= int64(targets) {
+			return fmt.Errorf("a description opened of a target outside the %d given: %+v", targets, o)
+		}
+		s.Handles = append(s.Handles, Handle{CgroupID: o.Who[0], Up: [3]uint64(o.Who[1:]), FD: -1, Target: int(o.Target), Description: o.File})
+		s.Elsewhere++
+		return nil
+	})
 }
 
 // sizeUnlinked sizes the unlinked files the walk met through the fds that hold them,

@@ -104,6 +104,10 @@ type Scan struct {
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`
+	// Elsewhere counts the handles held where no walk finds them, by the kernel for a
+	// process (an io_uring request pending, a read blocked with its fd closed), among
+	// Handles (FD -1, for the opener's cgroup; BPF source only).
+	Elsewhere int `json:"elsewhere,omitempty"`
 	// Unlinked are the regular files with no name left that processes hold open on
 	// their own root, an overlay (their container's writable layer): the runtime sizes
 	// a layer by walking its names, and never finds them (BPF source only).
