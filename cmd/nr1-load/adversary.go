@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,6 +48,11 @@ type adversary struct {
 	// ringSlots makes an io_uring with so many empty slots in its file table: past
 	// what a scan reads of one, what the ring holds is not known, by the CG's own doing.
 	ringSlots int
+	// blockedQueues opens so many queue handles, has a thread block reading each and
+	// closes its fds under the reads: the kernel alone holds them, for the reads. The
+	// simulated queue (tun's device) blocks a read once attached to an interface, which
+	// needs CAP_NET_ADMIN; a real queue's read blocks until the NR1 answers.
+	blockedQueues int
 
 	fds      []int
 	sockets  [2]int
@@ -52,7 +61,8 @@ type adversary struct {
 }
 
 func (a *adversary) any() bool {
-	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0 || a.bindSocket != ""
+	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0 || a.bindSocket != "" ||
+		a.blockedQueues > 0
 }
 
 // hold takes everything asked, reporting it to out.
@@ -112,6 +122,11 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 			return err
 		}
 	}
+	for range a.blockedQueues {
+		if err := blockOn(queuePath); err != nil {
+			return err
+		}
+	}
 	for range a.pathOnlyQueues {
 		fd, err := unix.Open(queuePath, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -119,9 +134,49 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		a.fds = append(a.fds, fd)
 	}
-	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d\n",
-		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots)
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d blocked_queues=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots, a.blockedQueues)
 	return nil
+}
+
+// blockOn opens a queue handle, has a thread of its own block reading it, and closes
+// the fd once the read is under way: the read holds the queue, with no fd on it.
+func blockOn(queuePath string) error {
+	fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", queuePath, err)
+	}
+	// The simulated queue is tun's device: its read blocks once it is an interface's.
+	if st, err := os.Stat("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && st.Sys().(*syscall.Stat_t).Rdev == uint64(unix.Mkdev(10, 200)) {
+		ifr, err := unix.NewIfreq("nr1b%d") // the kernel numbers it
+		if err != nil {
+			return err
+		}
+		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
+		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+			return fmt.Errorf("attaching the simulated queue to an interface (CAP_NET_ADMIN): %w", err)
+		}
+	}
+	reading := make(chan int)
+	go func() {
+		runtime.LockOSThread() // the read keeps this thread: never given back
+		reading <- unix.Gettid()
+		var b [1 << 16]byte
+		_, _ = unix.Read(fd, b[:])
+	}()
+	tid := <-reading
+	// The read is under way once the thread sleeps in it (its syscall is read, on fd).
+	want := fmt.Sprintf("%d 0x%x ", unix.SYS_READ, fd)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/syscall", tid))
+		if err == nil && strings.HasPrefix(string(b), want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the read of queue fd %d never blocked: %q", fd, b)
+		}
+	}
+	return unix.Close(fd)
 }
 
 // bind binds a datagram socket at bindSocket, which it never reads: what a neighbour

@@ -123,6 +123,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&adv.inflightQueues, "inflight-queues", 0, "adversary: open so many queue handles, send them over a unix socket nobody reads and close its own fds")
 	fs.StringVar(&adv.sendTo, "send-queues-to", "", "adversary: send the --inflight-queues handles to the unix datagram socket at this path (a neighbour's) instead of a socket pair of its own")
 	fs.StringVar(&adv.bindSocket, "bind-socket", "", "adversary: bind a unix datagram socket at this path and never read it")
+	fs.IntVar(&adv.blockedQueues, "blocked-queues", 0, "adversary: open so many queue handles, block a thread reading each and close their fds under the reads (the simulated queue needs CAP_NET_ADMIN for its read to block)")
 	fs.IntVar(&adv.ringQueues, "ring-queues", 0, "adversary: open so many queue handles, register them with an io_uring and close its own fds")
 	fs.IntVar(&adv.copies, "copies", 1, "adversary: send each in-flight handle, and register each ring handle, this many times (copies of one open file)")
 	fs.IntVar(&adv.ringSlots, "ring-slots", 0, "adversary: make an io_uring with so many empty slots in its file table (past 16384, more than a scan reads)")

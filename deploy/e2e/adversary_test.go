@@ -39,7 +39,10 @@ type adversary struct {
 	killed bool
 	// compute is its compute DMA allocation (MB) when not the ResNet-50's 3.
 	compute nr1.Units
-	pod     *corev1.Pod
+	// netAdmin: the pod may attach the simulated queue (tun's device) to an interface,
+	// which a read of it needs to block; a real queue's read blocks without it.
+	netAdmin bool
+	pod      *corev1.Pod
 }
 
 // TestAdversaries runs CGs that hide what they hold or make measuring them costly, on
@@ -49,6 +52,7 @@ type adversary struct {
 //     was given;
 //   - 3 queue handles sent over a unix socket and closed, beside its 7 (10 held);
 //   - 1000 O_PATH fds on the queue device beside its 7 queues (7 held, none extra);
+//   - 2 queues held by reads blocked on them, their fds closed, beside its 7 (9 held);
 //   - a worker moved into a child cgroup of its container, holding queues its main
 //     process let go of, then the main process taking as many again (twice its 7).
 //
@@ -67,6 +71,8 @@ func TestAdversaries(t *testing.T) {
 			want: func(page int64) nr1.Usage { return nr1.Usage{nr1.Base(3*mb + 60000*page), 0, 0, 7} }},
 		{name: "in-flight", args: []string{"--compute-dma-mb=3", "--queues=7", "--inflight-queues=3"},
 			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 10} }, killed: true},
+		{name: "blocked", args: []string{"--compute-dma-mb=3", "--queues=7", "--blocked-queues=2"},
+			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 9} }, killed: true, netAdmin: true},
 		{name: "path-only", args: []string{"--compute-dma-mb=3", "--queues=7", "--path-only-queues=1000"},
 			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 7} }},
 		{name: "steady", args: []string{"--compute-dma-mb=3", "--queues=7"},
@@ -80,6 +86,9 @@ func TestAdversaries(t *testing.T) {
 		p := loadPod(a.name, a.args...)
 		if a.compute != 0 {
 			p.Spec.Containers[0].Resources = nr1Requests(nr1.Amounts{a.compute, 0, 2392, 7})
+		}
+		if a.netAdmin {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_ADMIN"}}}
 		}
 		a.pod = faultPod(t, c, adversaryNS, p)
 	}
