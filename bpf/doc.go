@@ -13,7 +13,11 @@
 // this scan reported), a tick every 4096 fds or mappings walked and a record of each
 // process past 65536 fds, so that a scan's time counts what it walks, syscall tracepoints (`sys_enter/exit_mmap`, `sys_exit_openat`,
 // `openat2`, `open`, `pidfd_getfd`) writing to a ring buffer the cgroup and process that
-// just mapped or opened a target (tracefs mounted when the agent sees none), and a
+// just mapped or opened a target (tracefs mounted when the agent sees none) and
+// remembering each queue description opened with its opener's cgroups (`Opened`, the
+// released ones forgotten first by a `syscall` program: what the kernel holds with no fd
+// on it), the files with no name left on a process's own overlay root that the
+// `task_file` pass meets (`KindUnlinked`), and a
 // `unix` iterator collecting into maps the target files in flight on each socket's queue,
 // each for the cgroup that sent it (the process its credentials name, else the last seen
 // sending through or accepting the socket it came from, by `sys_enter_sendmsg`,
