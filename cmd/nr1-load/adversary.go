@@ -147,10 +147,10 @@ func blockOn(queuePath string) error {
 		return fmt.Errorf("opening %s: %w", queuePath, err)
 	}
 	// The simulated queue is tun's device: its read blocks once it is an interface's.
-	if st, err := os.Stat("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && st.Sys().(*syscall.Stat_t).Rdev == uint64(unix.Mkdev(10, 200)) {
+	if st, err := os.Stat("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && st.Sys().(*syscall.Stat_t).Rdev == unix.Mkdev(10, 200) {
 		ifr, err := unix.NewIfreq("nr1b%d") // the kernel numbers it
 		if err != nil {
-			return err
+			return fmt.Errorf("an interface's name: %w", err)
 		}
 		ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
 		if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
@@ -176,7 +176,10 @@ func blockOn(queuePath string) error {
 			return fmt.Errorf("the read of queue fd %d never blocked: %q", fd, b)
 		}
 	}
-	return unix.Close(fd)
+	if err := unix.Close(fd); err != nil {
+		return fmt.Errorf("closing queue fd %d under its read: %w", fd, err)
+	}
+	return nil
 }
 
 // bind binds a datagram socket at bindSocket, which it never reads: what a neighbour
