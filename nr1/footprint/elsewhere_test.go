@@ -6,62 +6,17 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
-	"runtime"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/sim"
 )
-
-// blockReader is a helper mode of the test binary (NR1_FP_BLOCKREADER=PATH): it opens
-// PATH, the simulated queue (tun's device), attaches it to an interface of its own,
-// which no packet reaches, has a thread read it, blocking, closes the fd under the read,
-// says "ready" and waits: the read holds the description with no fd left, until the
-// helper is killed.
-func blockReader(path string) {
-	fail := func(err error) {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fd, err := unix.Open(path, unix.O_RDWR, 0)
-	if err != nil {
-		fail(err)
-	}
-	ifr, err := unix.NewIfreq(fmt.Sprintf("nr1r%d", os.Getpid()))
-	if err != nil {
-		fail(err)
-	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		fail(fmt.Errorf("TUNSETIFF: %w", err))
-	}
-	go func() {
-		runtime.LockOSThread()
-		var b [1500]byte
-		_, _ = unix.Read(fd, b[:])
-	}()
-	prefix := strconv.Itoa(unix.SYS_READ) + " 0x" + strconv.FormatInt(int64(fd), 16) + " "
-	for {
-		tasks, _ := os.ReadDir("/proc/self/task")
-		for _, task := range tasks {
-			if b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/syscall"); err == nil && strings.HasPrefix(string(b), prefix) {
-				_ = unix.Close(fd)
-				fmt.Println("ready")
-				select {}
-			}
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // A queue held by the kernel for a CG (a read blocked on it, its fd closed by another
 // thread; an io_uring request pending is held alike) is in no fd table, ring or socket,
@@ -78,16 +33,23 @@ func TestAQueueTheKernelHoldsForACGCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "NR1_FP_BLOCKREADER="+p.sim.File("nr1_0_hv_queue"))
+	dir := t.TempDir()
+	cmd := exec.Command(nr1Load, "--compute-dma-file", p.sim.File(sim.ComputeDMA), "--cpu-dma-file", p.sim.File(sim.CPUDMA),
+		"--queue-file", p.sim.File(sim.HypervisorQ), "--write-file", filepath.Join(dir, "blob"), "--status-file", "", "--blocked-queues", "1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.start(t, 1, cmd)
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("the blocked reader: %q, %v", line, err)
+	for rd := bufio.NewReader(out); ; {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("nr1-load never held its blocked queue: %v", err)
+		}
+		if strings.Contains(line, "blocked_queues=1") {
+			break
+		}
 	}
 	queues := func(s *Scan) (fds, elsewhere int) {
 		for _, h := range s.Handles {

@@ -37,11 +37,6 @@ func TestMain(m *testing.M) {
 		mapper(spec)
 		return
 	}
-	// Helper mode: a blocked reader reads a queue with no fd left on it.
-	if path := os.Getenv("NR1_FP_BLOCKREADER"); path != "" {
-		blockReader(path)
-		return
-	}
 	// Helper mode: an unlinker holds files it removed, then makes a directory its root.
 	if spec := os.Getenv("NR1_FP_UNLINKER"); spec != "" {
 		unlinker(spec)
