@@ -293,11 +293,17 @@ func (f *Footprint) Opened(fn func(Opened) error) error {
 			return err
 		}
 	}
-	if err := it.Err(); err != nil {
+	if err := it.Err(); errors.Is(err, ebpf.ErrIterationAborted) {
+		return ErrOpenedChanged
+	} else if err != nil {
 		return fmt.Errorf("reading the descriptions opened: %w", err)
 	}
 	return nil
 }
+
+// ErrOpenedChanged says the descriptions opened changed too much while Opened read
+// them (entries pushed out of the full table under the read) for a whole reading.
+var ErrOpenedChanged = errors.New("the descriptions opened changed under their reading")
 
 // ErrInFlightFull says the kernel's tables of files in flight were full: what did not
 // fit was not counted, for any cgroup.
