@@ -55,6 +55,7 @@ cat >"$root/init" <<INIT
 /bin/busybox --install -s /bin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev; mount -t tmpfs tmp /tmp
 mount -t cgroup2 none /sys/fs/cgroup; mount -t bpf bpf /sys/fs/bpf; mount -t tracefs tracefs /sys/kernel/tracing
+mkdir -p /dev/pts; mount -t devpts -o ptmxmode=0666 devpts /dev/pts; [ -e /dev/ptmx ] || ln -s pts/ptmx /dev/ptmx
 for m in /*.ko*; do insmod \$m; done
 ulimit -n 1048576
 cd /tmp
