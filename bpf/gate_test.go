@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/internal/compat32"
+	"github.com/neureality-sdk/nr1-agent/internal/uring"
 )
 
 // The gate's tests run their pods' processes as openers: this test binary, started
@@ -105,6 +106,10 @@ func opener() {
 			}
 		case "blockread": // blockread FD: a thread reads FD, blocking; then FD is closed under it
 			err = blockRead(arg(1))
+		case "uringread": // uringread FD: a read of FD pending in an io_uring, then FD closed; the ring's fd
+			if n, err = uring.ReadPending(arg(1), pending[:]); err == nil {
+				err = unix.Close(arg(1))
+			}
 		case "race": // race PATH K: K threads open at once; N of them got one
 			n = race(f[1], arg(2))
 		case "exit":
@@ -121,6 +126,9 @@ func opener() {
 		fmt.Printf("ok %d\n", n)
 	}
 }
+
+// pending is where an opener's io_uring reads: alive as long as the opener.
+var pending [1]byte
 
 // blockRead starts a thread blocked reading fd, then closes fd: the read keeps the
 // description, which no fd holds any longer, until it returns.

@@ -40,12 +40,19 @@ func opened(t *testing.T, f *Footprint) map[uint64]Opened {
 	return got
 }
 
-// A description whose last fd was closed while a read is blocked on it is held by the
-// kernel for the reader, where no walk of fds finds it: Opened names it with its
-// opener's cgroup and that cgroup's ancestors, and forgets it once the read returns and
-// it is released. A description of a file that is no target, or counted in bytes
-// mapped, is not remembered.
+// A description whose last fd was closed while a read is pending on it (a thread
+// blocked in read, a read submitted to an io_uring) is held by the kernel for the
+// reader, where no walk of fds finds it: Opened names it with its opener's cgroup and
+// that cgroup's ancestors, and forgets it once the read ends and it is released. A
+// description of a file that is no target, or counted in bytes mapped, is not
+// remembered.
 func TestADescriptionABlockedReadHoldsIsOpened(t *testing.T) {
+	for _, way := range []string{"blockread", "uringread"} {
+		t.Run(way, func(t *testing.T) { checkPendingReadIsOpened(t, way) })
+	}
+}
+
+func checkPendingReadIsOpened(t *testing.T, way string) {
 	f := loadOrSkip(t)
 	master, slave := pty(t)
 	if err := f.SetTargets(map[TargetKey]uint32{keyOf(t, slave): 1, keyOf(t, "/dev/zero"): 2 | TargetBytes}); err != nil {
@@ -75,7 +82,7 @@ func TestADescriptionABlockedReadHoldsIsOpened(t *testing.T) {
 	}
 	desc := held[0].File
 
-	o.must("blockread " + strconv.Itoa(fd))
+	o.must(way + " " + strconv.Itoa(fd))
 	inFds := false
 	if err := f.FilesOf(func(yield func(uint32) bool) { yield(uint32(o.cmd.Process.Pid)) }, func(r *Record) error {
 		inFds = inFds || r.File == desc
@@ -87,10 +94,10 @@ func TestADescriptionABlockedReadHoldsIsOpened(t *testing.T) {
 		t.Fatal("the description is still in the reader's fds")
 	}
 	if _, ok := opened(t, f)[desc]; !ok {
-		t.Fatal("the description a blocked read holds, no fd, is not named")
+		t.Fatal("the description a pending read holds, no fd, is not named")
 	}
 
-	if _, err := master.Write([]byte("x\n")); err != nil { // the read returns
+	if _, err := master.Write([]byte("x\n")); err != nil { // the read ends
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
@@ -98,7 +105,7 @@ func TestADescriptionABlockedReadHoldsIsOpened(t *testing.T) {
 			break
 		}
 		if i == 1000 {
-			t.Fatal("the description is still named once the read returned and released it")
+			t.Fatal("the description is still named once the read ended and released it")
 		}
 		time.Sleep(time.Millisecond)
 	}
