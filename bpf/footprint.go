@@ -278,32 +278,36 @@ type Opened struct {
 // still held, whether by fds or otherwise: the kernel holds one for a process while an
 // io_uring request or a blocking read is pending on it, with no fd left. The released
 // ones are forgotten first. An open made before the programs were attached, or through
-// an io_uring (no syscall), is not among them.
+// an io_uring (no syscall), is not among them. The table is read in batches, bucket by
+// bucket: opens and releases meanwhile never restart the reading, and a description
+// the kernel hands twice is named once.
 func (f *Footprint) Opened(fn func(Opened) error) error {
 	if _, err := f.objs.Nr1FpForget.Run(&ebpf.RunOptions{}); err != nil {
 		return fmt.Errorf("forgetting released descriptions: %w", err)
 	}
-	var (
-		key uint64
-		o   footprintOpened
-	)
-	it := f.objs.Opened.Iterate()
-	for it.Next(&key, &o) {
-		if err := fn(Opened{File: key, Target: o.Target, Who: o.Who.Id}); err != nil {
-			return err
+	keys := make([]uint64, 1024)
+	vals := make([]footprintOpened, 1024)
+	named := map[uint64]bool{}
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := f.objs.Opened.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			if named[keys[i]] {
+				continue
+			}
+			named[keys[i]] = true
+			if err := fn(Opened{File: keys[i], Target: vals[i].Target, Who: vals[i].Who.Id}); err != nil {
+				return err
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading the descriptions opened: %w", err)
 		}
 	}
-	if err := it.Err(); errors.Is(err, ebpf.ErrIterationAborted) {
-		return ErrOpenedChanged
-	} else if err != nil {
-		return fmt.Errorf("reading the descriptions opened: %w", err)
-	}
-	return nil
 }
-
-// ErrOpenedChanged says the descriptions opened changed too much while Opened read
-// them (entries pushed out of the full table under the read) for a whole reading.
-var ErrOpenedChanged = errors.New("the descriptions opened changed under their reading")
 
 // ErrInFlightFull says the kernel's tables of files in flight were full: what did not
 // fit was not counted, for any cgroup.

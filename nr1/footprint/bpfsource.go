@@ -320,11 +320,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	if s.Cutoff == 0 && len(s.Unfinished) == 0 && !s.InFlightCut {
-		switch err := s.heldElsewhere(b.fp, targets); {
-		case errors.Is(err, bpf.ErrOpenedChanged):
-			// Opens and releases faster than the table is read: not the scan's failure.
-			s.ElsewhereCut = true
-		case err != nil:
+		if err := s.heldElsewhere(b.fp, targets); err != nil {
 			return nil, fmt.Errorf("bpf footprint: %w", err)
 		}
 	}

@@ -108,9 +108,6 @@ type Scan struct {
 	// process (an io_uring request pending, a read blocked with its fd closed), among
 	// Handles (FD -1, for the opener's cgroup; BPF source only).
 	Elsewhere int `json:"elsewhere,omitempty"`
-	// ElsewhereCut says those could not all be read (the table of descriptions changed
-	// too much under the read): every cgroup's handles are a lower bound.
-	ElsewhereCut bool `json:"elsewhereCut,omitempty"`
 	// Unlinked are the regular files with no name left that processes hold open on
 	// their own root, an overlay (their container's writable layer): the runtime sizes
 	// a layer by walking its names, and never finds them (BPF source only).

@@ -546,9 +546,6 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 			return fmt.Sprintf("an io_uring of %s is of a kernel layout the %s scan does not know", name, scan.Source), view.CauseRingLayout
 		}
 	}
-	if scan.ElsewhereCut {
-		return "the pass over queues held with no fd on them could not read the table of queues opened: what the CG holds is a lower bound", view.CauseInFlightTime
-	}
 	if scan.InFlightCut {
 		return "the pass over handles in flight on sockets ran out of time: what its sockets hold is a lower bound", view.CauseInFlightTime
 	}

@@ -327,15 +327,6 @@ func TestOutOfTimeScanLeavesUnreadCGsUncertain(t *testing.T) {
 			t.Errorf("in-flight pass cut: %s %q, want uncertain", cg.Name, cg.UsageUncertain)
 		}
 	}
-	// The queues held with no fd unread (the table of those opened changing under its
-	// reading): any CG may hold more, by no doing of its own.
-	scan.InFlightCut, scan.ElsewhereCut = false, true
-	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
-	for _, cg := range snap.CGs {
-		if !strings.Contains(cg.UsageUncertain, "held with no fd") || cg.UncertainOwn {
-			t.Errorf("queues held with no fd unread: %s %q (own %v), want uncertain by the node's doing", cg.Name, cg.UsageUncertain, cg.UncertainOwn)
-		}
-	}
 }
 
 // A running container without a cgroup the agent could read makes its CG's usage a lower
