@@ -189,6 +189,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		b.lastFull = start
 	}
 	var foreign, members, unlinked []bpf.Record
+	// A pod can hold as many unlinked files as it can make: one past what is sized per
+	// cgroup is kept, to name the cgroup, and the rest dropped as they come.
+	unlinkedOf := map[uint64]int{}
 	files, last := b.fp.Files, b.stillHeavy()
 	var listing error
 	if len(last) > 0 {
@@ -237,7 +240,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			members = append(members, *r)
 			return nil
 		case bpf.KindUnlinked:
-			unlinked = append(unlinked, *r)
+			if unlinkedOf[r.CgroupId]++; unlinkedOf[r.CgroupId] <= MaxUnlinked+1 {
+				unlinked = append(unlinked, *r)
+			}
 			return nil
 		case bpf.KindRingMore, bpf.KindRingLayout, bpf.KindPastCap:
 			return s.unread(r, targets)
