@@ -135,6 +135,12 @@ var pending [1]byte
 func blockRead(fd int) error {
 	go func() {
 		runtime.LockOSThread() // the read blocks a thread of its own
+		// A signal the opener gets must not land here and end the read early.
+		var all unix.Sigset_t
+		for i := range all.Val {
+			all.Val[i] = ^uint64(0)
+		}
+		_ = unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil)
 		var b [1]byte
 		_, _ = unix.Read(fd, b[:])
 	}()

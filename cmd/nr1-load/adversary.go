@@ -160,6 +160,9 @@ func blockOn(queuePath string) error {
 	reading := make(chan int)
 	go func() {
 		runtime.LockOSThread() // the read keeps this thread: never given back
+		// A signal the process gets may land on this thread and end the read, and with
+		// it the holding: the thread takes none.
+		blockSignals()
 		reading <- unix.Gettid()
 		var b [1 << 16]byte
 		_, _ = unix.Read(fd, b[:])
@@ -180,6 +183,16 @@ func blockOn(queuePath string) error {
 		return fmt.Errorf("closing queue fd %d under its read: %w", fd, err)
 	}
 	return nil
+}
+
+// blockSignals blocks every signal on the calling thread, which must be locked to its
+// goroutine and never run other Go code: the runtime's own preemption signal included.
+func blockSignals() {
+	var all unix.Sigset_t
+	for i := range all.Val {
+		all.Val[i] = ^uint64(0)
+	}
+	_ = unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil)
 }
 
 // bind binds a datagram socket at bindSocket, which it never reads: what a neighbour
