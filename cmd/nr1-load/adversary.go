@@ -53,6 +53,10 @@ type adversary struct {
 	// simulated queue (tun's device) blocks a read once attached to an interface, which
 	// needs CAP_NET_ADMIN; a real queue's read blocks until the NR1 answers.
 	blockedQueues int
+	// nullFDs opens /dev/null and dup()s it to so many fds: ordinary descriptors,
+	// nothing of the NR1's, that make a process's table costly to walk. The dups are
+	// inherited by --fork workers, each holding as many.
+	nullFDs int
 
 	fds      []int
 	sockets  [2]int
@@ -62,7 +66,7 @@ type adversary struct {
 
 func (a *adversary) any() bool {
 	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0 || a.bindSocket != "" ||
-		a.blockedQueues > 0
+		a.blockedQueues > 0 || a.nullFDs > 0
 }
 
 // hold takes everything asked, reporting it to out.
@@ -82,6 +86,11 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 				return fmt.Errorf("dup of a queue handle: %w", err)
 			}
 			a.fds = append(a.fds, d)
+		}
+	}
+	if a.nullFDs > 0 {
+		if err := a.floodNull(); err != nil {
+			return err
 		}
 	}
 	if a.tinyMaps > 0 {
@@ -134,8 +143,8 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		a.fds = append(a.fds, fd)
 	}
-	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d blocked_queues=%d\n",
-		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots, a.blockedQueues)
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d blocked_queues=%d null_fds=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots, a.blockedQueues, a.nullFDs)
 	return nil
 }
 
@@ -324,6 +333,27 @@ func closeAll(fds []int) {
 	for _, fd := range fds {
 		_ = unix.Close(fd)
 	}
+}
+
+// floodNull opens /dev/null once and dups it until nullFDs fds name it. Closed by
+// release, as every fd the adversary holds.
+func (a *adversary) floodNull() error {
+	if err := raiseFdLimit(); err != nil {
+		return err
+	}
+	fd, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening /dev/null: %w", err)
+	}
+	a.fds = append(a.fds, fd)
+	for range a.nullFDs - 1 {
+		d, err := unix.Dup(fd)
+		if err != nil {
+			return fmt.Errorf("dup of /dev/null, %d fds held: %w", len(a.fds), err)
+		}
+		a.fds = append(a.fds, d)
+	}
+	return nil
 }
 
 // raiseFdLimit takes the soft fd limit to the hard one: raising the hard limit needs

@@ -27,7 +27,7 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	} else {
 		unix.Close(ring)
 	}
-	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: rings, ringSlots: min(rings, 1) * 1000}
+	a := &adversary{dupQueues: 300, tinyMaps: 100, tinyBaseMB: 1, inflightQueues: 260, pathOnlyQueues: 3, ringQueues: rings, ringSlots: min(rings, 1) * 1000, nullFDs: 2000}
 	out := &strings.Builder{}
 	if err := a.hold(out, l.queues.path, l.compute.path); err != nil {
 		t.Fatal(err)
@@ -36,6 +36,9 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 	// and registered ones are not the process's fds any more.
 	if n := openHandles(t, l.queues.path); n != 301+3 {
 		t.Errorf("%d fds on the queue file, want 304", n)
+	}
+	if n := openHandles(t, "/dev/null"); n < 2000 {
+		t.Errorf("%d fds on /dev/null, want at least the 2000 of the flood", n)
 	}
 	var pathOnly int
 	for _, fd := range a.fds {
@@ -61,11 +64,14 @@ func TestAdversaryHoldsWhatItSays(t *testing.T) {
 			t.Errorf("files in the rings' tables %v, want [%d 1000]", n, rings)
 		}
 	}
-	if !strings.Contains(out.String(), fmt.Sprintf("adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=%d copies=1 ring_slots=%d", rings, min(rings, 1)*1000)) {
+	if !strings.Contains(out.String(), fmt.Sprintf("adversary dup_queues=300 tiny_maps=100 inflight_queues=260 path_only_queues=3 ring_queues=%d copies=1 ring_slots=%d blocked_queues=0 null_fds=2000", rings, min(rings, 1)*1000)) {
 		t.Errorf("report %q", out.String())
 	}
 	if err := a.release(); err != nil {
 		t.Fatal(err)
+	}
+	if n := openHandles(t, "/dev/null"); n >= 2000 {
+		t.Errorf("after release: %d fds on /dev/null", n)
 	}
 	if n := openHandles(t, l.queues.path); n != 0 || countMappings(t, l.compute.path) != 0 {
 		t.Errorf("after release: %d fds, %d mappings", n, countMappings(t, l.compute.path))

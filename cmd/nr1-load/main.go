@@ -127,6 +127,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&adv.ringQueues, "ring-queues", 0, "adversary: open so many queue handles, register them with an io_uring and close its own fds")
 	fs.IntVar(&adv.copies, "copies", 1, "adversary: send each in-flight handle, and register each ring handle, this many times (copies of one open file)")
 	fs.IntVar(&adv.ringSlots, "ring-slots", 0, "adversary: make an io_uring with so many empty slots in its file table (past 16384, more than a scan reads)")
+	fs.IntVar(&adv.nullFDs, "null-fds", 0, "adversary: hold so many fds on /dev/null (ordinary descriptors, costly to walk); --fork workers inherit as many each")
 	probe := fs.Duration("probe", 0, "after the last step, try to open one more queue this often, closing it at once, and log each refusal with its time (0: never)")
 	fs.IntVar(&adv.pathOnlyQueues, "path-only-queues", 0, "adversary: open so many O_PATH fds on the queue device (names, not handles)")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")

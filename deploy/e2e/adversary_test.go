@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -259,30 +258,20 @@ func workerOf(t *testing.T, pids []int) int {
 // agentMemory reads the agent process's resident and peak resident memory on this node.
 func agentMemory(t *testing.T) (rss, hwm int64) {
 	t.Helper()
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	for _, p := range dirs {
-		if b, err := os.ReadFile(p); err != nil || strings.TrimSpace(string(b)) != "nr1-agent" {
-			continue
-		}
-		f, err := os.Open(filepath.Join(filepath.Dir(p), "status"))
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			var kb int64
-			if _, err := fmt.Sscanf(sc.Text(), "VmRSS: %d kB", &kb); err == nil {
-				rss = kb << 10
-			}
-			if _, err := fmt.Sscanf(sc.Text(), "VmHWM: %d kB", &kb); err == nil {
-				hwm = kb << 10
-			}
-		}
-		_ = f.Close()
-		return rss, hwm
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", agentPID(t)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no nr1-agent process on this node")
-	return 0, 0
+	for line := range strings.Lines(string(b)) {
+		var kb int64
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+			rss = kb << 10
+		}
+		if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &kb); err == nil {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm
 }
 
 // usageSeen is every usage the agent's /debug/cgs showed for each CG (by UID), while

@@ -54,6 +54,14 @@ func waitReason(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, reason st
 	return found
 }
 
+// eventTime is when ev happened, to the microsecond where the Event says.
+func eventTime(ev corev1.Event) time.Time {
+	if !ev.EventTime.IsZero() {
+		return ev.EventTime.Time
+	}
+	return ev.FirstTimestamp.Time
+}
+
 func terminated(t *testing.T, c kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) *corev1.ContainerStateTerminated {
 	t.Helper()
 	var term *corev1.ContainerStateTerminated

@@ -24,6 +24,7 @@ import (
 // debugSnapshot is the agent's /debug/cgs: the inventory of each CG with its usage.
 type debugSnapshot struct {
 	Source       string        `json:"source"`
+	Taken        time.Time     `json:"taken"`
 	Took         time.Duration `json:"took"`
 	Unattributed nr1.Usage     `json:"unattributed"`
 	CGs          []*debugCG    `json:"cgs"`
@@ -34,6 +35,7 @@ type debugCG struct {
 	Usage          nr1.Usage            `json:"usage"`
 	PerContainer   map[string]nr1.Usage `json:"usageByContainer"`
 	UsageUncertain string               `json:"usageUncertain"`
+	UncertainCause string               `json:"uncertainCause"`
 	MappingsTotal  int                  `json:"mappingsTotal"`
 	HandlesTotal   int                  `json:"handlesTotal"`
 	Shared         *view.Shared         `json:"shared"`

@@ -206,7 +206,7 @@ func latencyRound(b *testing.B, c kubernetes.Interface, round, n int) []float64 
 
 // podLogLineAt is the timestamp of the nth line of pod's health-handler log holding
 // marker.
-func podLogLineAt(b *testing.B, c kubernetes.Interface, pod *corev1.Pod, marker string, nth int) (time.Time, bool) {
+func podLogLineAt(b testing.TB, c kubernetes.Interface, pod *corev1.Pod, marker string, nth int) (time.Time, bool) {
 	logs, err := c.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "health-handler"}).DoRaw(context.Background())
 	if err != nil {
 		return time.Time{}, false

@@ -1305,10 +1305,3 @@ func (r *trustRun) events(ns, name string) []corev1.Event {
 	}
 	return out
 }
-
-func eventTime(ev corev1.Event) time.Time {
-	if !ev.EventTime.IsZero() {
-		return ev.EventTime.Time
-	}
-	return ev.FirstTimestamp.Time
-}

@@ -93,6 +93,10 @@ type Holder struct {
 	// RingSlots makes an io_uring with so many empty slots, more than a scan reads of
 	// one: the CG is uncertain by its own doing.
 	RingSlots int
+	// Flood holds so many fds on /dev/null in each of its processes (its Fork workers
+	// too): a flood of ordinary descriptors, more than a scan walks in its share of the
+	// time, the CG uncertain by its own doing.
+	Flood int
 	// Bind binds a unix datagram socket in the directory the framing cases share, and
 	// never reads it; SendTo names the case ("namespace/name") whose socket this holder
 	// sends its InFlight queues to instead of a socket of its own. What is in flight is
@@ -111,6 +115,14 @@ const probeEvery = 500 * time.Millisecond
 
 // OwnRingSlots is a table larger than a scan reads of one ring (16384 slots).
 const OwnRingSlots = 1<<14 + 1
+
+// A flood of a million fds: FloodFDs in each of FloodProcs processes (a container's fd
+// limit is the runtime's, 20000 on the local stack), past what a scan walks in the
+// share of its time a flood gets.
+const (
+	FloodFDs   = 15000
+	FloodProcs = 67
+)
 
 // Overrun is a CG going over: one of its holders raises what it holds of Resource to To
 // at At after it started (of the docker partition: writes To MB into its writable layer,
@@ -199,6 +211,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
 	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
 	seventh := rand.New(rand.NewPCG(seed, 600+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	eighth := rand.New(rand.NewPCG(seed, 700+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -209,6 +222,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		partition(fifth, &c)
 		probes(&c)
 		selfUncertain(fifth, &c)
+		flood(eighth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -535,6 +549,20 @@ func selfUncertain(r *rand.Rand, c *Case) {
 	}
 }
 
+// flood makes half the CGs uncertain by their own doing do it with a flood of ordinary
+// descriptors instead of a ring: a neighbour whose fd tables a scan cannot walk in its
+// share of the time, beside the CGs going over that must be judged on time.
+func flood(r *rand.Rand, c *Case) {
+	if !c.SelfUncertain || r.IntN(2) != 0 {
+		return
+	}
+	for i := range c.Holders {
+		if h := &c.Holders[i]; h.RingSlots > 0 {
+			h.RingSlots, h.Flood, h.Fork = 0, FloodFDs, FloodProcs-1
+		}
+	}
+}
+
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and
 // ring handles padded with copies of one file, a holder whose environment is too large
 // for the runtime's status of it to be read, a process named kubelet whose --config is
@@ -743,6 +771,9 @@ func (h Holder) Args(c *Case, index int) []string {
 	if h.RingSlots > 0 {
 		a = append(a, "--ring-slots="+strconv.Itoa(h.RingSlots))
 	}
+	if h.Flood > 0 {
+		a = append(a, "--null-fds="+strconv.Itoa(h.Flood))
+	}
 	if h.Bind {
 		a = append(a, "--bind-socket="+socketOf(c.Namespace+"/"+c.Name))
 	}
@@ -814,6 +845,9 @@ func (c *Case) Shape() string {
 	}
 	if c.SelfUncertain {
 		hostile = append(hostile, "own uncertainty")
+	}
+	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Flood > 0 }) {
+		hostile = append(hostile, "fd flood")
 	}
 	if len(hostile) > 0 {
 		s += ", " + strings.Join(hostile, ", ")

@@ -164,8 +164,13 @@ func TestShapesAreCovered(t *testing.T) {
 				}
 				if c.SelfUncertain {
 					seen["own uncertainty"] = true
-					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || c.Holders[0].RingSlots <= 1<<14 || !c.Holders[0].Probe {
-						t.Errorf("seed %d: own uncertainty on %+v: want within, queues to spare for a probe, a ring past what a scan reads", seed, c)
+					h := c.Holders[0]
+					flood := h.Flood*(1+h.Fork) >= 1_000_000 && h.Flood < 20000-h.Fork-100 // within the stack's fd limit, pidfds beside
+					if flood {
+						seen["fd flood"] = true
+					}
+					if c.Over != nil || c.Queues() >= int64(c.Booked[nr1.HypervisorQueue]) || h.RingSlots <= 1<<14 && !flood || !h.Probe {
+						t.Errorf("seed %d: own uncertainty on %+v: want within, queues to spare for a probe, a ring past what a scan reads or a flood of a million fds", seed, c)
 					}
 				}
 				if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
@@ -189,7 +194,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "throttle judged", "over docker_partition", "forged mark", "framing"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}

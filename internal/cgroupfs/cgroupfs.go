@@ -149,6 +149,25 @@ func Procs(fd int, pids []int) ([]int, error) {
 	return pids, nil
 }
 
+// ProcsOf appends to pids the PIDs in the cgroup.procs of the cgroup of id, on the
+// cgroup file system mounted at dir.
+func ProcsOf(dir string, id uint64, pids []int) ([]int, error) {
+	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return pids, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	defer func() { _ = unix.Close(root) }()
+	fd, err := OpenID(root, id, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return pids, err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	if pids, err = Procs(fd, pids); err != nil {
+		return pids, fmt.Errorf("cgroup %d: %w", id, err)
+	}
+	return pids, nil
+}
+
 // Entry is a cgroup below another: its id, its parent's id and its name there, and the
 // length of its path from the directory a walk began at.
 type Entry struct {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -107,5 +109,35 @@ func TestBelowAndRemoveReachPastPathMax(t *testing.T) {
 	}
 	if err := Walk(dir, func(int, uint64) error { return nil }); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("walking a cgroup gone: %v, want ENOENT", err)
+	}
+}
+
+// ProcsOf lists the processes of a cgroup named by its id alone; a cgroup removed
+// since is told as gone.
+func TestProcsOfListsACgroupByItsID(t *testing.T) {
+	dir := v2Scratch(t)
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	pids, err := ProcsOf(filepath.Dir(dir), st.Ino, []int{1})
+	if err != nil || !slices.Equal(pids, []int{1, cmd.Process.Pid}) {
+		t.Fatalf("ProcsOf = %v, %v; want [1 %d] (appended)", pids, err, cmd.Process.Pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ProcsOf(filepath.Dir(dir), st.Ino, nil); !Gone(err) {
+		t.Errorf("ProcsOf a removed cgroup: %v, want an error Gone tells", err)
 	}
 }

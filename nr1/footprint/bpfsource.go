@@ -3,7 +3,6 @@
 package footprint
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/bpf"
+	"github.com/neureality-sdk/nr1-agent/internal/cgroupfs"
 )
 
 // BPF is the footprint source that runs the task_file and task_vma iterators: one pass
@@ -29,20 +29,16 @@ type BPF struct {
 	targets  *Targets
 	procRoot string    // for fdinfo values
 	lastFull time.Time // the last pass over every process's mappings
-	// heavy are the processes the last scan found past HeavyFDs, or did not finish, by
-	// PID, with their cgroups: walked last, one by one after every other process, so
-	// that what walking their tables costs is their CGs' alone.
-	heavy map[uint32]heavyProcess
+	cgroupV2 string    // the cgroup v2 mount, to list a heavy cgroup's processes
+	// heavy are the cgroups the last scan found past heavyFDs fds (in one process, or in
+	// all of its processes together) or did not finish: their processes are walked last,
+	// one by one after every other process, so that what walking their tables costs is
+	// their CGs' alone, however many processes share the flood.
+	heavy    map[uint64]bool
+	heavyFDs uint64
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
 	unlinked map[[2]uint64]time.Time
-}
-
-// heavyProcess is a process walked last: its cgroup, and its start time, which tells it
-// from a process given its PID again once it exits.
-type heavyProcess struct {
-	cgroup  uint64
-	started uint64
 }
 
 // FullMappingPass is how often a scan walks every process's mappings, not only those of
@@ -78,7 +74,7 @@ func NewBPF(procRoot, cgroupV2 string, targets *Targets) (*BPF, error) {
 		_ = fp.Close()
 		return nil, err
 	}
-	return &BPF{fp: fp, targets: targets, procRoot: procRoot}, nil
+	return &BPF{fp: fp, targets: targets, procRoot: procRoot, cgroupV2: cgroupV2, heavyFDs: HeavyFDs}, nil
 }
 
 // checkAttribution holds a file of its own as the only target and runs the iterator:
@@ -123,8 +119,15 @@ func checkAttribution(fp *bpf.Footprint, procRoot, cgroupV2 string) error {
 	return nil
 }
 
-// SetHeavyFDs sets how many fds make a process heavy (Scan.Heavy), HeavyFDs until set.
-func (b *BPF) SetHeavyFDs(n uint64) error { return b.fp.SetHeavyFDs(n) }
+// SetHeavyFDs sets how many fds make a process, or a cgroup's processes together, heavy
+// (Scan.Heavy), HeavyFDs until set.
+func (b *BPF) SetHeavyFDs(n uint64) error {
+	if err := b.fp.SetHeavyFDs(n); err != nil {
+		return err
+	}
+	b.heavyFDs = n
+	return nil
+}
 
 // Name is "bpf".
 func (b *BPF) Name() string { return "bpf" }
@@ -192,25 +195,33 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// A pod can hold as many unlinked files as it can make: one past what is sized per
 	// cgroup is kept, to name the cgroup, and the rest dropped as they come.
 	unlinkedOf := map[uint64]int{}
-	files, last := b.fp.Files, b.stillHeavy()
+	files, last := b.fp.Files, b.heavyProcesses()
 	var listing error
+	// The heavy processes, walked last, get a share of the scan's time at most: a scan
+	// beside a flood takes about that much more than the flood's absence would, and the
+	// agent spends about that share of its time on the flood (at one scan an interval,
+	// a fiftieth of a core, two fifths of the agent's CPU request), whatever the flood's size.
+	var heavyBy time.Time
 	if len(last) > 0 {
+		begin := func() {}
+		if deadline, ok := ctx.Deadline(); ok {
+			begin = func() { heavyBy = time.Now().Add(deadline.Sub(start) / HeavyShare) }
+		}
 		files = func(fn func(*bpf.Record) error) error {
-			return b.fp.FilesOf(heavyLast(b.procRoot, last, &listing), fn)
+			return b.fp.FilesOf(heavyLast(b.procRoot, last, &listing, begin), fn)
 		}
 	}
-	heavy := map[uint32]heavyProcess{}
-	mark := func(pid uint32, cgroup uint64) {
-		if started, ok := startTime(b.procRoot, pid); ok {
-			heavy[pid] = heavyProcess{cgroup: cgroup, started: started}
-		}
-	}
-	// out stops the walk at r: a heavy process walked last is unfinished, its CG's
-	// doing; anywhere else, the processes from r's on are not read.
+	expired := func() bool { return ctx.Err() != nil || !heavyBy.IsZero() && time.Now().After(heavyBy) }
+	heavy := map[uint64]bool{}
+	// ticks counts, per cgroup, the ticks met while its processes were walked: about
+	// one per bpf.Tick fds, so that a flood spread over many processes is seen as one.
+	ticks := map[uint64]uint64{}
+	// out stops the walk at r: the heavy processes walked last from r's on are
+	// unfinished, their CGs' doing; anywhere else, the processes from r's on are not read.
+	var cutLast uint32
 	out := func(r *bpf.Record) error {
 		if _, ok := last[r.Pid]; ok && s.Cutoff == 0 {
-			mark(r.Pid, r.CgroupId)
-			s.Unfinished = append(s.Unfinished, r.CgroupId)
+			cutLast = r.Pid
 		} else {
 			s.Cutoff = int(r.Pid)
 		}
@@ -220,18 +231,18 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		if _, ok := last[r.Pid]; s.Cutoff != 0 && int(r.Pid) >= s.Cutoff && !ok {
 			return errOutOfTime // beyond what the mappings' pass read
 		}
-		if n++; n%1024 == 0 && ctx.Err() != nil {
+		if n++; n%1024 == 0 && expired() {
 			return out(r)
 		}
 		switch r.Kind {
 		case bpf.KindTick:
-			if ctx.Err() != nil {
+			ticks[r.CgroupId]++
+			if expired() {
 				return out(r)
 			}
 			return nil
 		case bpf.KindHeavy:
 			s.Heavy = append(s.Heavy, r.CgroupId)
-			mark(r.Pid, r.CgroupId)
 			return nil
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
@@ -260,18 +271,23 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	if errors.Is(err, errOutOfTime) {
-		// The heavy process cut, and those not reached, are unfinished, and walked last
-		// again: the same processes, not others given their PIDs since.
-		for pid, p := range last {
-			if _, met := heavy[pid]; !met {
-				if started, ok := startTime(b.procRoot, pid); ok && started == p.started {
-					heavy[pid] = p
-					s.Unfinished = append(s.Unfinished, p.cgroup)
-				}
+		// The heavy process cut, and those walked last after it (all of them, when the
+		// walk was cut before them), are unfinished.
+		for pid, cgroup := range last {
+			if s.Cutoff != 0 || pid >= cutLast {
+				s.Unfinished = append(s.Unfinished, cgroup)
 			}
 		}
 		slices.Sort(s.Unfinished)
 		s.Unfinished = slices.Compact(s.Unfinished)
+	}
+	for cgroup, n := range ticks {
+		if n*bpf.Tick >= b.heavyFDs && !slices.Contains(s.Heavy, cgroup) {
+			s.Heavy = append(s.Heavy, cgroup)
+		}
+	}
+	for _, cgroup := range slices.Concat(s.Heavy, s.Unfinished) {
+		heavy[cgroup] = true
 	}
 	b.heavy = heavy
 	// Handles passed over a unix socket and closed by their sender are still open, held
@@ -397,22 +413,32 @@ func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record, since map[[2]
 	return found
 }
 
-// stillHeavy are the processes the last scan walked last that still run: a PID given to
-// another process since is walked in its order.
-func (b *BPF) stillHeavy() map[uint32]heavyProcess {
-	still := make(map[uint32]heavyProcess, len(b.heavy))
-	for pid, p := range b.heavy {
-		if started, ok := startTime(b.procRoot, pid); ok && started == p.started {
-			still[pid] = p
+// heavyProcesses are the processes of the cgroups the last scan found heavy, each with
+// its cgroup, as the cgroups list them now. A cgroup gone, or that cannot be read, is
+// walked in its processes' order.
+func (b *BPF) heavyProcesses() map[uint32]uint64 {
+	if len(b.heavy) == 0 || b.cgroupV2 == "" {
+		return nil
+	}
+	procs := map[uint32]uint64{}
+	var pids []int
+	for cgroup := range b.heavy {
+		var err error
+		if pids, err = cgroupfs.ProcsOf(b.cgroupV2, cgroup, pids[:0]); err != nil {
+			continue
+		}
+		for _, pid := range pids {
+			procs[uint32(pid)] = cgroup //nolint:gosec // a PID fits
 		}
 	}
-	return still
+	return procs
 }
 
-// heavyLast names the processes under procRoot in PID order, those of heavy last. The
-// others are listed again once walked: a process made while they were walked is walked
-// before the heavy ones too. A listing that fails sets *failed.
-func heavyLast(procRoot string, heavy map[uint32]heavyProcess, failed *error) iter.Seq[uint32] {
+// heavyLast names the processes under procRoot in PID order, those of heavy last,
+// calling begin before the first of them. The others are listed again once walked: a
+// process made while they were walked is walked before the heavy ones too. A listing
+// that fails sets *failed.
+func heavyLast(procRoot string, heavy map[uint32]uint64, failed *error, begin func()) iter.Seq[uint32] {
 	return func(yield func(uint32) bool) {
 		walked := map[uint32]bool{}
 		for range 2 {
@@ -431,6 +457,7 @@ func heavyLast(procRoot string, heavy map[uint32]heavyProcess, failed *error) it
 				}
 			}
 		}
+		begin()
 		for _, pid := range slices.Sorted(maps.Keys(heavy)) {
 			if !yield(pid) {
 				return
@@ -453,28 +480,6 @@ func processes(procRoot string) ([]uint32, error) {
 	}
 	slices.Sort(pids)
 	return pids, nil
-}
-
-// startTime is when process pid started, in clock ticks after boot (stat's field 22);
-// false when it is gone.
-func startTime(procRoot string, pid uint32) (uint64, bool) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "stat"))
-	if err != nil {
-		return 0, false
-	}
-	// The command's name, in parentheses, may hold spaces and parentheses: the fields
-	// are counted after its last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	const field = 22 - 3 // fields 1 and 2 are the PID and the name; the rest from 3
-	if len(fields) <= field {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(fields[field], 10, 64)
-	return n, err == nil
 }
 
 // unread notes a record of what a scan did not read: a ring's files (by the cgroup's

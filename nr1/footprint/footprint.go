@@ -59,8 +59,12 @@ type Handle struct {
 	Value int64 `json:"value,omitempty"`
 }
 
-// HeavyFDs is how many fds a process holds past which a scan names it (Scan.Heavy).
+// HeavyFDs is how many fds a cgroup's processes hold, one alone or all together, past
+// which a scan names it (Scan.Heavy).
 const HeavyFDs = bpf.HeavyFDs
+
+// HeavyShare is the part of a scan's time its heavy processes get at most: 1/HeavyShare.
+const HeavyShare = 50
 
 // Scan is what one pass over every process found.
 type Scan struct {
@@ -94,12 +98,13 @@ type Scan struct {
 	// handles without an fd on it (a mapping, an io_uring), whose description the source
 	// cannot tell (procfs): their handles are a lower bound.
 	Uncounted []uint64 `json:"uncounted,omitempty"`
-	// Heavy are the cgroups (v2 ids) with a process holding more fds than HeavyFDs, every one of them walked at each scan: a scan that ran out of time
-	// (Cutoff) did by their doing.
+	// Heavy are the cgroups (v2 ids) whose processes hold more fds than HeavyFDs, one of
+	// them alone or all together (a flood spread over many processes), every one of them
+	// walked at each scan: a scan that ran out of time (Cutoff) did by their doing.
 	Heavy []uint64 `json:"heavy,omitempty"`
-	// Unfinished are the cgroups (v2 ids) of such processes that the scan did not read
-	// in full: found heavy once, they are walked after every other process, so that the
-	// time their tables take runs out on them alone.
+	// Unfinished are the heavy cgroups whose processes the scan did not read in full:
+	// found heavy once, their processes are walked after every other process, so that
+	// the time their tables take runs out on them alone.
 	Unfinished []uint64 `json:"unfinished,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.

@@ -145,15 +145,26 @@ func TestScanHonoursItsDeadlineThroughAFloodOfFds(t *testing.T) {
 	}
 }
 
-// A process whose table is a flood is walked after every other once a scan found it
-// heavy: a scan too short for the flood reads every other process in full (no cutoff,
-// the CG beside it measured whole), and names the flooders' cgroup unfinished, its own
-// doing. The flooders' PIDs are below the other CG's, so that walked in PID order they
-// would cut it off.
+// A flood of fds is walked after every other process once a scan found it heavy, in one
+// process past the threshold or spread over processes each below it (40 of 19000 fds,
+// 760000 in one cgroup, past the default threshold of 65536): a scan too short for the
+// flood reads every other process in full (no cutoff, the CG beside it measured whole),
+// and names the flooders' cgroup unfinished, its own doing; however long the scan may
+// take, the flood gets its share of the time only. The flooders' PIDs are below the other
+// CG's, so that walked in PID order they would cut it off.
 func TestAHeavyProcessIsWalkedLast(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		heavyFDs uint64
+	}{{"one process past the threshold", 10000}, {"processes past it together", HeavyFDs}} {
+		t.Run(c.name, func(t *testing.T) { heavyWalkedLast(t, c.heavyFDs) })
+	}
+}
+
+func heavyWalkedLast(t *testing.T, heavyFDs uint64) {
 	p, dir := newCgroups(t, 2)
 	b := newBPFOrSkip(t, p)
-	if err := b.SetHeavyFDs(10000); err != nil {
+	if err := b.SetHeavyFDs(heavyFDs); err != nil {
 		t.Fatal(err)
 	}
 	flood := floodOfFds(t)
@@ -209,6 +220,19 @@ func TestAHeavyProcessIsWalkedLast(t *testing.T) {
 	}
 	if !slices.Contains(s.Unfinished, p.ids[0]) {
 		t.Errorf("a scan given %v of the %v the flood takes: unfinished %v, want the flooders' cgroup %d", deadline, again.Took, s.Unfinished, p.ids[0])
+	}
+	// Given twice the flood's time, the flood still gets its share of it only: the scan
+	// takes about that share more than the other processes' walk, not the flood's time.
+	long := 2 * again.Took
+	lctx, cancel := context.WithTimeout(ctx, long)
+	defer cancel()
+	l, err := b.Scan(lctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("with %v to go, %v: cut at PID %d, unfinished %v", long, l.Took, l.Cutoff, l.Unfinished)
+	if l.Took > long/4 || l.Cutoff != 0 || !slices.Contains(l.Unfinished, p.ids[0]) || queues(l) != 3 {
+		t.Errorf("a scan given %v, twice the flood's time: took %v, cut at PID %d, unfinished %v, %d queues beside; want at most a quarter of it, the flood unfinished after its 1/%d share, the 3 queues", long, l.Took, l.Cutoff, l.Unfinished, queues(l), HeavyShare)
 	}
 }
 

@@ -514,12 +514,12 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	// time, the flooder's usage is uncertain by its own doing, not shielded by the cut.
 	for _, id := range scan.Unfinished {
 		if name, ok := holderOf(cg, id); ok {
-			return fmt.Sprintf("a process of %s holds more than %d fds, walked after every other process, and the %s scan ran out of time on it", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
+			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, walked after every other process, and the %s scan ran out of time on them", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
 		}
 	}
 	for _, id := range scan.Heavy {
 		if name, ok := holderOf(cg, id); ok && scan.Cutoff != 0 {
-			return fmt.Sprintf("a process of %s holds more than %d fds, every one walked at each scan, and the %s scan ran out of time", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
+			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, every one walked at each scan, and the %s scan ran out of time", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
 		}
 	}
 	for _, id := range scan.UnlinkedUnread {

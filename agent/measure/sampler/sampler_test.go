@@ -524,7 +524,7 @@ func TestAFloodOfFdsThatRunsTheScanOutOfTimeIsTheFloodersDoing(t *testing.T) {
 	scan.Cutoff = 4000
 	snap = Attribute(time.Unix(1, 0), inv, scan, targets(t), PartitionUsage{}, nil)
 	flood, late := snap.CGs[0], snap.CGs[1]
-	if flood.UncertainCause != view.CauseFDTable || !flood.UncertainOwn || !strings.Contains(flood.UsageUncertain, "holds more than 65536 fds") {
+	if flood.UncertainCause != view.CauseFDTable || !flood.UncertainOwn || !strings.Contains(flood.UsageUncertain, "hold more than 65536 fds") {
 		t.Errorf("the flooder: cause %q own %v %q, want its own %q", flood.UncertainCause, flood.UncertainOwn, flood.UsageUncertain, view.CauseFDTable)
 	}
 	if late.UncertainCause != view.CauseScanTime || late.UncertainOwn {
