@@ -291,6 +291,22 @@ func (s *usageSeen) of(uid string) []nr1.Usage {
 func watchUsage(t *testing.T, c kubernetes.Interface) *usageSeen {
 	t.Helper()
 	s := &usageSeen{byCG: map[string][]nr1.Usage{}}
+	everyView(t, c, func(snap *debugSnapshot) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, cg := range snap.CGs {
+			if cg.UsageUncertain == "" && cg.AllocationKnown && !slices.Contains(s.byCG[cg.UID], cg.Usage) {
+				s.byCG[cg.UID] = append(s.byCG[cg.UID], cg.Usage)
+			}
+		}
+	})
+	return s
+}
+
+// everyView calls fn with the agent's /debug/cgs every 200 ms, from now until the test
+// ends.
+func everyView(t *testing.T, c kubernetes.Interface, fn func(*debugSnapshot)) {
+	t.Helper()
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -299,13 +315,7 @@ func watchUsage(t *testing.T, c kubernetes.Interface) *usageSeen {
 		defer tick.Stop()
 		for {
 			if snap, err := agentDebug(t, c); err == nil {
-				s.mu.Lock()
-				for _, cg := range snap.CGs {
-					if cg.UsageUncertain == "" && cg.AllocationKnown && !slices.Contains(s.byCG[cg.UID], cg.Usage) {
-						s.byCG[cg.UID] = append(s.byCG[cg.UID], cg.Usage)
-					}
-				}
-				s.mu.Unlock()
+				fn(snap)
 			}
 			select {
 			case <-stop:
@@ -315,5 +325,4 @@ func watchUsage(t *testing.T, c kubernetes.Interface) *usageSeen {
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-done })
-	return s
 }

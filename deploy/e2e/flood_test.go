@@ -36,31 +36,18 @@ const (
 // TestAFloodingNeighbourSlowsNobody runs, with the agent held to its CPU request (its
 // limit set to it), a CG holding ten million ordinary descriptors beside a CG that stays
 // within its booking and one that goes over it. Walking the flood is the flooder's cost:
-// the CG going over is acted on within 30 s, the steady one is never uncertain but by
-// its own doing (it does nothing), the flooder is uncertain by its own doing only
-// (fd-table) and never killed, and the agent's memory stays within 64 MiB.
+// the CG going over is acted on within 30 s, neither it nor the steady one is ever
+// uncertain (every scan reads them whole), the flooder is uncertain by its own doing
+// only (fd-table) and never killed, and the agent's memory stays within 64 MiB.
 func TestAFloodingNeighbourSlowsNobody(t *testing.T) {
 	c := client(t)
-	newNamespace(t, c, floodNS)
 	holdAgentToItsCPURequest(t, c)
 
-	flooder := faultPod(t, c, floodNS, loadPod("flooder", "--queues=1",
-		"--null-fds="+strconv.Itoa(floodFDs), "--fork="+strconv.Itoa(floodProcs-1)))
-	eventually(t, 3*time.Minute, "the flood in place", func() error {
-		if _, ok := podLogLineAt(t, c, flooder, fmt.Sprintf("holding compute_dma_mb=0 cpu_dma_mb=0 queues=1 write_mb=0 workers=%d", floodProcs-1), 1); !ok {
-			return fmt.Errorf("the flooder's workers not all started")
-		}
-		return nil
-	})
-	procs, fds := podFDs(t, flooder)
-	t.Logf("the flood: %d processes, %d fds in one", procs, fds)
-	if procs < floodProcs || fds < floodFDs {
-		t.Fatalf("the flood: %d processes, %d fds in one; want %d of %d", procs, fds, floodProcs, floodFDs)
-	}
+	flooder := floodBeside(t, c)
 	watch := watchCauses(t, c)
 
 	steady := faultPod(t, c, floodNS, loadPod("steady", "--compute-dma-mb=3", "--queues=7"))
-	overAt := 20 * time.Second
+	overAt := 12 * time.Second
 	over := faultPod(t, c, floodNS, loadPod("over", "--compute-dma-mb=3", "--queues=7",
 		fmt.Sprintf("--step=%s:queues=10", overAt)))
 
@@ -87,7 +74,7 @@ func TestAFloodingNeighbourSlowsNobody(t *testing.T) {
 	}
 
 	// A while more of the flood, the others judged throughout.
-	time.Sleep(15 * time.Second)
+	time.Sleep(10 * time.Second)
 	for _, p := range []*corev1.Pod{steady, over} {
 		for cause, n := range watch.of(p.UID) {
 			t.Errorf("%s uncertain (%s) in %d samples beside the flood: the flooder's cost fell on it", p.Name, cause, n)
@@ -114,6 +101,31 @@ func TestAFloodingNeighbourSlowsNobody(t *testing.T) {
 	}
 }
 
+// floodBeside starts the flooder, a CG holding ten million ordinary fds, in a namespace of
+// its own, and waits until all of them are held.
+func floodBeside(tb testing.TB, c kubernetes.Interface) *corev1.Pod {
+	tb.Helper()
+	newNamespace(tb, c, floodNS)
+	flooder := loadPod("flooder", "--queues=1", "--null-fds="+strconv.Itoa(floodFDs), "--fork="+strconv.Itoa(floodProcs-1))
+	flooder.Namespace = floodNS
+	created, err := c.CoreV1().Pods(floodNS).Create(context.Background(), flooder, metav1.CreateOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	eventually(tb, 3*time.Minute, "the flood in place", func() error {
+		if _, ok := podLogLineAt(tb, c, created, fmt.Sprintf("holding compute_dma_mb=0 cpu_dma_mb=0 queues=1 write_mb=0 workers=%d", floodProcs-1), 1); !ok {
+			return fmt.Errorf("the flooder's workers not all started")
+		}
+		return nil
+	})
+	procs, fds := podFDs(tb, created)
+	tb.Logf("the flood: %d processes, %d fds in one", procs, fds)
+	if procs < floodProcs || fds < floodFDs {
+		tb.Fatalf("the flood: %d processes, %d fds in one; want %d of %d", procs, fds, floodProcs, floodFDs)
+	}
+	return created
+}
+
 // holdAgentToItsCPURequest sets the agent's CPU limit to its request, restarting it,
 // and takes the limit away again (restarting it) when the test ends: its CPU is then
 // what the node guarantees it, however idle the node.
@@ -138,14 +150,7 @@ func holdAgentToItsCPURequest(t *testing.T, c kubernetes.Interface) {
 		if _, err := dss.Patch(ctx, "nr1-agent", types.JSONPatchType, []byte(p), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 2*time.Minute, "the agent restarted", func() error {
-			a, err := readyAgent(c)
-			if err == nil && a.UID == old {
-				err = fmt.Errorf("still the old agent")
-			}
-			return err
-		})
-		time.Sleep(12 * time.Second) // the enforcement warm-up (10 s) after a start
+		awaitNewAgent(t, c, old)
 	}
 	t.Cleanup(func() { patch(`[{"op":"remove","path":"/spec/template/spec/containers/0/resources/limits/cpu"}]`) })
 	patch(fmt.Sprintf(`[{"op":"add","path":"/spec/template/spec/containers/0/resources/limits/cpu","value":%q}]`, req.String()))
@@ -217,8 +222,8 @@ func agentPID(t *testing.T) int {
 
 // podFDs counts the processes of pod's containers, found through their cgroup, and the
 // fds of the first of them holding a flood's.
-func podFDs(t *testing.T, pod *corev1.Pod) (procs, fds int) {
-	t.Helper()
+func podFDs(tb testing.TB, pod *corev1.Pod) (procs, fds int) {
+	tb.Helper()
 	dirs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
 	for _, p := range dirs {
 		b, err := os.ReadFile(p)
@@ -289,36 +294,23 @@ func (s *causesSeen) samples() string {
 func watchCauses(t *testing.T, c kubernetes.Interface) *causesSeen {
 	t.Helper()
 	s := &causesSeen{byCG: map[types.UID]map[string]int{}, taken: map[time.Time]time.Duration{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if snap, err := agentDebug(t, c); err == nil {
-				s.mu.Lock()
-				_, again := s.taken[snap.Taken]
-				s.taken[snap.Taken] = snap.Took
-				for _, cg := range snap.CGs {
-					if cg.UsageUncertain == "" || again {
-						continue
-					}
-					uid := types.UID(cg.UID)
-					if s.byCG[uid] == nil {
-						s.byCG[uid] = map[string]int{}
-					}
-					s.byCG[uid][cg.UncertainCause]++
-				}
-				s.mu.Unlock()
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+	everyView(t, c, func(snap *debugSnapshot) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if _, again := s.taken[snap.Taken]; again {
+			return
 		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
+		s.taken[snap.Taken] = snap.Took
+		for _, cg := range snap.CGs {
+			if cg.UsageUncertain == "" {
+				continue
+			}
+			uid := types.UID(cg.UID)
+			if s.byCG[uid] == nil {
+				s.byCG[uid] = map[string]int{}
+			}
+			s.byCG[uid][cg.UncertainCause]++
+		}
+	})
 	return s
 }

@@ -25,7 +25,8 @@ import (
 // whole pod-resources table at each (as it did before sampling on change), or also at
 // once when the kernel reports a process taking an NR1 file, reading the table when a
 // pod awaits it and asking the kubelet about one pod otherwise.
-var designs = []design{{"interval", false, "0s", "", false}, {"onChange", true, "", "", false}}
+// onChange,flood is onChange beside a CG holding ten million ordinary fds.
+var designs = []design{{"interval", false, "0s", "", false, false}, {"onChange", true, "", "", false, false}, {"onChange,flood", true, "", "", false, true}}
 
 type design struct {
 	name              string
@@ -33,6 +34,7 @@ type design struct {
 	allocationRefresh string // empty: the agent's default
 	mode              string // the agent's mode; empty: the device plugin
 	prevention        bool   // the budget gate on
+	flood             bool   // beside a CG flooding its fd tables (TestAFloodingNeighbourSlowsNobody's)
 }
 
 // withDesign runs the agent with the design's sampling settings, restarting it, and puts the
@@ -117,8 +119,15 @@ func restartAgent(b testing.TB, c kubernetes.Interface) {
 		}
 		return err
 	})
-	defer logAgentsIfFailed(b, c)
-	eventually(b, 90*time.Second, "the restarted agent ready", func() error {
+	awaitNewAgent(b, c, old)
+}
+
+// awaitNewAgent waits for an agent pod other than old to be ready and past its
+// warm-up.
+func awaitNewAgent(tb testing.TB, c kubernetes.Interface, old types.UID) {
+	tb.Helper()
+	defer logAgentsIfFailed(tb, c)
+	eventually(tb, 2*time.Minute, "the restarted agent ready", func() error {
 		a, err := readyAgent(c)
 		if err == nil && a.UID == old {
 			err = fmt.Errorf("still the old agent")
@@ -138,6 +147,9 @@ func BenchmarkDetectionLatency(b *testing.B) {
 	for _, d := range designs {
 		b.Run("design="+d.name, func(b *testing.B) {
 			withDesign(b, c, d)
+			if d.flood {
+				floodBeside(b, c)
+			}
 			var lat []float64
 			round := 0
 			for b.Loop() {

@@ -197,21 +197,17 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	unlinkedOf := map[uint64]int{}
 	files, last := b.fp.Files, b.heavyProcesses()
 	var listing error
-	// The heavy processes, walked last, get a share of the scan's time at most: a scan
-	// beside a flood takes about that much more than the flood's absence would, and the
-	// agent spends about that share of its time on the flood (at one scan an interval,
-	// a fiftieth of a core, two fifths of the agent's CPU request), whatever the flood's size.
-	var heavyBy time.Time
+	// The heavy processes, walked last, walk HeavyWalk fds at most, counted by their
+	// ticks: a scan beside a flood walks that much more than the flood's absence would,
+	// whatever the flood's size, and a CG's processes holding up to that many are read
+	// whole at every scan.
+	tailTicks := -1 // -1 until the heavy processes' walk begins
 	if len(last) > 0 {
-		begin := func() {}
-		if deadline, ok := ctx.Deadline(); ok {
-			begin = func() { heavyBy = time.Now().Add(deadline.Sub(start) / HeavyShare) }
-		}
 		files = func(fn func(*bpf.Record) error) error {
-			return b.fp.FilesOf(heavyLast(b.procRoot, last, &listing, begin), fn)
+			return b.fp.FilesOf(heavyLast(b.procRoot, last, &listing, func() { tailTicks = 0 }), fn)
 		}
 	}
-	expired := func() bool { return ctx.Err() != nil || !heavyBy.IsZero() && time.Now().After(heavyBy) }
+	expired := func() bool { return ctx.Err() != nil || tailTicks*bpf.Tick >= HeavyWalk }
 	heavy := map[uint64]bool{}
 	// ticks counts, per cgroup, the ticks met while its processes were walked: about
 	// one per bpf.Tick fds, so that a flood spread over many processes is seen as one.
@@ -237,6 +233,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		switch r.Kind {
 		case bpf.KindTick:
 			ticks[r.CgroupId]++
+			if tailTicks >= 0 {
+				tailTicks++
+			}
 			if expired() {
 				return out(r)
 			}
