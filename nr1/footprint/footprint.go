@@ -64,7 +64,7 @@ type Handle struct {
 const HeavyFDs = bpf.HeavyFDs
 
 // HeavyWalk is how many fds a scan walks at most of the processes it walks last, those of
-// heavy cgroups: twice HeavyFDs, about 45 ms on a core of today.
+// heavy cgroups: twice HeavyFDs, tens of milliseconds of a core.
 const HeavyWalk = 2 * HeavyFDs
 
 // Scan is what one pass over every process found.
