@@ -94,8 +94,8 @@ type Holder struct {
 	// one: the CG is uncertain by its own doing.
 	RingSlots int
 	// Flood holds so many fds on /dev/null in each of its processes (its Fork workers
-	// too): a flood of ordinary descriptors, more than a scan walks in its share of the
-	// time, the CG uncertain by its own doing.
+	// too): a flood of ordinary descriptors, more than a scan walks of a heavy cgroup's
+	// (footprint.HeavyWalk), the CG uncertain by its own doing.
 	Flood int
 	// Bind binds a unix datagram socket in the directory the framing cases share, and
 	// never reads it; SendTo names the case ("namespace/name") whose socket this holder
@@ -117,8 +117,8 @@ const probeEvery = 500 * time.Millisecond
 const OwnRingSlots = 1<<14 + 1
 
 // A flood of a million fds: FloodFDs in each of FloodProcs processes (a container's fd
-// limit is the runtime's, 20000 on the local stack), past what a scan walks in the
-// share of its time a flood gets.
+// limit is the runtime's, 20000 on the local stack), past what a scan walks of a flood
+// (footprint.HeavyWalk).
 const (
 	FloodFDs   = 15000
 	FloodProcs = 67
@@ -550,8 +550,8 @@ func selfUncertain(r *rand.Rand, c *Case) {
 }
 
 // flood makes half the CGs uncertain by their own doing do it with a flood of ordinary
-// descriptors instead of a ring: a neighbour whose fd tables a scan cannot walk in its
-// share of the time, beside the CGs going over that must be judged on time.
+// descriptors instead of a ring: a neighbour whose fd tables a scan does not walk whole,
+// beside the CGs going over that must be judged on time.
 func flood(r *rand.Rand, c *Case) {
 	if !c.SelfUncertain || r.IntN(2) != 0 {
 		return

@@ -100,12 +100,13 @@ type Scan struct {
 	// cannot tell (procfs): their handles are a lower bound.
 	Uncounted []uint64 `json:"uncounted,omitempty"`
 	// Heavy are the cgroups (v2 ids) whose processes hold more fds than HeavyFDs, one of
-	// them alone or all together (a flood spread over many processes), every one of them
-	// walked at each scan: a scan that ran out of time (Cutoff) did by their doing.
+	// them alone or all together (a flood spread over many processes): a scan that ran
+	// out of time (Cutoff) did by their doing.
 	Heavy []uint64 `json:"heavy,omitempty"`
 	// Unfinished are the heavy cgroups whose processes the scan did not read in full:
-	// found heavy once, their processes are walked after every other process, so that
-	// the time their tables take runs out on them alone.
+	// found heavy once, their processes are walked after every other process, HeavyWalk
+	// of their fds at most, so that what their tables cost falls on the heavy cgroups,
+	// not on the others.
 	Unfinished []uint64 `json:"unfinished,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.

@@ -519,7 +519,7 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	}
 	for _, id := range scan.Heavy {
 		if name, ok := holderOf(cg, id); ok && scan.Cutoff != 0 {
-			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, every one walked at each scan, and the %s scan ran out of time", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
+			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, and the %s scan ran out of time", name, footprint.HeavyFDs, scan.Source), view.CauseFDTable
 		}
 	}
 	for _, id := range scan.UnlinkedUnread {
