@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 )
 
@@ -34,6 +35,9 @@ type adversary struct {
 	args []string
 	// want is what the agent must measure for the CG once it holds everything.
 	want func(page int64) nr1.Usage
+	// own, when set, is the cause of the CG's own uncertainty: its measure is a lower
+	// bound the agent gives with that cause (a flood of fds a scan does not walk whole).
+	own string
 	// killed: over its allocation, so killed (by the ladder or at once); else left alone.
 	killed bool
 	// compute is its compute DMA allocation (MB) when not the ResNet-50's 3.
@@ -46,7 +50,9 @@ type adversary struct {
 
 // TestAdversaries runs CGs that hide what they hold or make measuring them costly, on
 // the same node as a well-behaved CG and one that goes over at a known time:
-//   - a flood of 400000 fds on one queue description beside its 7 queues (8 held);
+//   - a flood of 400000 fds on one queue description beside its 7 queues (8 held), in
+//     21 processes: more than a scan walks of one cgroup, so uncertain by its own doing
+//     (fd-table), its 8 queues found first all the same, a lower bound over its booking;
 //   - 60000 single-page mappings of compute DMA beside its 3 MB, within the 300 MB it
 //     was given;
 //   - 3 queue handles sent over a unix socket and closed, beside its 7 (10 held);
@@ -65,7 +71,7 @@ func TestAdversaries(t *testing.T) {
 	const mb = 1 << 20
 	advs := []*adversary{
 		{name: "fd-flood", args: []string{"--compute-dma-mb=3", "--queues=7", "--dup-queues=19000", "--fork=20"},
-			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 8} }, killed: true},
+			want: func(int64) nr1.Usage { return nr1.Usage{3 * mb, 0, 0, 8} }, own: view.CauseFDTable, killed: true},
 		{name: "tiny-maps", args: []string{"--compute-dma-mb=3", "--queues=7", "--tiny-maps=60000"}, compute: 300,
 			want: func(page int64) nr1.Usage { return nr1.Usage{nr1.Base(3*mb + 60000*page), 0, 0, 7} }},
 		{name: "in-flight", args: []string{"--compute-dma-mb=3", "--queues=7", "--inflight-queues=3"},
@@ -136,6 +142,9 @@ func TestAdversaries(t *testing.T) {
 		want := a.want(page)
 		eventually(t, 60*time.Second, a.name+" measured", func() error {
 			got := seen.of(string(a.pod.UID))
+			if a.own != "" {
+				got = seen.lowerOf(string(a.pod.UID), a.own)
+			}
 			for _, u := range got {
 				for _, r := range nr1.All {
 					if r != nr1.DockerPartition && u[r] > want[r] {
@@ -275,10 +284,17 @@ func agentMemory(t *testing.T) (rss, hwm int64) {
 }
 
 // usageSeen is every usage the agent's /debug/cgs showed for each CG (by UID), while
-// certain.
+// certain, and as a lower bound by the cause of its uncertainty.
 type usageSeen struct {
-	mu   sync.Mutex
-	byCG map[string][]nr1.Usage
+	mu    sync.Mutex
+	byCG  map[string][]nr1.Usage
+	lower map[string]map[string][]nr1.Usage
+}
+
+func (s *usageSeen) lowerOf(uid, cause string) []nr1.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lower[uid][cause])
 }
 
 func (s *usageSeen) of(uid string) []nr1.Usage {
@@ -290,13 +306,22 @@ func (s *usageSeen) of(uid string) []nr1.Usage {
 // watchUsage reads /debug/cgs every 200 ms until the test ends.
 func watchUsage(t *testing.T, c kubernetes.Interface) *usageSeen {
 	t.Helper()
-	s := &usageSeen{byCG: map[string][]nr1.Usage{}}
+	s := &usageSeen{byCG: map[string][]nr1.Usage{}, lower: map[string]map[string][]nr1.Usage{}}
 	everyView(t, c, func(snap *debugSnapshot) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, cg := range snap.CGs {
-			if cg.UsageUncertain == "" && cg.AllocationKnown && !slices.Contains(s.byCG[cg.UID], cg.Usage) {
+			switch {
+			case !cg.AllocationKnown:
+			case cg.UsageUncertain == "" && !slices.Contains(s.byCG[cg.UID], cg.Usage):
 				s.byCG[cg.UID] = append(s.byCG[cg.UID], cg.Usage)
+			case cg.UsageUncertain != "":
+				if s.lower[cg.UID] == nil {
+					s.lower[cg.UID] = map[string][]nr1.Usage{}
+				}
+				if l := s.lower[cg.UID][cg.UncertainCause]; !slices.Contains(l, cg.Usage) {
+					s.lower[cg.UID][cg.UncertainCause] = append(l, cg.Usage)
+				}
 			}
 		}
 	})
