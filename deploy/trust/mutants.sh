@@ -19,7 +19,8 @@ out=$repo/_output/mutants
 mkdir -p "$out"
 # Seed 204 plays 8 CGs in 2 minutes: 4 going over in the first 45 s (2 of them on
 # queues by less than twice their booking, throttled before they are killed, 2 several
-# times over), 2 uncertain by their own doing (an io_uring larger than a scan reads).
+# times over), 2 uncertain by their own doing (an io_uring larger than a scan reads, a
+# flood of a million fds).
 seed=${NR1_MUTANT_SEED:-204}
 duration=${NR1_MUTANT_DURATION:-4m}
 judge=${NR1_MUTANT_JUDGE:-ladder}
