@@ -300,7 +300,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		ictx, cancel = context.WithTimeout(ictx, max(deadline.Sub(start)/4, time.Millisecond))
 		defer cancel()
 	}
-	namespaces := b.memberNamespaces(members, s.Cutoff == 0)
+	// A heavy process left unwalked may be the only one in its namespace: a socket there
+	// can hold what a neighbour sent, which counts for the sender.
+	namespaces := b.memberNamespaces(members, s.Cutoff == 0 && len(s.Unfinished) == 0)
 	entered, unreadable := enterForeign(namespaces, foreign)
 	defer entered.Close()
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
