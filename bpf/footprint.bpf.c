@@ -440,6 +440,35 @@ static __always_inline bool member(struct bpf_iter__task_file *ctx, struct task_
 	return true;
 }
 
+// The network namespace of every task, once per namespace and scan, for a scan whose
+// walk of fds left processes unmet (cut, or past a heavy cgroup's budget). Its seen key's
+// cgroup is 2, apart from member()'s: a cut walk may have marked records it never read.
+// Threads are met too: one may be in a namespace of its own. A task costs a lookup,
+// whatever its fds, so a flood of fds or processes costs this pass little.
+SEC("iter/task")
+int nr1_task_netns(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct record r = {};
+
+	if (!task)
+		return 0;
+	struct net *net = BPF_CORE_READ(task, nsproxy, net_ns);
+	if (!net)
+		return 0; // exiting
+	struct seen_key key = {.file = (__u64)net, .cgroup_id = 2};
+	__u32 *last = bpf_map_lookup_elem(&seen, &key);
+
+	if (last && *last == scan)
+		return 0;
+	fill(&r, task, 0, 0, KIND_NETNS_MEMBER);
+	r.pid = BPF_CORE_READ(task, pid); // a thread's own namespace is read through its id
+	r.file = BPF_CORE_READ(net, ns.inum);
+	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) == 0)
+		bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
+	return 0;
+}
+
 #define TICK 4096
 #define HEAVY_FDS 65536
 

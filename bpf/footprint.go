@@ -86,6 +86,7 @@ type Footprint struct {
 	files *link.Iter
 	vmas  *link.Iter
 	unix  *link.Iter
+	netns *link.Iter
 	sends []link.Link // the tracepoints that say who sends through a socket
 	scan  uint32
 	pass  uint32 // of InFlight
@@ -118,6 +119,13 @@ func LoadFootprint() (*Footprint, error) {
 		_ = f.files.Close()
 		_ = f.objs.Close()
 		return nil, fmt.Errorf("attaching unix iterator: %w", err)
+	}
+	if f.netns, err = link.AttachIter(link.IterOptions{Program: f.objs.Nr1TaskNetns}); err != nil {
+		_ = f.unix.Close()
+		_ = f.vmas.Close()
+		_ = f.files.Close()
+		_ = f.objs.Close()
+		return nil, fmt.Errorf("attaching task iterator: %w", err)
 	}
 	if err := f.followSenders(); err != nil {
 		_ = f.Close()
@@ -177,7 +185,7 @@ func (f *Footprint) Close() error {
 	for _, l := range append(f.mmap, f.sends...) {
 		errs = append(errs, l.Close())
 	}
-	return errors.Join(append(errs, f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())...)
+	return errors.Join(append(errs, f.netns.Close(), f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())...)
 }
 
 // TargetBytes marks a target counted in mapped bytes in SetTargets' values: its
@@ -225,6 +233,15 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 		return fmt.Errorf("starting a footprint scan: %w", err)
 	}
 	return run(f.files, fn)
+}
+
+// Namespaces calls fn with a KindNetNSMember record for each network namespace a task
+// is in, once per namespace, within the scan the last Files or FilesOf began: the
+// record's Pid is the task's own id (a thread's, for a thread), through which its
+// /proc/PID/ns/net names the namespace. A task costs a lookup, whatever it holds: for a
+// scan that did not walk every process's fds.
+func (f *Footprint) Namespaces(fn func(*Record) error) error {
+	return run(f.netns, fn)
 }
 
 // SetHeavyFDs sets how many fds make a process heavy (KindHeavy), HeavyFDs until set.

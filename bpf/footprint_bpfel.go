@@ -146,6 +146,7 @@ const (
 	footprintProgNr1Fork                 = "nr1_fork"
 	footprintProgNr1FpForget             = "nr1_fp_forget"
 	footprintProgNr1TaskFile             = "nr1_task_file"
+	footprintProgNr1TaskNetns            = "nr1_task_netns"
 	footprintProgNr1TaskVma              = "nr1_task_vma"
 	footprintProgNr1Unix                 = "nr1_unix"
 	footprintVarChangesLost              = "changes_lost"
@@ -244,6 +245,7 @@ type footprintProgramSpecs struct {
 	Nr1Fork                 *ebpf.ProgramSpec `ebpf:"nr1_fork"`
 	Nr1FpForget             *ebpf.ProgramSpec `ebpf:"nr1_fp_forget"`
 	Nr1TaskFile             *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
+	Nr1TaskNetns            *ebpf.ProgramSpec `ebpf:"nr1_task_netns"`
 	Nr1TaskVma              *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
 	Nr1Unix                 *ebpf.ProgramSpec `ebpf:"nr1_unix"`
 }
@@ -412,6 +414,7 @@ type footprintPrograms struct {
 	Nr1Fork                 *ebpf.Program `ebpf:"nr1_fork"`
 	Nr1FpForget             *ebpf.Program `ebpf:"nr1_fp_forget"`
 	Nr1TaskFile             *ebpf.Program `ebpf:"nr1_task_file"`
+	Nr1TaskNetns            *ebpf.Program `ebpf:"nr1_task_netns"`
 	Nr1TaskVma              *ebpf.Program `ebpf:"nr1_task_vma"`
 	Nr1Unix                 *ebpf.Program `ebpf:"nr1_unix"`
 }
@@ -443,6 +446,7 @@ func (p *footprintPrograms) Close() error {
 		p.Nr1Fork,
 		p.Nr1FpForget,
 		p.Nr1TaskFile,
+		p.Nr1TaskNetns,
 		p.Nr1TaskVma,
 		p.Nr1Unix,
 	)

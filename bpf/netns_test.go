@@ -7,11 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // netnsOf is the inode number of process pid's network namespace, from /proc.
@@ -146,4 +149,95 @@ func TestInFlightPassBringsItsThreadHome(t *testing.T) {
 			t.Errorf("thread %s left in network namespace %d", task.Name(), ino)
 		}
 	}
+}
+
+// TestNamespacesNameEveryTasksNamespace: after a walk of one process's fds, the task
+// pass names every network namespace a task is in, once per scan, through a task that
+// is in it: a process's of its own, and a thread's that left its process's.
+func TestNamespacesNameEveryTasksNamespace(t *testing.T) {
+	f := loadOrSkip(t)
+	pid, own := inNewNamespace(t)
+	tid, threads := threadInNewNamespace(t)
+	for scan := range 2 {
+		before := taskNamespaces(t)
+		if err := f.FilesOf(func(yield func(uint32) bool) { yield(uint32(os.Getpid())) }, func(*Record) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		named := map[uint64]uint32{}
+		if err := f.Namespaces(func(r *Record) error {
+			if r.Kind != KindNetNSMember {
+				t.Errorf("scan %d: a record of kind %d", scan, r.Kind)
+			}
+			if _, twice := named[r.File]; twice {
+				t.Errorf("scan %d: namespace %d named twice", scan, r.File)
+			}
+			named[r.File] = r.Pid
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for ino, id := range named {
+			if got, ok := netnsOf(strconv.Itoa(int(id))); ok && got != ino {
+				t.Errorf("scan %d: namespace %d named through task %d, which is in %d", scan, ino, id, got)
+			}
+		}
+		for what, ino := range map[string]uint64{"process " + pid: own, "thread " + tid: threads} {
+			if _, ok := named[ino]; !ok {
+				t.Errorf("scan %d: the namespace of %s (%d) not named among %d", scan, what, ino, len(named))
+			}
+		}
+		for ino := range taskNamespaces(t) {
+			if _, ok := named[ino]; !ok && before[ino] {
+				t.Errorf("scan %d: namespace %d, which processes were in before and after it, not named", scan, ino)
+			}
+		}
+	}
+}
+
+// taskNamespaces are the network namespaces processes are in, from /proc.
+func taskNamespaces(t *testing.T) map[uint64]bool {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]bool{}
+	for _, e := range entries {
+		if ino, ok := netnsOf(e.Name()); ok {
+			out[ino] = true
+		}
+	}
+	return out
+}
+
+// threadInNewNamespace leaves a thread of the test in a network namespace of its own
+// until the test ends, and returns its id and the namespace's inode number.
+func threadInNewNamespace(t *testing.T) (string, uint64) {
+	t.Helper()
+	type made struct {
+		tid int
+		err error
+	}
+	ready, done := make(chan made), make(chan struct{})
+	go func() {
+		// Never unlocked: the thread leaves with the goroutine, its namespace with it.
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ready <- made{err: err}
+			return
+		}
+		ready <- made{tid: unix.Gettid()}
+		<-done
+	}()
+	m := <-ready
+	if m.err != nil {
+		t.Skipf("cannot move a thread to a new network namespace here: %v", m.err)
+	}
+	t.Cleanup(func() { close(done) })
+	tid := strconv.Itoa(m.tid)
+	ino := mustNetns(t, tid)
+	if ino == mustNetns(t, "self") {
+		t.Fatal("the thread is in its process's network namespace")
+	}
+	return tid, ino
 }

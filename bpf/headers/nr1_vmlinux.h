@@ -112,6 +112,7 @@ struct pid {
 };
 
 struct task_struct {
+	__s32 pid;
 	__s32 tgid;
 	struct hlist_node pid_links[4];
 	struct css_set *cgroups;
@@ -195,6 +196,11 @@ struct bpf_iter__task_file {
 	struct task_struct *task;
 	__u32 fd;
 	struct file *file;
+};
+
+struct bpf_iter__task {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
 };
 
 struct bpf_iter__task_vma {

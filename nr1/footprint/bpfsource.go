@@ -300,9 +300,18 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		ictx, cancel = context.WithTimeout(ictx, max(deadline.Sub(start)/4, time.Millisecond))
 		defer cancel()
 	}
-	// A heavy process left unwalked may be the only one in its namespace: a socket there
-	// can hold what a neighbour sent, which counts for the sender.
-	namespaces := b.memberNamespaces(members, s.Cutoff == 0 && len(s.Unfinished) == 0)
+	// A process left unwalked (a cut walk, a heavy cgroup past its budget) may be the only
+	// one in its namespace, where a socket can hold what a neighbour sent, which counts for
+	// the sender: the kernel names every task's namespace then, a lookup per task whatever
+	// its fds, where /proc would cost a read per process.
+	complete := s.Cutoff == 0 && len(s.Unfinished) == 0
+	if !complete {
+		complete = b.fp.Namespaces(func(r *bpf.Record) error {
+			members = append(members, *r)
+			return nil
+		}) == nil
+	}
+	namespaces := b.memberNamespaces(members, complete)
 	entered, unreadable := enterForeign(namespaces, foreign)
 	defer entered.Close()
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
@@ -574,8 +583,8 @@ func (ns *namespaces) Close() {
 // the iterator named for it: one link read per namespace, where netNamespaces reads one
 // per process, and no descriptor held (a pod may make thousands of namespaces). The
 // link must name the namespace the kernel named (the process may be gone and its PID
-// reused). When the iterator's pass was cut short (complete false), or one cannot be
-// named so, every process's namespace is read from /proc instead.
+// reused). When members may lack a namespace (complete false), or one cannot be named
+// so, every process's namespace is read from /proc instead.
 func (b *BPF) memberNamespaces(members []bpf.Record, complete bool) *namespaces {
 	if !complete {
 		return netNamespaces(b.procRoot)

@@ -234,6 +234,38 @@ func heavyWalkedLast(t *testing.T, heavyFDs uint64) {
 	}
 }
 
+// TestAnUnwalkedProcesssNamespaceIsRead: a process of a heavy cgroup that the scan
+// does not walk (past the cgroup's budget), alone in its network namespace, holding a
+// queue in flight on a socket there: the queue is still read, and counts for its sender.
+func TestAnUnwalkedProcesssNamespaceIsRead(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	flood := floodOfFds(t)
+	for range 40 {
+		cmd := exec.Command("sleep", "600")
+		cmd.ExtraFiles = flood
+		p.start(t, 0, cmd)
+	}
+	// Started after the flood, so walked after HeavyWalk of its fds.
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{p.sim.File(sim.HypervisorQ)}, NewNetNS: true})
+	if _, err := b.Scan(context.Background()); err != nil { // names the cgroup heavy
+		t.Fatal(err)
+	}
+	s, err := b.Scan(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	queues := 0
+	for _, h := range s.Handles {
+		if h.CgroupID == p.ids[0] && p.targets.At(h.Target).Resource == nr1.HypervisorQueue {
+			queues++
+		}
+	}
+	if !slices.Contains(s.Unfinished, p.ids[0]) || queues != 1 || s.InFlightCut {
+		t.Errorf("unfinished %v, %d queues in flight, in-flight pass cut %v; want cgroup %d unfinished, its 1 queue, the pass whole", s.Unfinished, queues, s.InFlightCut, p.ids[0])
+	}
+}
+
 // floodOfFds is 19000 fds of /dev/null (this host's limit is 20000 a process), for the
 // test's life, to hand to processes as ExtraFiles: close-on-exec, so that no other
 // process the test starts holds them.
