@@ -252,6 +252,10 @@ func (f *Footprint) SetHeavyFDs(n uint64) error {
 	return nil
 }
 
+// ErrNextProcess, returned by FilesOf's fn, ends the walk of the record's process, and
+// FilesOf goes on with the next one named.
+var ErrNextProcess = errors.New("on to the next process")
+
 // FilesOf is Files over the processes named, one at a time, in their order, within one
 // scan: a description several of them hold is reported once per cgroup, as by Files. A
 // process gone since it was named is skipped. User space chooses what is walked last:
@@ -274,7 +278,7 @@ func (f *Footprint) FilesOf(pids iter.Seq[uint32], fn func(*Record) error) error
 		rd.Reset(again{it})
 		err = ReadRecords(rd, fn)
 		_ = it.Close()
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNextProcess) {
 			return err
 		}
 	}

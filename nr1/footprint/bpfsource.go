@@ -3,6 +3,7 @@
 package footprint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -31,10 +32,11 @@ type BPF struct {
 	lastFull time.Time // the last pass over every process's mappings
 	cgroupV2 string    // the cgroup v2 mount, to list a heavy cgroup's processes
 	// heavy are the cgroups the last scan found past heavyFDs fds (in one process, or in
-	// all of its processes together) or did not finish: their processes are walked last,
-	// one by one after every other process, so that what walking their tables costs is
-	// their CGs' alone, however many processes share the flood.
-	heavy    map[uint64]bool
+	// all of its processes together) or did not walk whole, with the ticks it counted of
+	// each: their processes are walked last, one by one after every other process, so
+	// that what walking their tables costs is their CGs' alone, however many processes
+	// share the flood.
+	heavy    map[uint64]uint64
 	heavyFDs uint64
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
@@ -197,27 +199,34 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	unlinkedOf := map[uint64]int{}
 	files, last := b.fp.Files, b.heavyProcesses()
 	var listing error
-	// The heavy processes, walked last, walk HeavyWalk fds at most, counted by their
-	// ticks: a scan beside a flood walks that much more than the flood's absence would,
-	// whatever the flood's size, and a CG's processes holding up to that many are read
-	// whole at every scan.
-	tailTicks := -1 // -1 until the heavy processes' walk begins
+	// The heavy processes are walked last, their cgroups smallest first (by the ticks the
+	// last scan counted of each), and each heavy cgroup walks HeavyWalk of its fds at
+	// most, counted by its ticks: past that it is unfinished, by its own doing, and its
+	// other processes are passed over. A flood costs a scan that much, whatever its size,
+	// and no other heavy cgroup its walk; a cgroup whose processes hold up to that many is
+	// read whole at every scan.
+	tail := b.tailOrder(last)
+	inTail := false
+	walkedOf := map[uint64]uint64{} // per heavy cgroup, its ticks in the tail
+	spent := map[uint64]bool{}      // the heavy cgroups past HeavyWalk
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
-			return b.fp.FilesOf(heavyLast(b.procRoot, last, &listing, func() { tailTicks = 0 }), fn)
+			return b.fp.FilesOf(heavyLast(b.procRoot, last, tail, &listing, func() { inTail = true },
+				func(pid uint32) bool { return spent[last[pid]] }), fn)
 		}
 	}
-	expired := func() bool { return ctx.Err() != nil || tailTicks*bpf.Tick >= HeavyWalk }
-	heavy := map[uint64]bool{}
+	expired := func() bool { return ctx.Err() != nil }
+	heavy := map[uint64]uint64{}
 	// ticks counts, per cgroup, the ticks met while its processes were walked: about
 	// one per bpf.Tick fds, so that a flood spread over many processes is seen as one.
 	ticks := map[uint64]uint64{}
-	// out stops the walk at r: the heavy processes walked last from r's on are
-	// unfinished, their CGs' doing; anywhere else, the processes from r's on are not read.
-	var cutLast uint32
+	// out stops the walk at r: the heavy cgroups walked last from r's process on are not
+	// reached, by the node's time, not their doing; anywhere else, the processes from r's
+	// on are not read.
+	cutLast := -1 // the position in tail of the heavy process the time ran out on
 	out := func(r *bpf.Record) error {
 		if _, ok := last[r.Pid]; ok && s.Cutoff == 0 {
-			cutLast = r.Pid
+			cutLast = slices.Index(tail, r.Pid)
 		} else {
 			s.Cutoff = int(r.Pid)
 		}
@@ -233,11 +242,14 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		switch r.Kind {
 		case bpf.KindTick:
 			ticks[r.CgroupId]++
-			if tailTicks >= 0 {
-				tailTicks++
-			}
 			if expired() {
 				return out(r)
+			}
+			if cgroup, ok := last[r.Pid]; ok && inTail {
+				if walkedOf[cgroup]++; walkedOf[cgroup]*bpf.Tick >= HeavyWalk {
+					spent[cgroup] = true
+					return bpf.ErrNextProcess
+				}
 			}
 			return nil
 		case bpf.KindHeavy:
@@ -269,24 +281,33 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	for cgroup := range spent {
+		s.Unfinished = append(s.Unfinished, cgroup)
+	}
 	if errors.Is(err, errOutOfTime) {
-		// The heavy process cut, and those walked last after it (all of them, when the
-		// walk was cut before them), are unfinished.
-		for pid, cgroup := range last {
-			if s.Cutoff != 0 || pid >= cutLast {
-				s.Unfinished = append(s.Unfinished, cgroup)
+		// The heavy cgroups not walked whole when the time ran out: from the process cut
+		// on (all of them, when the walk was cut before them).
+		from := cutLast
+		if s.Cutoff != 0 || from < 0 {
+			from = 0
+		}
+		for _, pid := range tail[from:] {
+			if cgroup := last[pid]; !spent[cgroup] {
+				s.Unreached = append(s.Unreached, cgroup)
 			}
 		}
-		slices.Sort(s.Unfinished)
-		s.Unfinished = slices.Compact(s.Unfinished)
+	}
+	for _, l := range []*[]uint64{&s.Unfinished, &s.Unreached} {
+		slices.Sort(*l)
+		*l = slices.Compact(*l)
 	}
 	for cgroup, n := range ticks {
 		if n*bpf.Tick >= b.heavyFDs && !slices.Contains(s.Heavy, cgroup) {
 			s.Heavy = append(s.Heavy, cgroup)
 		}
 	}
-	for _, cgroup := range slices.Concat(s.Heavy, s.Unfinished) {
-		heavy[cgroup] = true
+	for _, cgroup := range slices.Concat(s.Heavy, s.Unfinished, s.Unreached) {
+		heavy[cgroup] = max(ticks[cgroup], 1)
 	}
 	b.heavy = heavy
 	// Handles passed over a unix socket and closed by their sender are still open, held
@@ -304,7 +325,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// one in its namespace, where a socket can hold what a neighbour sent, which counts for
 	// the sender: the kernel names every task's namespace then, a lookup per task whatever
 	// its fds, where /proc would cost a read per process.
-	complete := s.Cutoff == 0 && len(s.Unfinished) == 0
+	complete := s.Cutoff == 0 && len(s.Unfinished) == 0 && len(s.Unreached) == 0
 	if !complete {
 		complete = b.fp.Namespaces(func(r *bpf.Record) error {
 			members = append(members, *r)
@@ -423,6 +444,17 @@ func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record, since map[[2]
 	return found
 }
 
+// tailOrder is the order the processes of heavy are walked in: their cgroups by the
+// ticks the last scan counted of each, fewest first, then by PID.
+func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
+	tail := slices.Collect(maps.Keys(heavy))
+	slices.SortFunc(tail, func(x, y uint32) int {
+		cx, cy := heavy[x], heavy[y]
+		return cmp.Or(cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(x, y))
+	})
+	return tail
+}
+
 // heavyProcesses are the processes of the cgroups the last scan found heavy, each with
 // its cgroup, as the cgroups list them now. A cgroup gone, or that cannot be read, is
 // walked in its processes' order.
@@ -444,11 +476,11 @@ func (b *BPF) heavyProcesses() map[uint32]uint64 {
 	return procs
 }
 
-// heavyLast names the processes under procRoot in PID order, those of heavy last,
-// calling begin before the first of them. The others are listed again once walked: a
-// process made while they were walked is walked before the heavy ones too. A listing
-// that fails sets *failed.
-func heavyLast(procRoot string, heavy map[uint32]uint64, failed *error, begin func()) iter.Seq[uint32] {
+// heavyLast names the processes under procRoot in PID order but those of heavy, then
+// those of tail in its order, calling begin before the first of them and leaving out
+// those skip names. The others are listed again once walked: a process made while they
+// were walked is walked before the heavy ones too. A listing that fails sets *failed.
+func heavyLast(procRoot string, heavy map[uint32]uint64, tail []uint32, failed *error, begin func(), skip func(uint32) bool) iter.Seq[uint32] {
 	return func(yield func(uint32) bool) {
 		walked := map[uint32]bool{}
 		for range 2 {
@@ -468,7 +500,10 @@ func heavyLast(procRoot string, heavy map[uint32]uint64, failed *error, begin fu
 			}
 		}
 		begin()
-		for _, pid := range slices.Sorted(maps.Keys(heavy)) {
+		for _, pid := range tail {
+			if skip(pid) {
+				continue
+			}
 			if !yield(pid) {
 				return
 			}

@@ -108,6 +108,9 @@ type Scan struct {
 	// of their fds at most, so that what their tables cost falls on the heavy cgroups,
 	// not on the others.
 	Unfinished []uint64 `json:"unfinished,omitempty"`
+	// Unreached are the heavy cgroups the scan ran out of time before it walked whole,
+	// walking other heavy cgroups or those before them: the node's time, not their doing.
+	Unreached []uint64 `json:"unreached,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.
 	InFlightCut bool `json:"inFlightCut,omitempty"`

@@ -287,3 +287,41 @@ func floodOfFds(t *testing.T) []*os.File {
 	}
 	return flood
 }
+
+// A flood spends its own walk only: an honest cgroup whose processes hold 76000 fds
+// (past the heavy threshold, within what a scan walks of one) is read whole beside a
+// flood of 760000 whose processes have lower PIDs, and only the flood is unfinished. With
+// one walk for every heavy cgroup, the flood spent it and the honest cgroup was unfinished,
+// uncertain by "its own" doing.
+func TestAFloodSpendsOnlyItsOwnWalk(t *testing.T) {
+	p, _ := newCgroups(t, 2)
+	b := newBPFOrSkip(t, p)
+	flood := floodOfFds(t)
+	for range 40 {
+		cmd := exec.Command("sleep", "600")
+		cmd.ExtraFiles = flood
+		p.start(t, 0, cmd)
+	}
+	for range 4 {
+		cmd := exec.Command("sleep", "600")
+		cmd.ExtraFiles = flood
+		p.start(t, 1, cmd)
+	}
+	ctx := context.Background()
+	first, err := b.Scan(ctx) // names both heavy
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(first.Heavy, p.ids[0]) || !slices.Contains(first.Heavy, p.ids[1]) {
+		t.Fatalf("heavy %v, want the flood's cgroup %d and the honest one %d", first.Heavy, p.ids[0], p.ids[1])
+	}
+	for range 3 {
+		s, err := b.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(s.Unfinished, p.ids[0]) || slices.Contains(s.Unfinished, p.ids[1]) || len(s.Unreached) != 0 {
+			t.Fatalf("unfinished %v, unreached %v; want the flood's cgroup %d unfinished alone, the honest one %d read whole", s.Unfinished, s.Unreached, p.ids[0], p.ids[1])
+		}
+	}
+}

@@ -514,7 +514,7 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	// time, the flooder's usage is uncertain by its own doing, not shielded by the cut.
 	for _, id := range scan.Unfinished {
 		if name, ok := holderOf(cg, id); ok {
-			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, walked after every other process, and the %s scan stopped on them, past %d of their fds or out of time", name, footprint.HeavyFDs, scan.Source, footprint.HeavyWalk), view.CauseFDTable
+			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, walked after every other process, and the %s scan walks %d of their fds at most", name, footprint.HeavyFDs, scan.Source, footprint.HeavyWalk), view.CauseFDTable
 		}
 	}
 	for _, id := range scan.Heavy {
@@ -552,6 +552,11 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	for _, id := range scan.InFlightForeign {
 		if name, ok := holderOf(cg, id); ok {
 			return fmt.Sprintf("a socket of %s is of a network namespace the scan could not enter", name), view.CauseNetNS
+		}
+	}
+	for _, id := range scan.Unreached {
+		if name, ok := holderOf(cg, id); ok {
+			return fmt.Sprintf("the %s scan ran out of time before it walked the processes of %s whole, walked after every other process (more than %d fds)", scan.Source, name, footprint.HeavyFDs), view.CauseScanTime
 		}
 	}
 	if scan.Cutoff == 0 {
