@@ -371,7 +371,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
-	if s.Cutoff == 0 && len(s.Unfinished) == 0 && !s.InFlightCut {
+	if s.Cutoff == 0 && len(s.Unfinished) == 0 && len(s.Unreached) == 0 && !s.InFlightCut {
 		if err := s.heldElsewhere(b.fp, targets); err != nil {
 			return nil, fmt.Errorf("bpf footprint: %w", err)
 		}
