@@ -281,21 +281,14 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	if errors.Is(err, errOutOfTime) {
+		if s.Cutoff != 0 {
+			cutLast = -1
+		}
+		s.Unreached = settleCut(tail, last, cutLast, b.heavy, spent)
+	}
 	for cgroup := range spent {
 		s.Unfinished = append(s.Unfinished, cgroup)
-	}
-	if errors.Is(err, errOutOfTime) {
-		// The heavy cgroups not walked whole when the time ran out: from the process cut
-		// on (all of them, when the walk was cut before them).
-		from := cutLast
-		if s.Cutoff != 0 || from < 0 {
-			from = 0
-		}
-		for _, pid := range tail[from:] {
-			if cgroup := last[pid]; !spent[cgroup] {
-				s.Unreached = append(s.Unreached, cgroup)
-			}
-		}
 	}
 	for _, l := range []*[]uint64{&s.Unfinished, &s.Unreached} {
 		slices.Sort(*l)
@@ -442,6 +435,31 @@ func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record, since map[[2]
 		s.Unlinked = append(s.Unlinked, Unlinked{CgroupID: r.CgroupId, Inode: r.File, Bytes: st.Blocks * 512, Since: first})
 	}
 	return found
+}
+
+// settleCut names the heavy cgroups a walk that ran out of time did not read whole,
+// walking tail (each process's cgroup in last) from the process at cut on, or all of it
+// when the time ran out before the tail (cut -1), the node's time. The cgroup whose walk
+// was cut is unfinished (marked in spent): its table took the time, walked after every
+// smaller one. So is each one after it that the last scan found past its walk (ticks,
+// the last scan's of each): it would be again. It returns the others, read whole last
+// time, which are unreached.
+func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]uint64, spent map[uint64]bool) []uint64 {
+	from := max(cut, 0)
+	if cut >= 0 {
+		spent[last[tail[cut]]] = true
+	}
+	var unreached []uint64
+	for _, pid := range tail[from:] {
+		switch cgroup := last[pid]; {
+		case spent[cgroup]:
+		case cut >= 0 && ticks[cgroup]*bpf.Tick >= HeavyWalk:
+			spent[cgroup] = true
+		default:
+			unreached = append(unreached, cgroup)
+		}
+	}
+	return unreached
 }
 
 // tailOrder is the order the processes of heavy are walked in: their cgroups by the

@@ -103,13 +103,16 @@ type Scan struct {
 	// them alone or all together (a flood spread over many processes): a scan that ran
 	// out of time (Cutoff) did by their doing.
 	Heavy []uint64 `json:"heavy,omitempty"`
-	// Unfinished are the heavy cgroups whose processes the scan did not read in full:
-	// found heavy once, their processes are walked after every other process, HeavyWalk
-	// of their fds at most, so that what their tables cost falls on the heavy cgroups,
-	// not on the others.
+	// Unfinished are the heavy cgroups whose processes the scan did not read in full, by
+	// their doing: found heavy once, their processes are walked after every other
+	// process, smallest cgroup first, HeavyWalk of each one's fds at most, so that what
+	// their tables cost falls on them, not on the others. Past its walk, or out of time
+	// while walking it, a cgroup is unfinished; so is one the time did not reach that the
+	// last scan found past its walk.
 	Unfinished []uint64 `json:"unfinished,omitempty"`
-	// Unreached are the heavy cgroups the scan ran out of time before it walked whole,
-	// walking other heavy cgroups or those before them: the node's time, not their doing.
+	// Unreached are the heavy cgroups, walked whole by the last scan, that the time did
+	// not reach: spent on the other processes or a smaller heavy cgroup, the node's time,
+	// not their doing.
 	Unreached []uint64 `json:"unreached,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.

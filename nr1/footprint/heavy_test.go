@@ -3,11 +3,16 @@
 package footprint
 
 import (
+	"cmp"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/neureality-sdk/nr1-agent/bpf"
 )
 
 // fakeProc makes a procfs of the PIDs given under a directory of the test's.
@@ -75,5 +80,77 @@ func TestTheSmallestHeavyCgroupIsWalkedFirst(t *testing.T) {
 	got := b.tailOrder(map[uint32]uint64{4: 10, 2: 10, 9: 20, 3: 30, 8: 20})
 	if want := []uint32{8, 9, 3, 2, 4}; !slices.Equal(got, want) {
 		t.Errorf("walked %v, want %v", got, want)
+	}
+}
+
+// A walk out of time settles each heavy cgroup it did not read whole: the one whose walk
+// was cut is unfinished, each after it is unfinished when the last scan found it past its
+// walk (or this one did) and unreached otherwise; one cut before the tail, by the node's
+// time, leaves every cgroup not already past its walk unreached; the cgroups walked
+// before the cut are left as they were. Over generated tails and cuts.
+func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, 2))
+	budget := uint64(HeavyWalk / bpf.Tick)
+	for range 2000 {
+		cgroups := 1 + rng.IntN(5)
+		ticks, last := map[uint64]uint64{}, map[uint32]uint64{}
+		for cg := range uint64(cgroups) {
+			ticks[100+cg] = 1 + rng.Uint64N(budget+1) // budget: found past its walk
+		}
+		var tail []uint32
+		for pid := range uint32(1 + rng.IntN(12)) {
+			last[1000+pid] = 100 + rng.Uint64N(uint64(cgroups))
+			tail = append(tail, 1000+pid)
+		}
+		// The tail in walk order: cgroups by ticks, as tailOrder sorts them.
+		slices.SortFunc(tail, func(x, y uint32) int {
+			return cmp.Or(cmp.Compare(ticks[last[x]], ticks[last[y]]), cmp.Compare(last[x], last[y]), cmp.Compare(x, y))
+		})
+		cut := rng.IntN(len(tail)+1) - 1
+		spent := map[uint64]bool{}
+		for _, pid := range tail[:max(cut, 0)] { // those walked before the cut may be spent
+			if rng.IntN(3) == 0 {
+				spent[last[pid]] = true
+			}
+		}
+		before := maps.Clone(spent)
+		unreached := settleCut(tail, last, cut, ticks, spent)
+		for _, cg := range unreached {
+			if spent[cg] {
+				t.Fatalf("tail %v cut at %d: cgroup %d both unfinished and unreached", tail, cut, cg)
+			}
+		}
+		for i, pid := range tail {
+			cg := last[pid]
+			got := "untouched"
+			switch {
+			case spent[cg] && !before[cg]:
+				got = "unfinished"
+			case slices.Contains(unreached, cg):
+				got = "unreached"
+			case before[cg]:
+				got = "past its walk already"
+			}
+			want := "untouched"
+			switch {
+			case before[cg]:
+				want = "past its walk already"
+			case cut < 0:
+				want = "unreached"
+			case last[tail[cut]] == cg:
+				want = "unfinished"
+			case i > cut && ticks[cg] >= budget:
+				want = "unfinished"
+			case i > cut:
+				want = "unreached"
+			}
+			// A cgroup's processes are walked together: its first after the cut decides.
+			if i < cut && slices.ContainsFunc(tail[cut:], func(p uint32) bool { return last[p] == cg }) {
+				continue
+			}
+			if got != want {
+				t.Fatalf("tail %v (cgroups %v, ticks %v) cut at %d: cgroup %d of process %d %s, want %s", tail, last, ticks, cut, cg, pid, got, want)
+			}
+		}
 	}
 }
