@@ -22,7 +22,7 @@ import (
 // The test binary is also the workers' executable (os.Executable), and nr1-load itself
 // when NR1_LOAD_TEST_MAIN is set.
 func TestMain(m *testing.M) {
-	if (len(os.Args) > 1 && os.Args[1] == workerArg) || os.Getenv("NR1_LOAD_TEST_MAIN") == "1" {
+	if (len(os.Args) > 1 && (os.Args[1] == workerArg || os.Args[1] == poolArg)) || os.Getenv("NR1_LOAD_TEST_MAIN") == "1" {
 		main()
 		os.Exit(0)
 	}

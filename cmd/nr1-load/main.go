@@ -59,6 +59,9 @@ func main() {
 		decoyWait()
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == poolArg {
+		os.Exit(poolWorker(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == workerArg {
 		if err := workerMain(os.Args[2:]); err != nil {
 			fmt.Fprintf(os.Stderr, "nr1-load: %v\n", err)
@@ -130,6 +133,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&adv.nullFDs, "null-fds", 0, "adversary: hold so many fds on /dev/null (ordinary descriptors, costly to walk); --fork workers inherit as many each")
 	probe := fs.Duration("probe", 0, "after the last step, try to open one more queue this often, closing it at once, and log each refusal with its time (0: never)")
 	fs.IntVar(&adv.pathOnlyQueues, "path-only-queues", 0, "adversary: open so many O_PATH fds on the queue device (names, not handles)")
+	pool := fs.Int("pool", 0, "after the last step, keep so many short-lived workers going, each opening one queue, holding it --pool-hold and exiting with it open, another starting at once; log each refusal and the counts every 5 s (pool opens=N refused=M failed=K)")
+	poolHold := fs.Duration("pool-hold", 150*time.Millisecond, "how long a --pool worker holds its queue")
 	once := fs.Bool("exit", false, "exit after the last step instead of holding until signalled")
 	ignoreTerm := fs.Bool("ignore-sigterm", false, "keep running on SIGTERM, logging it with its time: only SIGINT or SIGKILL ends nr1-load")
 	termExit := fs.Int("sigterm-exit", 128+int(syscall.SIGTERM), "exit status on SIGTERM (0: as a workload that ends its work when asked)")
@@ -149,6 +154,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	sigtermExit.Store(int32(*termExit))
 	if *forks < 0 {
 		return fmt.Errorf("--fork %d: must not be negative", *forks)
+	}
+	if *pool < 0 || *poolHold <= 0 {
+		return fmt.Errorf("--pool %d --pool-hold %v: a pool must not be negative, nor its hold at most 0", *pool, *poolHold)
 	}
 	for _, p := range []string{l.write.path, l.status} {
 		if p != "" {
@@ -191,7 +199,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 	}
 	if !*once {
-		if *probe > 0 {
+		switch {
+		case *pool > 0:
+			return l.pool(ctx, *pool, *poolHold, 5*time.Second)
+		case *probe > 0:
 			l.probe(ctx, *probe)
 		}
 		<-ctx.Done()

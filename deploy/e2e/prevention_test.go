@@ -26,8 +26,10 @@ import (
 // TestPrevention turns the budget gate on, in each mode: a CG that tries to hold more
 // queues than it booked has the opens past its booking refused by the kernel (EDQUOT),
 // is told so in an Event and counted, and no ladder acts on it, since it never held
-// more; a CG within its booking and the host's own processes are never refused; the
-// gate keeps refusing through an agent restart; turned off, the gate is removed.
+// more; a CG within its booking, a CG whose pool of short-lived workers opens at its
+// booking (a minute of it, through the agent's restart) and the host's own processes
+// are never refused; the gate keeps refusing through an agent restart; turned off, the
+// gate is removed.
 func TestPrevention(t *testing.T) {
 	c := client(t)
 	t.Cleanup(func() {
@@ -71,7 +73,8 @@ func TestPrevention(t *testing.T) {
 			// DRA's prepare step books a pod before its cgroup is made, the device
 			// plugin before its container is: none of its opens is one the gate has no
 			// booking for.
-			checkPrevention(t, c, cg)
+			// A minute of the worker pool in one mode; in the other, as long as the rest.
+			checkPrevention(t, c, cg, map[string]time.Duration{"devicePlugin": time.Minute}[mode])
 			if mode == "devicePlugin" {
 				checkInitContainerBooking(t, c)
 			}
@@ -80,10 +83,14 @@ func TestPrevention(t *testing.T) {
 }
 
 // checkPrevention runs the CGs of TestPrevention, made by cg with the ResNet-50 booking.
-func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, args ...string) *corev1.Pod) {
+func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, args ...string) *corev1.Pod, poolFor time.Duration) {
 	// Booked 7: 5, then 9 asked for, then a try every second.
 	hog := cg("gated-hog", "--queues=5", "--step=6s:queues=9", "--probe=1s")
 	within := cg("gated-within", "--queues=7")
+	// Booked 7: 3 held, and 4 workers that each open one, hold it 150 ms and exit, one
+	// after another, through an agent restart: at its booking all along.
+	pool := cg("gated-pool", "--queues=3", "--pool=4", "--pool-hold=150ms")
+	poolStarted := time.Now()
 	waitReason(t, c, hog, "NR1OpenRefused", 40*time.Second)
 	if _, ok := logLineAt(t, c, hog, "health-handler", "refused: opening queue 8 of"); !ok {
 		t.Fatal("the hog's eighth open was not refused")
@@ -130,6 +137,7 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 			series("nr1_gate_held", hog):             eq(7),
 			series("nr1_gate_refused_total", within): eq(0),
 			series("nr1_gate_held", within):          eq(7),
+			series("nr1_gate_refused_total", pool):   eq(0),
 			`nr1_gate_false_refusals_total`:          eq(0),
 		} {
 			v, ok := seriesValue(body, s)
@@ -142,7 +150,8 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 		}
 		return nil
 	})
-	for _, p := range []*corev1.Pod{hog, within} {
+	checkPool(t, c, pool, poolStarted, poolFor)
+	for _, p := range []*corev1.Pod{hog, within, pool} {
 		for _, ev := range nr1Events(t, c, p) {
 			if ev.Reason != "NR1OpenRefused" {
 				t.Errorf("%s: %s %s: a ladder acted on a CG that never held more than it booked", p.Name, ev.Reason, ev.Message)
@@ -151,6 +160,36 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 		if got := running(t, c, p); got.Status.ContainerStatuses[0].RestartCount != 0 {
 			t.Errorf("%s restarted", p.Name)
 		}
+	}
+}
+
+// checkPool waits until the pool's workers ran for at least d and reads their counts:
+// every open went through, about one every 40 ms (4 workers, each a process holding
+// 150 ms); one count is logged every 5 s.
+func checkPool(t *testing.T, c kubernetes.Interface, pool *corev1.Pod, started time.Time, d time.Duration) {
+	t.Helper()
+	time.Sleep(time.Until(started.Add(d + 5*time.Second)))
+	var opens, refused, failed int
+	counted := false
+	logs, err := c.CoreV1().Pods(pool.Namespace).GetLogs(pool.Name, &corev1.PodLogOptions{Container: "health-handler"}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(logs)) {
+		_, rest, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if strings.HasPrefix(rest, "pool refused: ") || strings.HasPrefix(rest, "pool failed: ") {
+			t.Errorf("the pool, at its booking: %s", strings.TrimSpace(line))
+		}
+		if _, err := fmt.Sscanf(rest, "pool opens=%d refused=%d failed=%d", &opens, &refused, &failed); err == nil {
+			counted = true
+		}
+	}
+	if !counted {
+		t.Fatalf("the pool logged no counts:\n%s", logs)
+	}
+	t.Logf("the pool at its booking, %v: opens=%d refused=%d failed=%d", time.Since(started).Round(time.Second), opens, refused, failed)
+	if least := int(time.Since(started)/time.Second) * 5; opens < least || refused != 0 || failed != 0 {
+		t.Errorf("the pool at its booking for %v: opens=%d refused=%d failed=%d; want at least %d opens, none refused or failed", time.Since(started).Round(time.Second), opens, refused, failed, least)
 	}
 }
 
