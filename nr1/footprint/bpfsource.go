@@ -31,12 +31,16 @@ type BPF struct {
 	procRoot string    // for fdinfo values
 	lastFull time.Time // the last pass over every process's mappings
 	cgroupV2 string    // the cgroup v2 mount, to list a heavy cgroup's processes
-	// heavy are the cgroups the last scan found past heavyFDs fds (in one process, or in
-	// all of its processes together) or did not walk whole, with the ticks it counted of
-	// each: their processes are walked last, one by one after every other process, so
+	// heavy are the units the last scan found past heavyFDs fds (in one process, or in
+	// all of their processes together) or did not walk whole, with the ticks it counted
+	// of each: their processes are walked last, one by one after every other process, so
 	// that what walking their tables costs is their CGs' alone, however many processes
-	// share the flood.
+	// share the flood. A unit is a cgroup, or the pod its groups entry names for it
+	// (SetGroups): a flood spread over a pod's containers is the pod's. members are the
+	// cgroups of each unit whose processes are walked last.
 	heavy    map[uint64]uint64
+	members  map[uint64][]uint64
+	groups   map[uint64]uint64
 	heavyFDs uint64
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
@@ -131,6 +135,20 @@ func (b *BPF) SetHeavyFDs(n uint64) error {
 	return nil
 }
 
+// SetGroups names, for each cgroup of a pod (by id), the pod's cgroup: the cgroups of a
+// pod are one unit for the fds the next scans walk of them, so that a flood spread over
+// a pod's containers, each below HeavyFDs, is as heavy as in one of them. A cgroup not
+// named is a unit of its own. The map is kept; it is read during a scan.
+func (b *BPF) SetGroups(groups map[uint64]uint64) { b.groups = groups }
+
+// unitOf is the unit whose walk cgroup's processes count in.
+func (b *BPF) unitOf(cgroup uint64) uint64 {
+	if u, ok := b.groups[cgroup]; ok {
+		return u
+	}
+	return cgroup
+}
+
 // Name is "bpf".
 func (b *BPF) Name() string { return "bpf" }
 
@@ -197,7 +215,8 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// A pod can hold as many unlinked files as it can make: one past what is sized per
 	// cgroup is kept, to name the cgroup, and the rest dropped as they come.
 	unlinkedOf := map[uint64]int{}
-	files, last := b.fp.Files, b.heavyProcesses()
+	files := b.fp.Files
+	last, listed := b.heavyProcesses()
 	var listing error
 	// The heavy processes are walked last, their cgroups smallest first (by the ticks the
 	// last scan counted of each), and each heavy cgroup walks HeavyWalk of its fds at
@@ -217,9 +236,19 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	}
 	expired := func() bool { return ctx.Err() != nil }
 	heavy := map[uint64]uint64{}
-	// ticks counts, per cgroup, the ticks met while its processes were walked: about
-	// one per bpf.Tick fds, so that a flood spread over many processes is seen as one.
+	// ticks counts, per unit, the ticks met while its processes were walked: about one
+	// per bpf.Tick fds, so that a flood spread over many processes is seen as one; met
+	// names the cgroups each unit's ticks were met in.
 	ticks := map[uint64]uint64{}
+	met := map[uint64]map[uint64]bool{}
+	meet := func(cgroup uint64) uint64 {
+		u := b.unitOf(cgroup)
+		if met[u] == nil {
+			met[u] = map[uint64]bool{}
+		}
+		met[u][cgroup] = true
+		return u
+	}
 	// out stops the walk at r: the heavy cgroups walked last from r's process on are not
 	// reached, by the node's time, not their doing; anywhere else, the processes from r's
 	// on are not read.
@@ -241,7 +270,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 		switch r.Kind {
 		case bpf.KindTick:
-			ticks[r.CgroupId]++
+			ticks[meet(r.CgroupId)]++
 			if expired() {
 				return out(r)
 			}
@@ -253,7 +282,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			}
 			return nil
 		case bpf.KindHeavy:
-			s.Heavy = append(s.Heavy, r.CgroupId)
+			s.Heavy = append(s.Heavy, meet(r.CgroupId))
 			return nil
 		case bpf.KindNetNS:
 			foreign = append(foreign, *r)
@@ -294,15 +323,29 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		slices.Sort(*l)
 		*l = slices.Compact(*l)
 	}
-	for cgroup, n := range ticks {
-		if n*bpf.Tick >= b.heavyFDs && !slices.Contains(s.Heavy, cgroup) {
-			s.Heavy = append(s.Heavy, cgroup)
+	for u, n := range ticks {
+		if n*bpf.Tick >= b.heavyFDs && !slices.Contains(s.Heavy, u) {
+			s.Heavy = append(s.Heavy, u)
 		}
 	}
-	for _, cgroup := range slices.Concat(s.Heavy, s.Unfinished, s.Unreached) {
-		heavy[cgroup] = max(ticks[cgroup], 1)
+	walkedLast := map[uint64][]uint64{}
+	for _, u := range slices.Concat(s.Heavy, s.Unfinished, s.Unreached) {
+		if _, again := heavy[u]; again {
+			continue
+		}
+		heavy[u] = max(ticks[u], 1)
+		// The cgroups met this scan, and those walked last in the last one that still
+		// have processes: a unit past its walk passes them over, so they meet no tick.
+		for cgroup := range met[u] {
+			walkedLast[u] = append(walkedLast[u], cgroup)
+		}
+		for _, cgroup := range b.members[u] {
+			if !met[u][cgroup] && listed[cgroup] {
+				walkedLast[u] = append(walkedLast[u], cgroup)
+			}
+		}
 	}
-	b.heavy = heavy
+	b.heavy, b.members = heavy, walkedLast
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
@@ -473,25 +516,28 @@ func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
 	return tail
 }
 
-// heavyProcesses are the processes of the cgroups the last scan found heavy, each with
-// its cgroup, as the cgroups list them now. A cgroup gone, or that cannot be read, is
-// walked in its processes' order.
-func (b *BPF) heavyProcesses() map[uint32]uint64 {
+// heavyProcesses are the processes of the units the last scan found heavy, each with
+// its unit, as their member cgroups list them now, and the member cgroups listed. A
+// cgroup gone, or that cannot be read, is walked in its processes' order.
+func (b *BPF) heavyProcesses() (map[uint32]uint64, map[uint64]bool) {
 	if len(b.heavy) == 0 || b.cgroupV2 == "" {
-		return nil
+		return nil, nil
 	}
-	procs := map[uint32]uint64{}
+	procs, listed := map[uint32]uint64{}, map[uint64]bool{}
 	var pids []int
-	for cgroup := range b.heavy {
-		var err error
-		if pids, err = cgroupfs.ProcsOf(b.cgroupV2, cgroup, pids[:0]); err != nil {
-			continue
-		}
-		for _, pid := range pids {
-			procs[uint32(pid)] = cgroup //nolint:gosec // a PID fits
+	for u := range b.heavy {
+		for _, cgroup := range b.members[u] {
+			var err error
+			if pids, err = cgroupfs.ProcsOf(b.cgroupV2, cgroup, pids[:0]); err != nil {
+				continue
+			}
+			listed[cgroup] = true
+			for _, pid := range pids {
+				procs[uint32(pid)] = u //nolint:gosec // a PID fits
+			}
 		}
 	}
-	return procs
+	return procs, listed
 }
 
 // heavyLast names the processes under procRoot in PID order but those of heavy, then

@@ -266,6 +266,67 @@ func TestAnUnwalkedProcesssNamespaceIsRead(t *testing.T) {
 	}
 }
 
+// TestAFloodSpreadOverAPodsCgroupsIsThePods: a flood spread over three cgroups, each
+// below HeavyFDs, is none of theirs alone; named one pod's (SetGroups), it is the pod's:
+// heavy, walked last, one walk of HeavyWalk fds for the three (171000 fds, each cgroup
+// 57000, read whole were each its own), and unfinished under the pod's cgroup, while
+// the CG beside it is read whole.
+func TestAFloodSpreadOverAPodsCgroupsIsThePods(t *testing.T) {
+	p, dir := newCgroups(t, 4)
+	b := newBPFOrSkip(t, p)
+	flood := floodOfFds(t)
+	for cg := range 3 {
+		for range 3 {
+			cmd := exec.Command("sleep", "600")
+			cmd.ExtraFiles = flood
+			p.start(t, cg, cmd)
+		}
+	}
+	status := filepath.Join(dir, "beside")
+	p.start(t, 3, exec.Command(nr1Load, "--compute-dma-file", p.sim.File(sim.ComputeDMA), "--cpu-dma-file", p.sim.File(sim.CPUDMA),
+		"--queue-file", p.sim.File(sim.HypervisorQ), "--write-file", filepath.Join(dir, "blob"), "--status-file", status, "--queues", "3"))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(status)
+		var st struct{ Queues int64 }
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Queues == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load beside the flood never reported its 3 queues: %s %v", b, err)
+		}
+	}
+	scan := func() *Scan {
+		t.Helper()
+		s, err := b.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for range 2 {
+		if s := scan(); len(s.Heavy) != 0 || len(s.Unfinished) != 0 {
+			t.Fatalf("each its own: heavy %v, unfinished %v; want none, each cgroup below %d fds", s.Heavy, s.Unfinished, HeavyFDs)
+		}
+	}
+	const pod = 4242 // the pod's cgroup: a unit, never listed itself
+	b.SetGroups(map[uint64]uint64{p.ids[0]: pod, p.ids[1]: pod, p.ids[2]: pod, 99: 98})
+	if s := scan(); !slices.Equal(s.Heavy, []uint64{pod}) {
+		t.Fatalf("one pod's: heavy %v, want the pod %d alone", s.Heavy, pod)
+	}
+	for i := range 2 {
+		s := scan()
+		queues := 0
+		for _, h := range s.Handles {
+			if h.CgroupID == p.ids[3] && p.targets.At(h.Target).Resource == nr1.HypervisorQueue {
+				queues++
+			}
+		}
+		if !slices.Equal(s.Unfinished, []uint64{pod}) || len(s.Unreached) != 0 || s.Cutoff != 0 || queues != 3 {
+			t.Errorf("scan %d after: unfinished %v, unreached %v, cut at %d, %d queues beside; want the pod %d unfinished alone, the 3 queues", i, s.Unfinished, s.Unreached, s.Cutoff, queues, pod)
+		}
+	}
+}
+
 // floodOfFds is 19000 fds of /dev/null (this host's limit is 20000 a process), for the
 // test's life, to hand to processes as ExtraFiles: close-on-exec, so that no other
 // process the test starts holds them.

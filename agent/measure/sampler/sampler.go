@@ -144,6 +144,9 @@ func (s *Sampler) Step(ctx context.Context) {
 func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	now := s.opts.Clock.Now()
 	inv := s.opts.Inventory.Build(now)
+	if g, ok := s.opts.Source.(grouper); ok {
+		g.SetGroups(podGroups(inv))
+	}
 	sctx, cancel := context.WithTimeout(ctx, s.opts.ScanTimeout)
 	scan, err := s.opts.Source.Scan(sctx)
 	cancel()
@@ -160,6 +163,35 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	snap := Attribute(now, inv, scan, s.opts.Targets, part, lineage)
 	snap.Took = s.opts.Clock.Since(now)
 	return snap, nil
+}
+
+// grouper is a source that walks the cgroups of a pod as one (footprint.BPF): a flood of
+// fds spread over a pod's containers is then as heavy as in one of them.
+type grouper interface {
+	SetGroups(groups map[uint64]uint64)
+}
+
+// podGroups names, for each cgroup of a CG's pod (its containers', those nested below
+// them, the pod's own), the pod's cgroup.
+func podGroups(inv *inventory.Snapshot) map[uint64]uint64 {
+	groups := map[uint64]uint64{}
+	for _, cg := range inv.CGs {
+		if len(cg.PodCgroupIDs) == 0 || cg.PodCgroupIDs[0] == 0 {
+			continue
+		}
+		pod := cg.PodCgroupIDs[0]
+		for _, id := range cg.PodCgroupIDs {
+			groups[id] = pod
+		}
+		for _, c := range cg.Containers {
+			for _, id := range append([]uint64{c.CgroupID}, c.ChildCgroupIDs...) {
+				if id != 0 {
+					groups[id] = pod
+				}
+			}
+		}
+	}
+	return groups
 }
 
 // owner is who a container cgroup's records count for: its CG's tally group and its

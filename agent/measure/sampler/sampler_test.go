@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -612,5 +613,36 @@ func TestUnlinkedFilesAddToTheirHoldersPartition(t *testing.T) {
 	}
 	if hoarder.UncertainCause != view.CauseUnlinked || !hoarder.UncertainOwn || writer.UsageUncertain != "" {
 		t.Errorf("hoarder uncertain %q (%s, own %v), writer %q; want the hoarder alone uncertain by its own doing", hoarder.UsageUncertain, hoarder.UncertainCause, hoarder.UncertainOwn, writer.UsageUncertain)
+	}
+}
+
+// groupingScan is a source that walks a pod's cgroups as one: it records the groups
+// it was given before each scan.
+type groupingScan struct {
+	fixedScan
+	groups map[uint64]uint64
+}
+
+func (g *groupingScan) SetGroups(groups map[uint64]uint64) { g.groups = groups }
+
+// A source that walks a pod's cgroups as one is told, before each scan, the pod's
+// cgroup of each cgroup of a CG: its containers', those nested below them, the pod's
+// own and those below it no container's; a CG whose pod's cgroup is not known names
+// none, and a container without a cgroup none.
+func TestTheSourceIsToldEachPodsCgroups(t *testing.T) {
+	inv := &inventory.Snapshot{CGs: []*view.CG{
+		{UID: "a", Name: "a", PodCgroupIDs: []uint64{20, 25}, Containers: []*view.Container{
+			{Name: "health-handler", CgroupID: 21, ChildCgroupIDs: []uint64{22, 23}}, {Name: "sidecar", CgroupID: 24}, {Name: "starting"}}},
+		{UID: "b", Name: "b", Containers: []*view.Container{{Name: "health-handler", CgroupID: 31}}},
+	}}
+	src := &groupingScan{fixedScan: fixedScan{&footprint.Scan{Source: "fake"}}}
+	s := New(Options{Inventory: fixedInventory{inv}, Source: src, Targets: targets(t), Partition: fixedPartition{},
+		ScanTimeout: time.Second, Clock: testingclock.NewFakeClock(time.Unix(200, 0)), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if _, err := s.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]uint64{20: 20, 21: 20, 22: 20, 23: 20, 24: 20, 25: 20}
+	if !maps.Equal(src.groups, want) {
+		t.Errorf("groups %v, want %v", src.groups, want)
 	}
 }
