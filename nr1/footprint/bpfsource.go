@@ -349,12 +349,14 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
-	// they are read whatever the cutoff, with a time of their own: a quarter of the
-	// scan's. A pass cut short leaves every CG's handles a lower bound.
+	// they are read whatever the cutoff, with a time of their own: what is left of the
+	// scan's, a quarter of it at least (the walks before are bounded, so most of it is
+	// left, which a node short of CPU needs). A pass cut short leaves every CG's handles
+	// a lower bound.
 	ictx := context.WithoutCancel(ctx)
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
-		ictx, cancel = context.WithTimeout(ictx, max(deadline.Sub(start)/4, time.Millisecond))
+		ictx, cancel = context.WithTimeout(ictx, max(time.Until(deadline), deadline.Sub(start)/4, time.Millisecond))
 		defer cancel()
 	}
 	// A process left unwalked (a cut walk, a heavy cgroup past its budget) may be the only
