@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,18 +67,23 @@ func (l *load) pool(ctx context.Context, n int, hold, interval time.Duration) er
 	for w := range n {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				cmd := exec.Command(exe, poolArg, l.queues.path, hold.String())
+				// A worker still running a minute past its hold is stuck: killed, and
+				// counted failed. One holding when the pool ends is waited for.
+				stuck, stop := context.WithTimeout(context.Background(), hold+time.Minute)
+				cmd := exec.CommandContext(stuck, exe, poolArg, l.queues.path, hold.String())
 				out, err := cmd.CombinedOutput()
+				stop()
 				var exit *exec.ExitError
 				switch {
 				case err == nil:
 					opens.Add(1)
 				case errors.As(err, &exit) && exit.ExitCode() == poolRefused:
 					refused.Add(1)
-					fmt.Fprintf(l.out, "%s pool refused: worker %d: %s", l.now().UTC().Format(time.RFC3339Nano), w, out)
+					fmt.Fprintf(l.out, "%s pool refused: worker %d: %s\n", l.now().UTC().Format(time.RFC3339Nano), w, bytes.TrimSpace(out))
 				default:
 					failed.Add(1)
-					fmt.Fprintf(l.out, "%s pool failed: worker %d: %v: %s\n", l.now().UTC().Format(time.RFC3339Nano), w, err, out)
+					fmt.Fprintf(l.out, "%s pool failed: worker %d: %v: %s\n", l.now().UTC().Format(time.RFC3339Nano), w, err, bytes.TrimSpace(out))
+					time.Sleep(100 * time.Millisecond) // what fails at once would fail again at once
 				}
 			}
 		})

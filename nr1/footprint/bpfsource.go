@@ -275,7 +275,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 				return out(r)
 			}
 			if cgroup, ok := last[r.Pid]; ok && inTail {
-				if walkedOf[cgroup]++; walkedOf[cgroup]*bpf.Tick >= HeavyWalk {
+				if walkedOf[cgroup]++; pastWalk(walkedOf[cgroup]) {
 					spent[cgroup] = true
 					return bpf.ErrNextProcess
 				}
@@ -333,7 +333,12 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		if _, again := heavy[u]; again {
 			continue
 		}
+		// A unit not walked whole keeps what the last scan counted of it, if more: its
+		// place in the tail is its size, not how much of it a cut let be walked.
 		heavy[u] = max(ticks[u], 1)
+		if slices.Contains(s.Unfinished, u) || slices.Contains(s.Unreached, u) {
+			heavy[u] = max(heavy[u], b.heavy[u])
+		}
 		// The cgroups met this scan, and those walked last in the last one that still
 		// have processes: a unit past its walk passes them over, so they meet no tick.
 		for cgroup := range met[u] {
@@ -482,12 +487,12 @@ func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record, since map[[2]
 	return found
 }
 
-// settleCut names the heavy cgroups a walk that ran out of time did not read whole,
-// walking tail (each process's cgroup in last) from the process at cut on, or all of it
-// when the time ran out before the tail (cut -1), the node's time. The cgroup whose walk
+// settleCut names the heavy units a walk that ran out of time did not read whole,
+// walking tail (each process's unit in last) from the process at cut on, or all of it
+// when the time ran out before the tail (cut -1), the node's time. The unit whose walk
 // was cut is unfinished (marked in spent): its table took the time, walked after every
-// smaller one. So is each one after it that the last scan found past its walk (ticks,
-// the last scan's of each): it would be again. It returns the others, read whole last
+// smaller one. So is each one the last scan found past its walk (ticks, the last scan's
+// of each): it would be again, by its doing. It returns the others, read whole last
 // time, which are unreached.
 func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]uint64, spent map[uint64]bool) []uint64 {
 	from := max(cut, 0)
@@ -498,7 +503,7 @@ func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]
 	for _, pid := range tail[from:] {
 		switch cgroup := last[pid]; {
 		case spent[cgroup]:
-		case cut >= 0 && ticks[cgroup]*bpf.Tick >= HeavyWalk:
+		case pastWalk(ticks[cgroup]):
 			spent[cgroup] = true
 		default:
 			unreached = append(unreached, cgroup)
@@ -506,6 +511,12 @@ func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]
 	}
 	return unreached
 }
+
+// pastWalk says a unit whose walk met so many ticks walked more than HeavyWalk fds: a
+// tick comes every bpf.Tick objects walked, the first of a unit's any time after its
+// walk begins, so one more than HeavyWalk's is past it, and a unit whose processes hold
+// HeavyWalk fds is read whole.
+func pastWalk(ticks uint64) bool { return ticks > HeavyWalk/bpf.Tick }
 
 // tailOrder is the order the processes of heavy are walked in: their cgroups by the
 // ticks the last scan counted of each, fewest first, then by PID.
@@ -533,9 +544,10 @@ func (b *BPF) heavyProcesses() (map[uint32]uint64, map[uint64]bool) {
 			if pids, err = cgroupfs.ProcsOf(b.cgroupV2, cgroup, pids[:0]); err != nil {
 				continue
 			}
-			listed[cgroup] = true
+			// A unit is its cgroup's now: the pod's cgroup may have become known since.
+			listed[cgroup] = len(pids) > 0
 			for _, pid := range pids {
-				procs[uint32(pid)] = u //nolint:gosec // a PID fits
+				procs[uint32(pid)] = b.unitOf(cgroup) //nolint:gosec // a PID fits
 			}
 		}
 	}
@@ -684,23 +696,30 @@ func (ns *namespaces) Close() {
 // the iterator named for it: one link read per namespace, where netNamespaces reads one
 // per process, and no descriptor held (a pod may make thousands of namespaces). The
 // link must name the namespace the kernel named (the process may be gone and its PID
-// reused). When members may lack a namespace (complete false), or one cannot be named
-// so, every process's namespace is read from /proc instead.
+// reused); another process named for the same namespace is tried then. When members
+// may lack a namespace (complete false), or one cannot be named so by any, every
+// process's namespace is read from /proc instead.
 func (b *BPF) memberNamespaces(members []bpf.Record, complete bool) *namespaces {
 	if !complete {
 		return netNamespaces(b.procRoot)
 	}
 	ns := &namespaces{inos: map[uint64]bool{}}
+	unnamed := map[uint64]bool{} // namespaces no process named could be opened through yet
 	for _, r := range members {
 		if ns.inos[r.File] {
 			continue
 		}
 		p := filepath.Join(b.procRoot, strconv.FormatUint(uint64(r.Pid), 10), "ns", "net")
 		if ino, err := netnsLink(p); err != nil || ino != r.File {
-			return netNamespaces(b.procRoot)
+			unnamed[r.File] = true // another process named for it may do
+			continue
 		}
+		delete(unnamed, r.File)
 		ns.inos[r.File] = true
 		ns.paths = append(ns.paths, p)
+	}
+	if len(unnamed) > 0 {
+		return netNamespaces(b.procRoot)
 	}
 	return ns
 }

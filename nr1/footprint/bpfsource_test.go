@@ -118,9 +118,10 @@ func FuzzBPFRecord(f *testing.F) {
 }
 
 // TestMemberNamespacesOpenedThroughTheProcessNamed: each namespace the iterator named is
-// named once, through its process, when that process is in it, with no descriptor held;
-// a process in another namespace (its PID reused), or a pass cut short, and every
-// process's namespace is read from /proc instead.
+// named once, through its process, when that process is in it, with no descriptor held,
+// or through the next one named for it; a process in another namespace (its PID reused)
+// with none after it, or a pass cut short, and every process's namespace is read from
+// /proc instead.
 func TestMemberNamespacesOpenedThroughTheProcessNamed(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
@@ -132,6 +133,12 @@ func TestMemberNamespacesOpenedThroughTheProcessNamed(t *testing.T) {
 	ns := b.memberNamespaces([]bpf.Record{member, member}, true)
 	if want := fmt.Sprintf("/proc/%d/ns/net", self); !slices.Equal(ns.paths, []string{want}) || len(ns.inos) != 1 || !ns.inos[st.Ino] || len(ns.fds) != 0 {
 		t.Errorf("named through the agent: %v %v, want %s alone and no descriptor held", ns.paths, ns.inos, want)
+	}
+	// A process named first that is no longer in it (gone, its PID reused): the next one
+	// named for it does.
+	stale := bpf.Record{Pid: 1 << 30, File: st.Ino, Kind: bpf.KindNetNSMember}
+	if ns := b.memberNamespaces([]bpf.Record{stale, member}, true); !slices.Equal(ns.paths, []string{fmt.Sprintf("/proc/%d/ns/net", self)}) {
+		t.Errorf("named through a gone process, then the agent: %v, want the agent's alone", ns.paths)
 	}
 	whole := netNamespaces("/proc")
 	for name, ns := range map[string]*namespaces{

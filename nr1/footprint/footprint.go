@@ -112,7 +112,7 @@ type Scan struct {
 	Unfinished []uint64 `json:"unfinished,omitempty"`
 	// Unreached are the heavy cgroups, walked whole by the last scan, that the time did
 	// not reach: spent on the other processes or a smaller heavy cgroup, the node's time,
-	// not their doing.
+	// not their doing. One the last scan found past its walk is unfinished instead.
 	Unreached []uint64 `json:"unreached,omitempty"`
 	// InFlightCut says the pass over what sockets hold in flight ran out of its time
 	// before it read every network namespace: every cgroup's handles are a lower bound.

@@ -83,11 +83,11 @@ func TestTheSmallestHeavyCgroupIsWalkedFirst(t *testing.T) {
 	}
 }
 
-// A walk out of time settles each heavy cgroup it did not read whole: the one whose walk
+// A walk out of time settles each heavy unit it did not read whole: the one whose walk
 // was cut is unfinished, each after it is unfinished when the last scan found it past its
 // walk (or this one did) and unreached otherwise; one cut before the tail, by the node's
-// time, leaves every cgroup not already past its walk unreached; the cgroups walked
-// before the cut are left as they were. Over generated tails and cuts.
+// time, leaves every unit not past its walk unreached; the units walked before the cut
+// are left as they were. Over generated tails and cuts.
 func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(53, 2))
 	budget := uint64(HeavyWalk / bpf.Tick)
@@ -95,7 +95,7 @@ func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 		cgroups := 1 + rng.IntN(5)
 		ticks, last := map[uint64]uint64{}, map[uint32]uint64{}
 		for cg := range uint64(cgroups) {
-			ticks[100+cg] = 1 + rng.Uint64N(budget+1) // budget: found past its walk
+			ticks[100+cg] = 1 + rng.Uint64N(budget+1) // past budget: found past its walk
 		}
 		var tail []uint32
 		for pid := range uint32(1 + rng.IntN(12)) {
@@ -135,11 +135,13 @@ func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 			switch {
 			case before[cg]:
 				want = "past its walk already"
+			case cut < 0 && ticks[cg] > budget:
+				want = "unfinished"
 			case cut < 0:
 				want = "unreached"
 			case last[tail[cut]] == cg:
 				want = "unfinished"
-			case i > cut && ticks[cg] >= budget:
+			case i > cut && ticks[cg] > budget:
 				want = "unfinished"
 			case i > cut:
 				want = "unreached"
