@@ -35,42 +35,61 @@ func TestFilesNameEveryNamespaceAProcessIsIn(t *testing.T) {
 	f := loadOrSkip(t)
 	pid, own := inNewNamespace(t)
 	for scan := range 2 {
-		before := processNamespaces(t)
+		before := processNamespaces(t, true)
 		named := map[uint64]uint32{}
-		if err := f.Files(func(r *Record) error {
-			if r.Kind != KindNetNSMember {
-				return nil
-			}
-			if _, twice := named[r.File]; twice {
-				t.Errorf("scan %d: namespace %d named twice", scan, r.File)
-			}
-			named[r.File] = r.Pid
-			return nil
-		}); err != nil {
+		if err := f.Files(namer(t, scan, named, true)); err != nil {
 			t.Fatal(err)
-		}
-		for ino, pid := range named {
-			// The process named may have ended since, its namespace with it.
-			if got, ok := netnsOf(strconv.Itoa(int(pid))); ok && got != ino {
-				t.Errorf("scan %d: namespace %d named through process %d, which is in %d", scan, ino, pid, got)
-			}
-		}
-		if _, ok := named[own]; !ok {
-			t.Errorf("scan %d: the namespace of process %s (%d) not named among %d", scan, pid, own, len(named))
 		}
 		// Every namespace a process with files is in, as /proc lists them before and
 		// after the scan.
-		for ino := range processNamespaces(t) {
-			if _, ok := named[ino]; !ok && before[ino] {
-				t.Errorf("scan %d: namespace %d, which processes with files were in before and after it, not named", scan, ino)
+		checkNamed(t, scan, named, map[string]uint64{"process " + pid: own}, before, processNamespaces(t, true))
+	}
+}
+
+// namer collects into named the namespace each KindNetNSMember record names, with its
+// task, failing t on one named twice, and on a record of another kind unless others.
+func namer(t *testing.T, scan int, named map[uint64]uint32, others bool) func(*Record) error {
+	return func(r *Record) error {
+		if r.Kind != KindNetNSMember {
+			if !others {
+				t.Errorf("scan %d: a record of kind %d", scan, r.Kind)
 			}
+			return nil
+		}
+		if _, twice := named[r.File]; twice {
+			t.Errorf("scan %d: namespace %d named twice", scan, r.File)
+		}
+		named[r.File] = r.Pid
+		return nil
+	}
+}
+
+// checkNamed checks the namespaces a scan named, each through a task (by id) which, if
+// still there, is in it: those of want among them, and each that processes were in both
+// before and after the scan.
+func checkNamed(t *testing.T, scan int, named map[uint64]uint32, want map[string]uint64, before, after map[uint64]bool) {
+	t.Helper()
+	for ino, id := range named {
+		// The task named may have ended since, its namespace with it.
+		if got, ok := netnsOf(strconv.Itoa(int(id))); ok && got != ino {
+			t.Errorf("scan %d: namespace %d named through task %d, which is in %d", scan, ino, id, got)
+		}
+	}
+	for what, ino := range want {
+		if _, ok := named[ino]; !ok {
+			t.Errorf("scan %d: the namespace of %s (%d) not named among %d", scan, what, ino, len(named))
+		}
+	}
+	for ino := range after {
+		if _, ok := named[ino]; !ok && before[ino] {
+			t.Errorf("scan %d: namespace %d, which processes were in before and after it, not named", scan, ino)
 		}
 	}
 }
 
-// processNamespaces are the network namespaces processes holding a file are in, from
-// /proc.
-func processNamespaces(t *testing.T) map[uint64]bool {
+// processNamespaces are the network namespaces processes are in, from /proc: those
+// holding a file only, with files.
+func processNamespaces(t *testing.T, files bool) map[uint64]bool {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -81,8 +100,10 @@ func processNamespaces(t *testing.T) map[uint64]bool {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		fds, err := os.ReadDir(filepath.Join("/proc", e.Name(), "fd"))
-		if ino, ok := netnsOf(e.Name()); ok && err == nil && len(fds) > 0 {
+		if fds, err := os.ReadDir(filepath.Join("/proc", e.Name(), "fd")); files && (err != nil || len(fds) == 0) {
+			continue
+		}
+		if ino, ok := netnsOf(e.Name()); ok {
 			out[ino] = true
 		}
 	}
@@ -159,55 +180,16 @@ func TestNamespacesNameEveryTasksNamespace(t *testing.T) {
 	pid, own := inNewNamespace(t)
 	tid, threads := threadInNewNamespace(t)
 	for scan := range 2 {
-		before := taskNamespaces(t)
+		before := processNamespaces(t, false)
 		if err := f.FilesOf(func(yield func(uint32) bool) { yield(uint32(os.Getpid())) }, func(*Record) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 		named := map[uint64]uint32{}
-		if err := f.Namespaces(func(r *Record) error {
-			if r.Kind != KindNetNSMember {
-				t.Errorf("scan %d: a record of kind %d", scan, r.Kind)
-			}
-			if _, twice := named[r.File]; twice {
-				t.Errorf("scan %d: namespace %d named twice", scan, r.File)
-			}
-			named[r.File] = r.Pid
-			return nil
-		}); err != nil {
+		if err := f.Namespaces(namer(t, scan, named, false)); err != nil {
 			t.Fatal(err)
 		}
-		for ino, id := range named {
-			if got, ok := netnsOf(strconv.Itoa(int(id))); ok && got != ino {
-				t.Errorf("scan %d: namespace %d named through task %d, which is in %d", scan, ino, id, got)
-			}
-		}
-		for what, ino := range map[string]uint64{"process " + pid: own, "thread " + tid: threads} {
-			if _, ok := named[ino]; !ok {
-				t.Errorf("scan %d: the namespace of %s (%d) not named among %d", scan, what, ino, len(named))
-			}
-		}
-		for ino := range taskNamespaces(t) {
-			if _, ok := named[ino]; !ok && before[ino] {
-				t.Errorf("scan %d: namespace %d, which processes were in before and after it, not named", scan, ino)
-			}
-		}
+		checkNamed(t, scan, named, map[string]uint64{"process " + pid: own, "thread " + tid: threads}, before, processNamespaces(t, false))
 	}
-}
-
-// taskNamespaces are the network namespaces processes are in, from /proc.
-func taskNamespaces(t *testing.T) map[uint64]bool {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[uint64]bool{}
-	for _, e := range entries {
-		if ino, ok := netnsOf(e.Name()); ok {
-			out[ino] = true
-		}
-	}
-	return out
 }
 
 // threadInNewNamespace leaves a thread of the test in a network namespace of its own
@@ -215,29 +197,44 @@ func taskNamespaces(t *testing.T) map[uint64]bool {
 func threadInNewNamespace(t *testing.T) (string, uint64) {
 	t.Helper()
 	type made struct {
-		tid int
-		err error
+		tid    int
+		leader bool
+		err    error
 	}
 	ready, done := make(chan made), make(chan struct{})
-	go func() {
-		// Never unlocked: the thread leaves with the goroutine, its namespace with it.
+	move := func() {
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The leader's namespace is the process's: never moved. Held until the
+			// test ends, so that the next try runs on another thread.
+			ready <- made{leader: true}
+			<-done
+			runtime.UnlockOSThread()
+			return
+		}
+		// Never unlocked: the thread leaves with the goroutine, its namespace with it.
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			ready <- made{err: err}
 			return
 		}
 		ready <- made{tid: unix.Gettid()}
 		<-done
-	}()
+	}
+	t.Cleanup(func() { close(done) })
+	home := mustNetns(t, "self")
+	go move()
 	m := <-ready
+	if m.leader {
+		go move()
+		m = <-ready
+	}
 	if m.err != nil {
 		t.Skipf("cannot move a thread to a new network namespace here: %v", m.err)
 	}
-	t.Cleanup(func() { close(done) })
 	tid := strconv.Itoa(m.tid)
 	ino := mustNetns(t, tid)
-	if ino == mustNetns(t, "self") {
-		t.Fatal("the thread is in its process's network namespace")
+	if ino == home || mustNetns(t, "self") != home {
+		t.Fatal("the thread is in its process's network namespace, or the process moved")
 	}
 	return tid, ino
 }

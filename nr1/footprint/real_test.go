@@ -116,12 +116,7 @@ func TestBPFRefusedWhereItCannotAttribute(t *testing.T) {
 func TestScanHonoursItsDeadlineThroughAFloodOfFds(t *testing.T) {
 	p, _ := newCgroups(t, 1)
 	b := newBPFOrSkip(t, p)
-	flood := floodOfFds(t)
-	for range 100 {
-		cmd := exec.Command("sleep", "600")
-		cmd.ExtraFiles = flood
-		p.start(t, 0, cmd)
-	}
+	floodIn(t, p, floodOfFds(t), 100, 0)
 	ctx := context.Background()
 	whole, err := b.Scan(ctx)
 	if err != nil {
@@ -165,34 +160,9 @@ func heavyWalkedLast(t *testing.T, heavyFDs uint64) {
 	if err := b.SetHeavyFDs(heavyFDs); err != nil {
 		t.Fatal(err)
 	}
-	flood := floodOfFds(t)
-	for range 40 {
-		cmd := exec.Command("sleep", "600")
-		cmd.ExtraFiles = flood
-		p.start(t, 0, cmd)
-	}
-	status := filepath.Join(dir, "beside")
-	p.start(t, 1, exec.Command(nr1Load, "--compute-dma-file", p.sim.File(sim.ComputeDMA), "--cpu-dma-file", p.sim.File(sim.CPUDMA),
-		"--queue-file", p.sim.File(sim.HypervisorQ), "--write-file", filepath.Join(dir, "blob"), "--status-file", status, "--queues", "3"))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		b, err := os.ReadFile(status)
-		var st struct{ Queues int64 }
-		if err == nil && json.Unmarshal(b, &st) == nil && st.Queues == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the load beside the flood never reported its 3 queues: %s %v", b, err)
-		}
-	}
-	queues := func(s *Scan) int {
-		n := 0
-		for _, h := range s.Handles {
-			if h.CgroupID == p.ids[1] && p.targets.At(h.Target).Resource == nr1.HypervisorQueue {
-				n++
-			}
-		}
-		return n
-	}
+	floodIn(t, p, floodOfFds(t), 40, 0)
+	threeQueuesIn(t, p, dir, 1)
+	queues := func(s *Scan) int { return queuesOf(p, s, 1) }
 	ctx := context.Background()
 	whole, err := b.Scan(ctx) // names the flooders heavy
 	if err != nil {
@@ -240,12 +210,7 @@ func heavyWalkedLast(t *testing.T, heavyFDs uint64) {
 func TestAnUnwalkedProcesssNamespaceIsRead(t *testing.T) {
 	p, _ := newCgroups(t, 1)
 	b := newBPFOrSkip(t, p)
-	flood := floodOfFds(t)
-	for range 40 {
-		cmd := exec.Command("sleep", "600")
-		cmd.ExtraFiles = flood
-		p.start(t, 0, cmd)
-	}
+	floodIn(t, p, floodOfFds(t), 40, 0)
 	// Started after the flood, so walked after HeavyWalk of its fds.
 	p.startMapper(t, 0, mapperSpec{InFlight: []string{p.sim.File(sim.HypervisorQ)}, NewNetNS: true})
 	if _, err := b.Scan(context.Background()); err != nil { // names the cgroup heavy
@@ -276,25 +241,9 @@ func TestAFloodSpreadOverAPodsCgroupsIsThePods(t *testing.T) {
 	b := newBPFOrSkip(t, p)
 	flood := floodOfFds(t)
 	for cg := range 3 {
-		for range 3 {
-			cmd := exec.Command("sleep", "600")
-			cmd.ExtraFiles = flood
-			p.start(t, cg, cmd)
-		}
+		floodIn(t, p, flood, 3, cg)
 	}
-	status := filepath.Join(dir, "beside")
-	p.start(t, 3, exec.Command(nr1Load, "--compute-dma-file", p.sim.File(sim.ComputeDMA), "--cpu-dma-file", p.sim.File(sim.CPUDMA),
-		"--queue-file", p.sim.File(sim.HypervisorQ), "--write-file", filepath.Join(dir, "blob"), "--status-file", status, "--queues", "3"))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		b, err := os.ReadFile(status)
-		var st struct{ Queues int64 }
-		if err == nil && json.Unmarshal(b, &st) == nil && st.Queues == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the load beside the flood never reported its 3 queues: %s %v", b, err)
-		}
-	}
+	threeQueuesIn(t, p, dir, 3)
 	scan := func() *Scan {
 		t.Helper()
 		s, err := b.Scan(context.Background())
@@ -315,16 +264,51 @@ func TestAFloodSpreadOverAPodsCgroupsIsThePods(t *testing.T) {
 	}
 	for i := range 2 {
 		s := scan()
-		queues := 0
-		for _, h := range s.Handles {
-			if h.CgroupID == p.ids[3] && p.targets.At(h.Target).Resource == nr1.HypervisorQueue {
-				queues++
-			}
-		}
+		queues := queuesOf(p, s, 3)
 		if !slices.Equal(s.Unfinished, []uint64{pod}) || len(s.Unreached) != 0 || s.Cutoff != 0 || queues != 3 {
 			t.Errorf("scan %d after: unfinished %v, unreached %v, cut at %d, %d queues beside; want the pod %d unfinished alone, the 3 queues", i, s.Unfinished, s.Unreached, s.Cutoff, queues, pod)
 		}
 	}
+}
+
+// floodIn starts n processes in cgroup cg of p, each holding flood, for the test's life.
+func floodIn(t *testing.T, p *population, flood []*os.File, n, cg int) {
+	t.Helper()
+	for range n {
+		cmd := exec.Command("sleep", "600")
+		cmd.ExtraFiles = flood
+		p.start(t, cg, cmd)
+	}
+}
+
+// threeQueuesIn starts nr1-load holding 3 queues in cgroup cg of p, and waits until it
+// says it holds them.
+func threeQueuesIn(t *testing.T, p *population, dir string, cg int) {
+	t.Helper()
+	status := filepath.Join(dir, "beside")
+	p.start(t, cg, exec.Command(nr1Load, "--compute-dma-file", p.sim.File(sim.ComputeDMA), "--cpu-dma-file", p.sim.File(sim.CPUDMA),
+		"--queue-file", p.sim.File(sim.HypervisorQ), "--write-file", filepath.Join(dir, "blob"), "--status-file", status, "--queues", "3"))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := os.ReadFile(status)
+		var st struct{ Queues int64 }
+		if err == nil && json.Unmarshal(b, &st) == nil && st.Queues == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load beside the flood never reported its 3 queues: %s %v", b, err)
+		}
+	}
+}
+
+// queuesOf counts the queue handles s read of cgroup cg of p.
+func queuesOf(p *population, s *Scan, cg int) int {
+	n := 0
+	for _, h := range s.Handles {
+		if h.CgroupID == p.ids[cg] && p.targets.At(h.Target).Resource == nr1.HypervisorQueue {
+			n++
+		}
+	}
+	return n
 }
 
 // floodOfFds is 19000 fds of /dev/null (this host's limit is 20000 a process), for the
@@ -358,16 +342,8 @@ func TestAFloodSpendsOnlyItsOwnWalk(t *testing.T) {
 	p, _ := newCgroups(t, 2)
 	b := newBPFOrSkip(t, p)
 	flood := floodOfFds(t)
-	for range 40 {
-		cmd := exec.Command("sleep", "600")
-		cmd.ExtraFiles = flood
-		p.start(t, 0, cmd)
-	}
-	for range 4 {
-		cmd := exec.Command("sleep", "600")
-		cmd.ExtraFiles = flood
-		p.start(t, 1, cmd)
-	}
+	floodIn(t, p, flood, 40, 0)
+	floodIn(t, p, flood, 4, 1)
 	ctx := context.Background()
 	first, err := b.Scan(ctx) // names both heavy
 	if err != nil {
