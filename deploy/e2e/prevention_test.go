@@ -198,10 +198,13 @@ func checkPool(t *testing.T, c kubernetes.Interface, pool *corev1.Pod, started t
 // to completion, and it starts first: booked at the main containers' sum, its opens past
 // it would be refused inside its own booking.
 func checkInitContainerBooking(t *testing.T, c kubernetes.Interface) {
+	// Each books its image and a writable layer: a runtime may count the image in the
+	// docker partition (CRI-O does), and a booking of 0 there is over at once.
+	partition := nr1LoadImageMB(t) + 2
 	p := loadPod("gated-init", "--queues=1")
-	p.Spec.Containers[0].Resources = nr1Requests(nr1.Amounts{0, 0, 0, 1})
+	p.Spec.Containers[0].Resources = nr1Requests(nr1.Amounts{0, 0, partition, 1})
 	fetch := loadContainer("fetch", "--queues=4", "--exit", "--status-file=")
-	fetch.Resources = nr1Requests(nr1.Amounts{0, 0, 0, 4})
+	fetch.Resources = nr1Requests(nr1.Amounts{0, 0, partition, 4})
 	p.Spec.InitContainers = []corev1.Container{fetch}
 	p = running(t, c, createPod(t, c, p))
 	if _, ok := logLineAt(t, c, p, "fetch", "refused"); ok {
