@@ -218,16 +218,16 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	files := b.fp.Files
 	last, listed := b.heavyProcesses()
 	var listing error
-	// The heavy processes are walked last, their cgroups smallest first (by the ticks the
-	// last scan counted of each), and each heavy cgroup walks HeavyWalk of its fds at
-	// most, counted by its ticks: past that it is unfinished, by its own doing, and its
-	// other processes are passed over. A flood costs a scan that much, whatever its size,
-	// and no other heavy cgroup its walk; a cgroup whose processes hold up to that many is
-	// read whole at every scan.
+	// The heavy processes are walked last, their units smallest first (by the ticks the
+	// last scan counted of each), and each heavy unit walks HeavyWalk of its fds at most,
+	// counted by its ticks: past that it is unfinished, by its own doing, and its other
+	// processes are passed over. A flood costs a scan that much, whatever its size, and no
+	// other heavy unit its walk; a unit whose processes hold up to that many is read whole
+	// at every scan.
 	tail := b.tailOrder(last)
 	inTail := false
-	walkedOf := map[uint64]uint64{} // per heavy cgroup, its ticks in the tail
-	spent := map[uint64]bool{}      // the heavy cgroups past HeavyWalk
+	walkedOf := map[uint64]uint64{} // per heavy unit, its ticks in the tail
+	spent := map[uint64]bool{}      // the heavy units past HeavyWalk
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
 			return b.fp.FilesOf(heavyLast(b.procRoot, last, tail, &listing, func() { inTail = true },
@@ -249,9 +249,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		met[u][cgroup] = true
 		return u
 	}
-	// out stops the walk at r: the heavy cgroups walked last from r's process on are not
-	// reached, by the node's time, not their doing; anywhere else, the processes from r's
-	// on are not read.
+	// out stops the walk at r: among the processes walked last, settleCut says which
+	// units from r's on are unfinished and which unreached; anywhere else, the processes
+	// from r's on are not read.
 	cutLast := -1 // the position in tail of the heavy process the time ran out on
 	out := func(r *bpf.Record) error {
 		if _, ok := last[r.Pid]; ok && s.Cutoff == 0 {
@@ -274,9 +274,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			if expired() {
 				return out(r)
 			}
-			if cgroup, ok := last[r.Pid]; ok && inTail {
-				if walkedOf[cgroup]++; pastWalk(walkedOf[cgroup]) {
-					spent[cgroup] = true
+			if u, ok := last[r.Pid]; ok && inTail {
+				if walkedOf[u]++; pastWalk(walkedOf[u]) {
+					spent[u] = true
 					return bpf.ErrNextProcess
 				}
 			}
@@ -355,9 +355,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
 	// they are read whatever the cutoff, with a time of their own: what is left of the
-	// scan's, a quarter of it at least (the walks before are bounded, so most of it is
-	// left, which a node short of CPU needs). A pass cut short leaves every CG's handles
-	// a lower bound.
+	// scan's, a quarter of it at least (beside a flood the walks before it stop early,
+	// leaving most of it, which a node short of CPU needs). A pass cut short leaves every
+	// CG's handles a lower bound.
 	ictx := context.WithoutCancel(ctx)
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
