@@ -130,8 +130,8 @@ struct record {
 // KIND_REGISTERED: a target registered in an io_uring of the process (fd: the ring's).
 // KIND_RING_MORE: the cgroup holds a ring whose registered files were not all read.
 // KIND_NETNS: the process holds a unix socket (fd) of a network namespace (file: its
-// inode number), the first met of that namespace's; user space reads the sockets of
-// those no process is in from inside them.
+// inode number), the first met of that namespace's in its cgroup; user space reads the
+// sockets of those no process is in from inside them.
 // KIND_PAST_CAP: a socket or ring of the cgroup holds more distinct targets than a scan
 // writes for it (target: the first one past the cap); the cgroup is over whatever it
 // was given, since it holds more than any count the agent can make of it.
@@ -391,18 +391,24 @@ static __always_inline void registered(struct seq_file *seq, struct task_struct 
 	bpf_map_update_elem(&seen, &key, &scan, BPF_ANY);
 }
 
-// The network namespace of a unix socket, reported once per namespace and scan, with
-// the socket's holder: a namespace no process is in has its sockets read from inside it,
-// through a socket a process holds. User space knows which namespaces processes are in.
+// The network namespace of a unix socket, with the socket's holder: a namespace no
+// process is in has its sockets read from inside it, through a socket a process holds
+// (user space knows which namespaces processes are in). Reported once per namespace,
+// scan and cgroup, not once per namespace: a walk passed over mid-process drops what it
+// wrote that user space had not read, and a namespace named only there is named again
+// by the next cgroup's socket in it (a passed-over cgroup's processes are all passed
+// over). The key's file is the namespace's address plus one, apart from the keys of
+// member() and nr1_task_netns, whose cgroups (1, 2) a process's cgroup may be.
 static __always_inline void netns(struct bpf_iter__task_file *ctx, struct task_struct *task, struct net *net)
 {
 	struct record r = {};
-	struct seen_key key = {.file = (__u64)net};
+
+	fill(&r, task, 0, 0, KIND_NETNS);
+	struct seen_key key = {.file = (__u64)net + 1, .cgroup_id = r.cgroup_id};
 	__u32 *last = bpf_map_lookup_elem(&seen, &key);
 
 	if (last && *last == scan)
 		return;
-	fill(&r, task, 0, 0, KIND_NETNS);
 	r.file = BPF_CORE_READ(net, ns.inum);
 	r.fd = ctx->fd;
 	if (bpf_seq_write(ctx->meta->seq, &r, sizeof(r)) == 0)

@@ -107,3 +107,42 @@ func TestFilesOfWalksTheProcessesNamedInTheirOrder(t *testing.T) {
 		}
 	}
 }
+
+// A process passed over mid-walk (ErrNextProcess) takes with it the records its walk
+// had written but not yet read: a namespace first named among them is named again by
+// the next cgroup's process holding a socket in it, or its sockets go unread.
+func TestANamespaceDroppedWithAProcessIsNamedByTheNextCgroup(t *testing.T) {
+	f := loadOrSkip(t)
+	g := &gateFixture{t: t, root: v2CgroupOrSkip(t)}
+	_, passed := g.pod("passed", -1, "ctr")
+	_, next := g.pod("next", -1, "ctr")
+	a, b := g.opener(passed), g.opener(next)
+	// The first tick comes at the 4096th fd walked, before a's socket, which the same
+	// read then names.
+	n := a.must("open /dev/null")
+	a.must("dupflood " + strconv.Itoa(n) + " 5000")
+	a.must("dgram")
+	b.must("dgram")
+	home := mustNetns(t, "self")
+	pa, pb := uint32(a.cmd.Process.Pid), uint32(b.cmd.Process.Pid)
+	for scan := range 2 {
+		named := map[uint32]bool{}
+		if err := f.FilesOf(slices.Values([]uint32{pa, pb}), func(r *Record) error {
+			switch {
+			case r.Kind == KindTick && r.Pid == pa:
+				return ErrNextProcess
+			case r.Kind == KindNetNS && r.File == home:
+				named[r.Pid] = true
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if named[pa] {
+			t.Fatalf("scan %d: the passed-over process's socket read: the test no longer drops it", scan)
+		}
+		if !named[pb] {
+			t.Errorf("scan %d: the namespace of the next cgroup's socket not named: dropped with the process passed over", scan)
+		}
+	}
+}

@@ -765,24 +765,31 @@ func netNamespaces(procRoot string) *namespaces {
 // enterForeign takes a handle on each namespace of a socket some process holds that no
 // process is in: the socket is taken from its holder (pidfd_getfd) and asked for its
 // namespace (SIOCGSKNS), which must be the one the kernel named (the holder or its fd
-// may be gone and their numbers reused). The cgroups of the holders whose namespace
-// could not be taken are returned, a lower bound: one process's failing socket is its
-// own CG's problem, not every CG's on the node.
+// may be gone and their numbers reused); each cgroup's holder of a namespace is tried
+// until one answers. The cgroups of the holders of a namespace none could be taken
+// through are returned, a lower bound: one process's failing socket is its own CG's
+// problem, not every CG's on the node.
 func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, []uint64) {
 	out := &namespaces{inos: map[uint64]bool{}}
-	var unreadable []uint64
+	failed := map[uint64][]uint64{} // namespace: the cgroups of holders that failed
 	for _, r := range foreign {
 		if known.inos[r.File] || out.inos[r.File] {
 			continue
 		}
 		fd, err := socketNamespace(int(r.Pid), int(r.Fd), r.File)
 		if err != nil {
-			unreadable = append(unreadable, r.CgroupId)
+			failed[r.File] = append(failed[r.File], r.CgroupId)
 			continue
 		}
 		out.inos[r.File] = true
 		out.fds = append(out.fds, fd)
 		out.paths = append(out.paths, "/proc/self/fd/"+strconv.Itoa(fd))
+	}
+	var unreadable []uint64
+	for ino, cgroups := range failed {
+		if !out.inos[ino] {
+			unreadable = append(unreadable, cgroups...)
+		}
 	}
 	return out, unreadable
 }

@@ -150,3 +150,35 @@ func TestMemberNamespacesOpenedThroughTheProcessNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestAForeignNamespaceIsEnteredThroughAnyHolder: a namespace each cgroup's holder names
+// is entered through the first that answers, the others' failing not counted; the
+// cgroups of holders of a namespace none answered for are unreadable, and a namespace
+// processes are in is not entered again.
+func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
+	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(sock)
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/net", &st); err != nil {
+		t.Skipf("no network namespace to read: %v", err)
+	}
+	self := uint32(os.Getpid())
+	gone := bpf.Record{CgroupId: 11, Pid: 1 << 30, Fd: 3, File: st.Ino, Kind: bpf.KindNetNS}
+	holder := bpf.Record{CgroupId: 12, Pid: self, Fd: uint32(sock), File: st.Ino, Kind: bpf.KindNetNS}
+	other := bpf.Record{CgroupId: 13, Pid: 1 << 30, Fd: 3, File: st.Ino + 1, Kind: bpf.KindNetNS}
+	entered, unreadable := enterForeign(&namespaces{inos: map[uint64]bool{}}, []bpf.Record{gone, holder, other})
+	defer entered.Close()
+	if len(entered.paths) != 1 || !entered.inos[st.Ino] {
+		t.Errorf("entered %v, want the namespace of the socket the agent holds alone", entered.inos)
+	}
+	if !slices.Equal(unreadable, []uint64{13}) {
+		t.Errorf("unreadable %v, want the holder of the namespace none answered for (13) alone", unreadable)
+	}
+	known := &namespaces{inos: map[uint64]bool{st.Ino: true}}
+	if again, unreadable := enterForeign(known, []bpf.Record{gone, holder}); len(again.paths) != 0 || len(unreadable) != 0 {
+		t.Errorf("a namespace processes are in: entered %v, unreadable %v, want neither", again.paths, unreadable)
+	}
+}
