@@ -5,6 +5,8 @@ package footprint
 import (
 	"context"
 	"fmt"
+	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -89,6 +91,41 @@ func BenchmarkScanUnderFloods(b *testing.B) {
 					b.ReportMetric(float64(records), "records/op")
 				})
 			}
+		})
+	}
+}
+
+// BenchmarkScanBesideAHeavyUnit scans a node where one cgroup's 557 processes hold
+// 18000 fds each, ten million in all (the e2e flood), past what a scan walks of a unit:
+// walked at every scan (rest=0), and resting a second after each walk (HeavyRest), as
+// the agent's scans do, whose change-started ones come a gap (50 ms) apart. ns/op is a
+// scan's time, what a change waits for; the first scan, which finds the unit heavy, is
+// not counted.
+func BenchmarkScanBesideAHeavyUnit(b *testing.B) {
+	p, _ := newCgroups(b, 1)
+	p.startMapper(b, 0, mapperSpec{Open: []string{os.DevNull}, Dups: 18000, Forks: 556})
+	for _, rest := range []time.Duration{0, HeavyRest} {
+		b.Run(fmt.Sprintf("rest=%v", rest), func(b *testing.B) {
+			src := newBPFOrSkip(b, p)
+			src.rest = rest
+			if err := src.FollowMappers(); err != nil { // as the agent's
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			if _, err := src.Scan(ctx); err != nil {
+				b.Fatal(err)
+			}
+			start := cpuTime(b)
+			for b.Loop() {
+				s, err := src.Scan(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !slices.Contains(s.Unfinished, p.ids[0]) {
+					b.Fatalf("unfinished %v, want the flood's cgroup %d", s.Unfinished, p.ids[0])
+				}
+			}
+			b.ReportMetric(100*float64(cpuTime(b)-start)/float64(b.N)/float64(time.Second), "%core@1s")
 		})
 	}
 }

@@ -42,6 +42,10 @@ type BPF struct {
 	members  map[uint64][]uint64
 	groups   map[uint64]uint64
 	heavyFDs uint64
+	// walked is when each unit found past its walk was last walked; it rests for rest
+	// after (HeavyRest).
+	walked map[uint64]time.Time
+	rest   time.Duration
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
 	unlinked map[[2]uint64]time.Time
@@ -80,7 +84,7 @@ func NewBPF(procRoot, cgroupV2 string, targets *Targets) (*BPF, error) {
 		_ = fp.Close()
 		return nil, err
 	}
-	return &BPF{fp: fp, targets: targets, procRoot: procRoot, cgroupV2: cgroupV2, heavyFDs: HeavyFDs}, nil
+	return &BPF{fp: fp, targets: targets, procRoot: procRoot, cgroupV2: cgroupV2, heavyFDs: HeavyFDs, rest: HeavyRest}, nil
 }
 
 // checkAttribution holds a file of its own as the only target and runs the iterator:
@@ -228,6 +232,13 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	inTail := false
 	walkedOf := map[uint64]uint64{} // per heavy unit, its ticks in the tail
 	spent := map[uint64]bool{}      // the heavy units past HeavyWalk
+	// A unit the last scan found past its walk rests (HeavyRest) after each walk: until
+	// then it is passed over whole, unfinished by its doing as it would be walked.
+	for u, at := range b.walked {
+		if pastWalk(b.heavy[u]) && start.Sub(at) < b.rest {
+			spent[u] = true
+		}
+	}
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
 			return b.fp.FilesOf(heavyLast(b.procRoot, last, tail, &listing, func() { inTail = true },
@@ -350,7 +361,15 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			}
 		}
 	}
-	b.heavy, b.members = heavy, walkedLast
+	walked := map[uint64]time.Time{}
+	for u := range spent {
+		if walkedOf[u] > 0 {
+			walked[u] = start
+		} else if at, ok := b.walked[u]; ok {
+			walked[u] = at
+		}
+	}
+	b.heavy, b.members, b.walked = heavy, walkedLast, walked
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
@@ -822,3 +841,4 @@ func socketNamespace(pid, fd int, ino uint64) (int, error) {
 	}
 	return ns, nil
 }
+

@@ -67,6 +67,13 @@ const HeavyFDs = bpf.HeavyFDs
 // heavy cgroups: twice HeavyFDs, tens of milliseconds of a core.
 const HeavyWalk = 2 * HeavyFDs
 
+// HeavyRest is how long a heavy unit found past its walk rests after each walk: the scans
+// in between pass over its processes whole, unfinished by its doing as a walk would
+// leave it, and find what its sockets hold in flight and its mappings only. The scans a
+// change starts, a gap apart, then cost the node about what they cost without the
+// flood, and the unit's walk, tens of milliseconds, is paid once a rest.
+const HeavyRest = time.Second
+
 // Scan is what one pass over every process found.
 type Scan struct {
 	Source   string        `json:"source"`
@@ -108,7 +115,7 @@ type Scan struct {
 	// process, smallest cgroup first, HeavyWalk of each one's fds at most, so that what
 	// their tables cost falls on them, not on the others. Past its walk, or out of time
 	// while walking it, a cgroup is unfinished; so is one the time did not reach that the
-	// last scan found past its walk.
+	// last scan found past its walk, and one resting after such a walk (HeavyRest).
 	Unfinished []uint64 `json:"unfinished,omitempty"`
 	// Unreached are the heavy cgroups, walked whole by the last scan, that the time did
 	// not reach: spent on the other processes or a smaller heavy cgroup, the node's time,

@@ -362,3 +362,38 @@ func TestAFloodSpendsOnlyItsOwnWalk(t *testing.T) {
 		}
 	}
 }
+
+// A unit past its walk rests after each walk (HeavyRest): the scans in between pass over
+// its processes whole and it is unfinished in them, its queues a lower bound; a cgroup
+// beside it is read whole in every scan, and once the rest is over the unit is walked
+// again, reading what its first processes hold.
+func TestAUnitPastItsWalkRestsBetweenWalks(t *testing.T) {
+	p, dir := newCgroups(t, 2)
+	b := newBPFOrSkip(t, p)
+	b.rest = time.Hour
+	threeQueuesIn(t, p, filepath.Join(dir, "0"), 0) // its PID below the flood's: walked first
+	threeQueuesIn(t, p, filepath.Join(dir, "1"), 1)
+	floodIn(t, p, floodOfFds(t), 8, 0) // 152000 fds, past a walk
+	scan := func(what string, unfinished bool, queues int) {
+		t.Helper()
+		s, err := b.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(s.Unfinished, p.ids[0]); got != unfinished || slices.Contains(s.Unfinished, p.ids[1]) || len(s.Unreached) != 0 {
+			t.Errorf("%s: unfinished %v, unreached %v; want the flood's cgroup %d unfinished %v, the other read whole", what, s.Unfinished, s.Unreached, p.ids[0], unfinished)
+		}
+		if got := queuesOf(p, s, 0); got != queues {
+			t.Errorf("%s: %d queues of the flood's cgroup, want %d", what, got, queues)
+		}
+		if got := queuesOf(p, s, 1); got != 3 {
+			t.Errorf("%s: %d queues of the cgroup beside, want its 3", what, got)
+		}
+	}
+	scan("the first scan, every process walked whole", false, 3)
+	scan("walked past its walk", true, 3)
+	scan("resting", true, 0)
+	scan("resting still", true, 0)
+	b.rest = 0
+	scan("walked again", true, 3)
+}
