@@ -841,4 +841,3 @@ func socketNamespace(pid, fd int, ino uint64) (int, error) {
 	}
 	return ns, nil
 }
-
