@@ -112,7 +112,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 	}
 	bookEarly(offer, keeper, cgroups, cri, podResources, inits, log)
 	sample := func(ctx context.Context) {
-		tracker.Vouch(ctx, paces.VouchWait)
+		tracker.Vouch(ctx, paces.VouchWait, paces.VouchFresh)
 		if keeper == nil {
 			smp.Step(ctx)
 			return

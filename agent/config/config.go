@@ -136,6 +136,9 @@ type Paces struct {
 	// VouchWait is how long a sample waits for the kubelet to vouch for the table: a
 	// kubelet that stops answering delays a sample by no more than a change may.
 	VouchWait time.Duration
+	// VouchFresh is how young the kubelet's last answer vouches for a sample as it is,
+	// without waiting for the next: within an interval, as the samples at rest are.
+	VouchFresh time.Duration
 	// ScanTimeout bounds one footprint scan: a scan that takes an interval is cut
 	// short, and what it did not read is uncertain.
 	ScanTimeout time.Duration
@@ -148,7 +151,7 @@ func (s Sampling) Paces() Paces {
 		rest = s.AllocationRefresh.Duration
 	}
 	return Paces{RuntimePoll: s.Interval.Duration, AllocationRead: s.Interval.Duration, AllocationRest: rest,
-		VouchWait: s.ChangeGap.Duration, ScanTimeout: s.Interval.Duration}
+		VouchWait: s.ChangeGap.Duration, VouchFresh: s.Interval.Duration, ScanTimeout: s.Interval.Duration}
 }
 
 // Paths are the host roots the agent reads, so tests and containers can move them.

@@ -835,6 +835,20 @@ func (r *trustRun) judge() string {
 				t.Errorf("FALSE ACTION on %s/%s (%s), never over: evicted at %s", ns, e.pod, tc.Shape(), e.at.Format(time.TimeOnly))
 				r.explain(ns, e.pod)
 			}
+			// A worker pool at its booking says each open refused to it: a refusal inside
+			// the booking, whether or not the agent counted it false.
+			for _, h := range tc.Holders {
+				if h.Pool == 0 {
+					continue
+				}
+				for _, p := range pods.Items {
+					if refused := r.logged(p.UID, pods.Items, h.Name, "pool refused"); len(refused) > 0 {
+						falseActions += len(refused)
+						t.Errorf("FALSE ACTION on %s/%s (%s), never over: %d opens of its worker pool refused, the first at %s", ns, p.Name, tc.Shape(), len(refused), refused[0].Format(time.TimeOnly))
+						r.explain(ns, p.Name)
+					}
+				}
+			}
 			if tc.SelfUncertain {
 				switch r.judgeOwn(&tc, pods.Items, end) {
 				case judgedDone:
@@ -1185,6 +1199,18 @@ func containerStart(p *corev1.Pod, container string) (time.Time, bool) {
 // included) within [from, to], as its probe logged it; zero when none was.
 func (r *trustRun) firstRefusal(pod types.UID, pods []corev1.Pod, container string, from, to time.Time) time.Time {
 	var first time.Time
+	for _, at := range r.logged(pod, pods, container, "probe refused") {
+		if !at.Before(from) && !at.After(to) && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+// logged is when container of the pod (its earlier instance included) logged each line
+// beginning with what, after its timestamp.
+func (r *trustRun) logged(pod types.UID, pods []corev1.Pod, container, what string) []time.Time {
+	var out []time.Time
 	for i := range pods {
 		if pods[i].UID != pod {
 			continue
@@ -1196,17 +1222,16 @@ func (r *trustRun) firstRefusal(pod types.UID, pods []corev1.Pod, container stri
 			}
 			for _, line := range strings.Split(string(logs), "\n") {
 				stamp, rest, _ := strings.Cut(line, " ")
-				if !strings.HasPrefix(rest, "probe refused") {
+				if !strings.HasPrefix(rest, what) {
 					continue
 				}
-				at, err := time.Parse(time.RFC3339Nano, stamp)
-				if err == nil && !at.Before(from) && !at.After(to) && (first.IsZero() || at.Before(first)) {
-					first = at
+				if at, err := time.Parse(time.RFC3339Nano, stamp); err == nil {
+					out = append(out, at)
 				}
 			}
 		}
 	}
-	return first
+	return out
 }
 
 // podEnds are the ends recorded of a pod's containers.

@@ -103,12 +103,20 @@ type Holder struct {
 	// the sender's: the CG whose socket holds it is never acted on for it.
 	Bind   bool
 	SendTo string
+	// Pool keeps so many short-lived workers going after its last step, each opening one
+	// queue, holding it PoolHold and exiting with it open, another starting at once: an
+	// honest worker pool at its booking, whose opens the budget gate must never refuse
+	// (each refusal its log says is a false action).
+	Pool int
 	// Mark names the SharedClaim case, of another namespace, whose claim's CDI spec the
 	// holder mounts through a hostPath where a share's mark goes: a mark the agent did not
 	// write. It is reported (where the runtime does not tell CDI devices, CRI-O), never
 	// counted, and the CG is judged as any other.
 	Mark string
 }
+
+// PoolHold is how long a pool's worker holds its queue.
+const PoolHold = 150 * time.Millisecond
 
 // probeEvery is how often a probing holder tries a new open.
 const probeEvery = 500 * time.Millisecond
@@ -212,6 +220,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
 	seventh := rand.New(rand.NewPCG(seed, 600+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	eighth := rand.New(rand.NewPCG(seed, 700+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
+	ninth := rand.New(rand.NewPCG(seed, 800+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -223,6 +232,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		probes(&c)
 		selfUncertain(fifth, &c)
 		flood(eighth, &c)
+		pool(ninth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -563,6 +573,26 @@ func flood(r *rand.Rand, c *Case) {
 	}
 }
 
+// pool gives some CGs that never go over, and hold fewer queues than they booked, a
+// worker pool taking the rest of their booking on their booking holder: workers that
+// come and go at the booking, an honest workload's ordinary pattern and the budget
+// gate's first test. Not beside a probe, whose open would be one past the booking.
+func pool(r *rand.Rand, c *Case) {
+	if c.Over != nil || c.Kind == SharedClaim || c.SelfUncertain || r.IntN(3) != 0 {
+		return
+	}
+	spare := int64(c.Booked[nr1.HypervisorQueue]) - c.Held(nr1.HypervisorQueue)
+	if spare < 1 {
+		return
+	}
+	for i := range c.Holders {
+		if h := &c.Holders[i]; h.Books && h.Role == Main && !h.Probe {
+			h.Pool = int(min(spare, 4))
+			return
+		}
+	}
+}
+
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and
 // ring handles padded with copies of one file, a holder whose environment is too large
 // for the runtime's status of it to be read, a process named kubelet whose --config is
@@ -675,7 +705,7 @@ func (c *Case) Queues() int64 {
 	var n int64
 	for _, h := range c.Holders {
 		if h.Role != Init {
-			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring)
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring) + int64(h.Pool)
 		}
 	}
 	return n
@@ -688,7 +718,7 @@ func (c *Case) Held(r nr1.Resource) int64 {
 	if r == nr1.HypervisorQueue {
 		var n int64
 		for _, h := range c.Holders {
-			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring)
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring) + int64(h.Pool)
 		}
 		return n
 	}
@@ -783,6 +813,9 @@ func (h Holder) Args(c *Case, index int) []string {
 	if h.Probe {
 		a = append(a, "--probe="+probeEvery.String())
 	}
+	if h.Pool > 0 {
+		a = append(a, "--pool="+strconv.Itoa(h.Pool), "--pool-hold="+PoolHold.String())
+	}
 	if o := c.Over; o != nil && o.Holder == index {
 		key := "compute"
 		switch o.Resource {
@@ -848,6 +881,9 @@ func (c *Case) Shape() string {
 	}
 	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Flood > 0 }) {
 		hostile = append(hostile, "fd flood")
+	}
+	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Pool > 0 }) {
+		hostile = append(hostile, "worker pool")
 	}
 	if len(hostile) > 0 {
 		s += ", " + strings.Join(hostile, ", ")

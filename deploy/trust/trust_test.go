@@ -173,6 +173,15 @@ func TestShapesAreCovered(t *testing.T) {
 						t.Errorf("seed %d: own uncertainty on %+v: want within, queues to spare for a probe, a ring past what a scan reads or a flood of a million fds", seed, c)
 					}
 				}
+				for _, h := range c.Holders {
+					if h.Pool == 0 {
+						continue
+					}
+					seen["worker pool"] = true
+					if c.Over != nil || !h.Books || h.Role != Main || h.Probe || c.Held(nr1.HypervisorQueue) != int64(c.Booked[nr1.HypervisorQueue]) && h.Pool < 4 {
+						t.Errorf("seed %d: %s's pool of %d on %+v: want a booking main container, no probe, the CG within and at its booking of queues (or a pool of 4)", seed, c.Name, h.Pool, h)
+					}
+				}
 				if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
 					probing := c.HeldAfter(o.Resource)+1 < 2*int64(c.Booked[o.Resource])
 					if c.Holders[o.Holder].Probe != probing {
@@ -194,7 +203,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}

@@ -143,12 +143,20 @@ func (t *Tracker) Step(ctx context.Context) {
 // old, and at rest the kubelet is asked once a sample, never between. It waits at most
 // wait, so a kubelet that stops answering delays no sample by its deadline: the read
 // goes on, and fails on its own. While reads fail, the tracker's own cadence retries
-// them, and a sample takes the allocations as they are, aging into unknown.
-func (t *Tracker) Vouch(ctx context.Context, wait time.Duration) {
-	if _, failing := t.Health(); t.onDemand == nil || failing != nil {
+// them, and a sample takes the allocations as they are, aging into unknown. An answer
+// younger than fresh vouches for the sample as it is: the question is asked all the
+// same, for the next sample, and this one waits for nothing, so that a sample a change
+// starts soon after another is not delayed by a kubelet slow to answer (one busy with
+// a flood of a neighbour's fds, whose every fd its cAdvisor lists).
+func (t *Tracker) Vouch(ctx context.Context, wait, fresh time.Duration) {
+	answered, failing := t.Health()
+	if t.onDemand == nil || failing != nil {
 		return
 	}
 	asked := t.clock.Now()
+	if asked.Sub(answered) < fresh {
+		wait = 0
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -161,6 +169,9 @@ func (t *Tracker) Vouch(ctx context.Context, wait time.Duration) {
 		}
 		t.step(ctx)
 	}()
+	if wait <= 0 {
+		return
+	}
 	timer := t.clock.NewTimer(wait)
 	defer timer.Stop()
 	select {

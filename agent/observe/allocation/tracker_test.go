@@ -253,10 +253,10 @@ func TestVouchAsksBeforeASampleAndWaitsAtMostItsWait(t *testing.T) {
 			t.Fatalf("%s: %d lists and %d asks, want %d and %d", what, l, a, lists, asks)
 		}
 	}
-	tr.Vouch(ctx, 50*time.Millisecond)
+	tr.Vouch(ctx, 50*time.Millisecond, 0)
 	expect("the first vouch reads the table", 1, 0)
 	clk.Step(10 * time.Second)
-	tr.Vouch(ctx, 50*time.Millisecond)
+	tr.Vouch(ctx, 50*time.Millisecond, 0)
 	expect("a vouch at rest", 1, 1)
 	if answered, err := tr.Health(); !answered.Equal(clk.Now()) || err != nil {
 		t.Fatalf("the answer before the sample is not the stage's success: %s, %v", answered, err)
@@ -268,7 +268,7 @@ func TestVouchAsksBeforeASampleAndWaitsAtMostItsWait(t *testing.T) {
 	clk.Step(10 * time.Second)
 	asked := clk.Now()
 	vouched := make(chan struct{})
-	go func() { defer close(vouched); tr.Vouch(ctx, 50*time.Millisecond) }()
+	go func() { defer close(vouched); tr.Vouch(ctx, 50*time.Millisecond, 0) }()
 	for !clk.HasWaiters() {
 		time.Sleep(time.Millisecond)
 	}
@@ -296,21 +296,72 @@ func TestVouchAsksBeforeASampleAndWaitsAtMostItsWait(t *testing.T) {
 	// Away: the question fails on its deadline, and no later vouch asks.
 	k.set(func(k *kubelet) { k.hold, k.askErr = nil, status.Error(codes.Unavailable, "connection refused") })
 	clk.Step(10 * time.Second)
-	tr.Vouch(ctx, 50*time.Millisecond)
+	tr.Vouch(ctx, 50*time.Millisecond, 0)
 	expect("a vouch of a kubelet away", 1, 4)
 	if tr.Needs(clk.Now()) == "" {
 		t.Fatal("not failing after the kubelet did not answer")
 	}
 	clk.Step(10 * time.Second)
-	tr.Vouch(ctx, 50*time.Millisecond)
+	tr.Vouch(ctx, 50*time.Millisecond, 0)
 	expect("a vouch while reads fail", 1, 4)
 
 	whole := &kubelet{table: Table{small: {"nginx": {}}}}
 	every := NewTracker(Options{Lister: whole, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	every.Vouch(ctx, 50*time.Millisecond)
+	every.Vouch(ctx, 50*time.Millisecond, 0)
 	if l, a := whole.counts(); l != 0 || a != 0 {
 		t.Errorf("a tracker reading every interval vouched: %d lists and %d asks", l, a)
 	}
+}
+
+// An answer younger than fresh vouches for a sample as it is: the sample waits for
+// nothing, even for a kubelet slow to answer, and the kubelet is asked all the same, its
+// answer vouching for the next sample; an older one has the sample wait as before.
+func TestVouchWaitsForNothingWhileTheLastAnswerIsFresh(t *testing.T) {
+	k := &kubelet{table: Table{{"web", "nginx"}: {"nginx": {}}}}
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	tr := NewTracker(Options{Lister: k, Interval: time.Second, Clock: clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDemand: &OnDemand{Asker: k, Refresh: time.Minute, Pods: pods(func() bool { return false })}})
+	ctx := context.Background()
+	tr.Vouch(ctx, 50*time.Millisecond, time.Second) // reads the table
+	hold := make(chan struct{})
+	k.set(func(k *kubelet) { k.hold = hold })
+	clk.Step(300 * time.Millisecond)
+	asked := clk.Now()
+	vouched := make(chan struct{})
+	go func() { defer close(vouched); tr.Vouch(ctx, 50*time.Millisecond, time.Second) }()
+	select {
+	case <-vouched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a vouch 300 ms after an answer waited for a slow kubelet")
+	}
+	close(hold)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if answered, err := tr.Health(); !answered.Before(asked) && err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the question a fresh vouch asked never answered")
+		}
+	}
+	if l, a := k.counts(); l != 1 || a != 1 {
+		t.Errorf("%d lists and %d asks, want the first vouch's list and the fresh one's question", l, a)
+	}
+	// Past fresh: the sample waits for the answer, up to its wait.
+	hold = make(chan struct{})
+	k.set(func(k *kubelet) { k.hold = hold })
+	clk.Step(2 * time.Second)
+	vouched = make(chan struct{})
+	go func() { defer close(vouched); tr.Vouch(ctx, 50*time.Millisecond, time.Second) }()
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-vouched:
+		t.Fatal("a vouch 2 s after the last answer did not wait for the kubelet")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(hold)
+	<-vouched
 }
 
 // A pod the runtime runs and the table lacks keeps the reads at the interval; nothing
