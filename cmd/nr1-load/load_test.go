@@ -141,7 +141,9 @@ func TestRunFollowsSteps(t *testing.T) {
 		t.Fatalf("first line %q does not report the budget", lines[0])
 	}
 	lines = lines[1:]
-	want := []string{"compute_dma_mb=3 cpu_dma_mb=0 queues=7", "compute_dma_mb=3 cpu_dma_mb=0 queues=8", "compute_dma_mb=6 cpu_dma_mb=0 queues=8"}
+	want := []string{"holding compute_dma_mb=3 cpu_dma_mb=0 queues=7",
+		"stepping to compute_dma_mb=3 cpu_dma_mb=0 queues=8", "holding compute_dma_mb=3 cpu_dma_mb=0 queues=8",
+		"stepping to compute_dma_mb=6 cpu_dma_mb=0 queues=8", "holding compute_dma_mb=6 cpu_dma_mb=0 queues=8"}
 	if len(lines) != len(want) {
 		t.Fatalf("log:\n%s", out.String())
 	}

@@ -194,7 +194,12 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return nil
 		case <-time.After(time.Until(start.Add(s.At))):
 		}
-		if err := l.apply(s.Apply(l.held)); err != nil {
+		// Said before it is taken: a process killed for what a step takes, before its
+		// holding line, has said when it began taking it.
+		next := s.Apply(l.held)
+		fmt.Fprintf(l.out, "%s stepping to compute_dma_mb=%d cpu_dma_mb=%d queues=%d write_mb=%d\n",
+			l.now().UTC().Format(time.RFC3339Nano), next.ComputeDMAMB, next.CPUDMAMB, next.Queues, next.WriteMB)
+		if err := l.apply(next); err != nil {
 			return err
 		}
 	}

@@ -1262,7 +1262,8 @@ func (r *trustRun) deadlineAfter(overAt time.Time, bound time.Duration) time.Tim
 }
 
 // overAt is when the case's overrun first happened, as its holder logged it (a killed
-// container's earlier instance included), and in which pod; false when it never did.
+// container's earlier instance included): when it began taking what put it over, and in
+// which pod; false when it never did.
 func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Time, bool) {
 	o := tc.Over
 	if o == nil {
@@ -1275,7 +1276,11 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Ti
 	case nr1.CPUDMAMemory:
 		marker = fmt.Sprintf(" cpu_dma_mb=%d queues", o.To)
 	}
-	return r.firstLog(tc, pods, func(rest string) bool { return strings.HasPrefix(rest, "holding") && strings.Contains(rest, marker) })
+	// From when it began taking it: a holder killed at once, before it said it holds it,
+	// went over all the same.
+	return r.firstLog(tc, pods, func(rest string) bool {
+		return (strings.HasPrefix(rest, "holding") || strings.HasPrefix(rest, "stepping to ")) && strings.Contains(rest, marker)
+	})
 }
 
 // refusedAt is when the case's overrun holder first logged an open refused as past the

@@ -76,7 +76,8 @@ type Holder struct {
 	// MoveDeep moves it past PATH_MAX instead: into a chain of cgroups nested so deep
 	// below the container's that no path reaches the worker's.
 	MoveDeep bool
-	// Exits after this long (an init container); zero for one that holds until stopped.
+	// Exits after this long (an init container, or a sidecar the kubelet restarts each
+	// time, RestartEvery); zero for one that holds until stopped.
 	ExitAfter time.Duration
 	// Pod is which of a SharedClaim case's pods it runs in.
 	Pod int
@@ -114,6 +115,11 @@ type Holder struct {
 	// counted, and the CG is judged as any other.
 	Mark string
 }
+
+// RestartEvery is how long a restarting sidecar runs before it exits, to be started
+// again: each start a container younger than the runtime's status of it is settled,
+// which must never shield the CG going over beside it.
+const RestartEvery = 1500 * time.Millisecond
 
 // PoolHold is how long a pool's worker holds its queue.
 const PoolHold = 150 * time.Millisecond
@@ -221,6 +227,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	seventh := rand.New(rand.NewPCG(seed, 600+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	eighth := rand.New(rand.NewPCG(seed, 700+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	ninth := rand.New(rand.NewPCG(seed, 800+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	tenth := rand.New(rand.NewPCG(seed, 900+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -233,6 +240,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		selfUncertain(fifth, &c)
 		flood(eighth, &c)
 		pool(ninth, &c)
+		restarting(tenth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -593,6 +601,20 @@ func pool(r *rand.Rand, c *Case) {
 	}
 }
 
+// restarting makes a sidecar of some CGs going over exit every RestartEvery, for the
+// kubelet to start again, whatever its backoff: the hog beside it is judged as any.
+func restarting(r *rand.Rand, c *Case) {
+	if c.Over == nil || r.IntN(2) != 0 {
+		return
+	}
+	for i := range c.Holders {
+		if h := &c.Holders[i]; h.Role == Sidecar && i != c.Over.Holder && h.Pool == 0 && !h.Probe {
+			h.ExitAfter = RestartEvery
+			return
+		}
+	}
+}
+
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and
 // ring handles padded with copies of one file, a holder whose environment is too large
 // for the runtime's status of it to be read, a process named kubelet whose --config is
@@ -884,6 +906,9 @@ func (c *Case) Shape() string {
 	}
 	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Pool > 0 }) {
 		hostile = append(hostile, "worker pool")
+	}
+	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Role == Sidecar && h.ExitAfter > 0 }) {
+		hostile = append(hostile, "restarting sidecar")
 	}
 	if len(hostile) > 0 {
 		s += ", " + strings.Join(hostile, ", ")

@@ -173,6 +173,15 @@ func TestShapesAreCovered(t *testing.T) {
 						t.Errorf("seed %d: own uncertainty on %+v: want within, queues to spare for a probe, a ring past what a scan reads or a flood of a million fds", seed, c)
 					}
 				}
+				for i, h := range c.Holders {
+					if h.Role != Sidecar || h.ExitAfter == 0 {
+						continue
+					}
+					seen["restarting sidecar"] = true
+					if c.Over == nil || c.Over.Holder == i || h.ExitAfter != RestartEvery {
+						t.Errorf("seed %d: %s's sidecar %s exits after %s: want a CG going over, the sidecar not the one going over, every %s", seed, c.Name, h.Name, h.ExitAfter, RestartEvery)
+					}
+				}
 				for _, h := range c.Holders {
 					if h.Pool == 0 {
 						continue
@@ -203,7 +212,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool", "restarting sidecar"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
