@@ -423,8 +423,8 @@ __u64 last_task = 0;
 __u32 last_task_scan = 0;
 
 // The network namespace a process is in, reported once per namespace and scan. The
-// seen key's cgroup is 1, where a namespace met through a socket (netns) has 0: one
-// namespace is reported both ways.
+// seen key's cgroup is 1, apart from netns()'s keys (the namespace's address plus one):
+// one namespace is reported both ways.
 // False when the record did not fit the seq buffer: the process's next file tries again.
 static __always_inline bool member(struct bpf_iter__task_file *ctx, struct task_struct *task)
 {

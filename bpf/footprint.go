@@ -36,8 +36,9 @@ const (
 	// read (a table larger than it reads, a socket of another namespace).
 	KindRingMore = 5
 	// KindNetNS: the record's process holds a unix socket (Fd) of the network namespace
-	// whose inode number is in File, the first met of that namespace's in this scan: a
-	// namespace no process is in is read from inside it, through that socket.
+	// whose inode number is in File, the first met of that namespace's in this scan and
+	// the record's cgroup: a namespace no process is in is read from inside it, through
+	// that socket.
 	KindNetNS = 6
 	// KindPastCap: a socket or ring of the record's cgroup holds more distinct targets
 	// than a scan writes for one (Target: the first past the cap).

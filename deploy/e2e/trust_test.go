@@ -938,7 +938,7 @@ func (r *trustRun) judge() string {
 			}
 			continue
 		}
-		overPod, overAt, wentOver := r.overAt(&tc, pods.Items)
+		overPod, overAt, wentOver := r.overAt(&tc, pods.Items, true)
 		if !wentOver {
 			continue // its holder never got there (the run ended, the pod never ran): nothing to act on
 		}
@@ -1053,7 +1053,7 @@ func (r *trustRun) judgePrevented(tc *trust.Case, pods []corev1.Pod, evs []corev
 		}
 	}
 	o := tc.Over
-	if _, at, over := r.overAt(tc, pods); over {
+	if _, at, over := r.overAt(tc, pods, false); over {
 		t.Errorf("MISS: %s/%s (%s) went over queues past the budget gate (%s to %d; %s): holding them at %s",
 			ns, tc.Name, tc.Shape(), tc.Holders[o.Holder].Name, o.To, o.Degree, at.Format(time.TimeOnly))
 		for _, p := range pods {
@@ -1262,9 +1262,11 @@ func (r *trustRun) deadlineAfter(overAt time.Time, bound time.Duration) time.Tim
 }
 
 // overAt is when the case's overrun first happened, as its holder logged it (a killed
-// container's earlier instance included): when it began taking what put it over, and in
-// which pod; false when it never did.
-func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Time, bool) {
+// container's earlier instance included), and in which pod; false when it never did.
+// With taking, from when it began taking what put it over (a holder killed at once, before
+// it said it holds it, went over all the same); without, only once it said it holds it
+// (a holder the budget gate refused began taking it, and never held it).
+func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod, taking bool) (types.UID, time.Time, bool) {
 	o := tc.Over
 	if o == nil {
 		return "", time.Time{}, false
@@ -1276,10 +1278,8 @@ func (r *trustRun) overAt(tc *trust.Case, pods []corev1.Pod) (types.UID, time.Ti
 	case nr1.CPUDMAMemory:
 		marker = fmt.Sprintf(" cpu_dma_mb=%d queues", o.To)
 	}
-	// From when it began taking it: a holder killed at once, before it said it holds it,
-	// went over all the same.
 	return r.firstLog(tc, pods, func(rest string) bool {
-		return (strings.HasPrefix(rest, "holding") || strings.HasPrefix(rest, "stepping to ")) && strings.Contains(rest, marker)
+		return (strings.HasPrefix(rest, "holding") || taking && strings.HasPrefix(rest, "stepping to ")) && strings.Contains(rest, marker)
 	})
 }
 

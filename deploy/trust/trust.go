@@ -117,7 +117,7 @@ type Holder struct {
 }
 
 // RestartEvery is how long a restarting sidecar runs before it exits, to be started
-// again: each start a container younger than the runtime's status of it is settled,
+// again after the kubelet's backoff: each start a container younger than its warm-up,
 // which must never shield the CG going over beside it.
 const RestartEvery = 1500 * time.Millisecond
 
@@ -299,9 +299,9 @@ func frame(r *rand.Rand, p *Plan) {
 
 // forgeMarks gives, in DRA mode, some CGs of another namespace than the first shared
 // claim's a holder, not booking, that mounts that claim's CDI spec where a share's mark
-// goes. Only a bare pod's that never restarts: a container created again (a restart, a
-// Job's or StatefulSet's next pod) could not start once the claim is unprepared and its
-// spec gone.
+// goes. Only a bare pod's that never restarts, on a container that never exits: a
+// container created again (a restart, a Job's or StatefulSet's next pod) could not start
+// once the claim is unprepared and its spec gone.
 func forgeMarks(r *rand.Rand, p *Plan) {
 	i := slices.IndexFunc(p.Cases, func(c Case) bool { return c.Kind == SharedClaim })
 	if i < 0 {
@@ -315,7 +315,7 @@ func forgeMarks(r *rand.Rand, p *Plan) {
 		}
 		var candidates []int
 		for j, h := range c.Holders {
-			if !h.Books && h.Role != Init {
+			if !h.Books && h.Role != Init && h.ExitAfter == 0 {
 				candidates = append(candidates, j)
 			}
 		}
@@ -601,18 +601,24 @@ func pool(r *rand.Rand, c *Case) {
 	}
 }
 
-// restarting makes a sidecar of some CGs going over exit every RestartEvery, for the
-// kubelet to start again, whatever its backoff: the hog beside it is judged as any.
+// restarting makes a sidecar of some CGs going over exit RestartEvery after each start,
+// for the kubelet to start again after its backoff: the hog beside it is judged as any.
+// Only a sidecar holding nothing: what a container younger than its warm-up holds is
+// not counted yet, so a restarting holder would take part of the overrun's margin away
+// (and a mark is forged only on a container never created again).
 func restarting(r *rand.Rand, c *Case) {
 	if c.Over == nil || r.IntN(2) != 0 {
 		return
 	}
 	for i := range c.Holders {
-		if h := &c.Holders[i]; h.Role == Sidecar && i != c.Over.Holder && h.Pool == 0 && !h.Probe {
+		h := &c.Holders[i]
+		holds := h.ComputeMB+h.CPUMB+h.Queues > 0 || h.Dup+h.InFlight+h.Ring+h.Pool > 0 || h.Probe || h.Mark != ""
+		if h.Role == Sidecar && i != c.Over.Holder && !holds {
 			h.ExitAfter = RestartEvery
 			return
 		}
 	}
+	c.Holders = append(c.Holders, Holder{Name: "restarter", Role: Sidecar, ExitAfter: RestartEvery})
 }
 
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and

@@ -178,8 +178,8 @@ func TestShapesAreCovered(t *testing.T) {
 						continue
 					}
 					seen["restarting sidecar"] = true
-					if c.Over == nil || c.Over.Holder == i || h.ExitAfter != RestartEvery {
-						t.Errorf("seed %d: %s's sidecar %s exits after %s: want a CG going over, the sidecar not the one going over, every %s", seed, c.Name, h.Name, h.ExitAfter, RestartEvery)
+					if c.Over == nil || c.Over.Holder == i || h.ExitAfter != RestartEvery || h.ComputeMB+h.CPUMB+h.Queues > 0 || h.Dup+h.InFlight+h.Ring+h.Pool > 0 || h.Mark != "" {
+						t.Errorf("seed %d: %s's sidecar %+v exits after %s: want a CG going over, the sidecar holding nothing, not the one going over nor forging a mark, every %s", seed, c.Name, h, h.ExitAfter, RestartEvery)
 					}
 				}
 				for _, h := range c.Holders {

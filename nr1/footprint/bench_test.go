@@ -97,7 +97,7 @@ func BenchmarkScanUnderFloods(b *testing.B) {
 
 // BenchmarkScanBesideAHeavyUnit scans a node where one cgroup's 557 processes hold
 // 18000 fds each, ten million in all (the e2e flood), past what a scan walks of a unit:
-// walked at every scan (rest=0), and resting a second after each walk (HeavyRest), as
+// walked at every scan (rest=0), and resting after each walk (HeavyRest), as
 // the agent's scans do, whose change-started ones come a gap (50 ms) apart. ns/op is a
 // scan's time, what a change waits for; the first scan, which finds the unit heavy, is
 // not counted.

@@ -71,8 +71,10 @@ const HeavyWalk = 2 * HeavyFDs
 // in between pass over its processes whole, unfinished by its doing as a walk would
 // leave it, and find what its sockets hold in flight and its mappings only. The scans a
 // change starts, a gap apart, then cost the node about what they cost without the
-// flood, and the unit's walk, tens of milliseconds, is paid once a rest.
-const HeavyRest = time.Second
+// flood, and the unit's walk, tens of milliseconds, is paid once a rest. Just under the
+// default sampling interval (1 s), so that each scan at the interval walks it, whatever
+// the timers' jitter.
+const HeavyRest = 900 * time.Millisecond
 
 // Scan is what one pass over every process found.
 type Scan struct {
