@@ -3,6 +3,7 @@
 package footprint
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -433,6 +434,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	s.dropExited(b.procRoot)
 	if s.Cutoff == 0 && len(s.Unfinished) == 0 && len(s.Unreached) == 0 && !s.InFlightCut {
 		if err := s.heldElsewhere(b.fp, targets); err != nil {
 			return nil, fmt.Errorf("bpf footprint: %w", err)
@@ -442,6 +444,44 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	b.unlinked = s.sizeUnlinked(b.procRoot, unlinked, b.unlinked, start)
 	s.Took = time.Since(start)
 	return s, nil
+}
+
+// dropExited drops the fds and mappings of the processes that exited while the scan
+// walked on: a process is walked at one moment, the others at theirs, and a worker that
+// exits holding a queue while its replacement (a pool's next worker, a higher PID) starts
+// would otherwise count twice, putting a CG at its booking over it. An exited process
+// holds nothing now. A description another process of its cgroup still holds (reported
+// once, through the first) is found again by heldElsewhere, from the descriptions
+// opened and not released, or by the next scan.
+func (s *Scan) dropExited(procRoot string) {
+	gone := map[int]bool{}
+	exited := func(pid int) bool {
+		if pid == 0 {
+			return false // in flight, or held by the kernel: no process
+		}
+		g, ok := gone[pid]
+		if !ok {
+			g = !running(procRoot, pid)
+			gone[pid] = g
+		}
+		return g
+	}
+	s.Handles = slices.DeleteFunc(s.Handles, func(h Handle) bool { return exited(h.PID) })
+	s.Mappings = slices.DeleteFunc(s.Mappings, func(m Mapping) bool { return exited(m.PID) })
+}
+
+// running says process pid is there and has not exited: a zombie has let go of its files
+// and memory.
+func running(procRoot string, pid int) bool {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true // not a stat line: not known to be gone
+	}
+	return b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // heldElsewhere adds the descriptions held where no walk finds them (by the kernel for a

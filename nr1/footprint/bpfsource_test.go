@@ -8,9 +8,11 @@ import (
 	"maps"
 	"math"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -187,5 +189,42 @@ func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 	known := &namespaces{inos: map[uint64]bool{st.Ino: true}}
 	if again, unreadable := enterForeign(known, []bpf.Record{gone, holder}); len(again.paths) != 0 || len(unreadable) != 0 {
 		t.Errorf("a namespace processes are in: entered %v, unreadable %v, want neither", again.paths, unreadable)
+	}
+}
+
+// TestTheRecordsOfAProcessThatExitedAreDropped: after a walk, the fds and mappings of a
+// process that has exited (reaped, or a zombie) are dropped, those of a running one and
+// those of no process (in flight) kept: a pool's worker that exits while its replacement
+// is walked after it does not count twice.
+func TestTheRecordsOfAProcessThatExitedAreDropped(t *testing.T) {
+	start := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	live, reaped, zombie := start(), start(), start()
+	_ = reaped.Process.Kill()
+	_ = reaped.Wait()
+	_ = zombie.Process.Kill()
+	for deadline := time.Now().Add(10 * time.Second); running("/proc", zombie.Process.Pid); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed process never became a zombie")
+		}
+	}
+	s := &Scan{
+		Handles: []Handle{{PID: live.Process.Pid, Description: 1}, {PID: reaped.Process.Pid, Description: 2},
+			{PID: zombie.Process.Pid, Description: 3}, {PID: 0, FD: -1, Description: 4}},
+		Mappings: []Mapping{{PID: live.Process.Pid, Start: 1}, {PID: zombie.Process.Pid, Start: 2}},
+	}
+	s.dropExited("/proc")
+	var kept []uint64
+	for _, h := range s.Handles {
+		kept = append(kept, h.Description)
+	}
+	if !slices.Equal(kept, []uint64{1, 4}) || len(s.Mappings) != 1 || s.Mappings[0].Start != 1 {
+		t.Errorf("kept handles %v and mappings %+v; want the running process's and the one in flight", kept, s.Mappings)
 	}
 }
