@@ -434,7 +434,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
-	s.dropExited(b.procRoot)
+	if err := s.dropExited(b.procRoot, func() (map[uint64]bool, error) { return opened(b.fp) }); err != nil {
+		return nil, fmt.Errorf("bpf footprint: %w", err)
+	}
 	if s.Cutoff == 0 && len(s.Unfinished) == 0 && len(s.Unreached) == 0 && !s.InFlightCut {
 		if err := s.heldElsewhere(b.fp, targets); err != nil {
 			return nil, fmt.Errorf("bpf footprint: %w", err)
@@ -450,10 +452,11 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 // walked on: a process is walked at one moment, the others at theirs, and a worker that
 // exits holding a queue while its replacement (a pool's next worker, a higher PID) starts
 // would otherwise count twice, putting a CG at its booking over it. An exited process
-// holds nothing now. A description another process of its cgroup still holds (reported
-// once, through the first) is found again by heldElsewhere, from the descriptions
-// opened and not released, or by the next scan.
-func (s *Scan) dropExited(procRoot string) {
+// holds nothing now; but a description is reported once per cgroup, through the first
+// of its processes walked, and another may hold it still: one the kernel has not
+// released (held, from the descriptions opened, asked only when an fd is dropped) is
+// kept, as held by no process.
+func (s *Scan) dropExited(procRoot string, held func() (map[uint64]bool, error)) error {
 	gone := map[int]bool{}
 	exited := func(pid int) bool {
 		if pid == 0 {
@@ -466,8 +469,37 @@ func (s *Scan) dropExited(procRoot string) {
 		}
 		return g
 	}
-	s.Handles = slices.DeleteFunc(s.Handles, func(h Handle) bool { return exited(h.PID) })
 	s.Mappings = slices.DeleteFunc(s.Mappings, func(m Mapping) bool { return exited(m.PID) })
+	if !slices.ContainsFunc(s.Handles, func(h Handle) bool { return exited(h.PID) }) {
+		return nil
+	}
+	still, err := held()
+	if err != nil {
+		return err
+	}
+	kept := s.Handles[:0]
+	for _, h := range s.Handles {
+		if exited(h.PID) {
+			if !still[h.Description] {
+				continue
+			}
+			h.PID, h.FD = 0, -1
+		}
+		kept = append(kept, h)
+	}
+	s.Handles = kept
+	return nil
+}
+
+// opened is the descriptions the kernel has not released of those opened since the
+// footprint was loaded.
+func opened(fp *bpf.Footprint) (map[uint64]bool, error) {
+	out := map[uint64]bool{}
+	err := fp.Opened(func(o bpf.Opened) error {
+		out[o.File] = true
+		return nil
+	})
+	return out, err
 }
 
 // running says process pid is there and has not exited: a zombie has let go of its files

@@ -195,7 +195,9 @@ func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 // TestTheRecordsOfAProcessThatExitedAreDropped: after a walk, the fds and mappings of a
 // process that has exited (reaped, or a zombie) are dropped, those of a running one and
 // those of no process (in flight) kept: a pool's worker that exits while its replacement
-// is walked after it does not count twice.
+// is walked after it does not count twice. A description the exited process reported
+// that the kernel has not released (another process of its cgroup holds it) is kept, as
+// held by no process.
 func TestTheRecordsOfAProcessThatExitedAreDropped(t *testing.T) {
 	start := func() *exec.Cmd {
 		cmd := exec.Command("sleep", "60")
@@ -216,15 +218,24 @@ func TestTheRecordsOfAProcessThatExitedAreDropped(t *testing.T) {
 	}
 	s := &Scan{
 		Handles: []Handle{{PID: live.Process.Pid, Description: 1}, {PID: reaped.Process.Pid, Description: 2},
-			{PID: zombie.Process.Pid, Description: 3}, {PID: 0, FD: -1, Description: 4}},
+			{PID: zombie.Process.Pid, Description: 3}, {PID: 0, FD: -1, Description: 4}, {PID: reaped.Process.Pid, FD: 7, Description: 5}},
 		Mappings: []Mapping{{PID: live.Process.Pid, Start: 1}, {PID: zombie.Process.Pid, Start: 2}},
 	}
-	s.dropExited("/proc")
-	var kept []uint64
-	for _, h := range s.Handles {
-		kept = append(kept, h.Description)
+	still := map[uint64]bool{1: true, 4: true, 5: true} // 5: a sibling of the reaped one holds it
+	if err := s.dropExited("/proc", func() (map[uint64]bool, error) { return still, nil }); err != nil {
+		t.Fatal(err)
 	}
-	if !slices.Equal(kept, []uint64{1, 4}) || len(s.Mappings) != 1 || s.Mappings[0].Start != 1 {
-		t.Errorf("kept handles %v and mappings %+v; want the running process's and the one in flight", kept, s.Mappings)
+	var kept []Handle
+	for _, h := range s.Handles {
+		kept = append(kept, Handle{PID: h.PID, FD: h.FD, Description: h.Description})
+	}
+	want := []Handle{{PID: live.Process.Pid, Description: 1}, {PID: 0, FD: -1, Description: 4}, {PID: 0, FD: -1, Description: 5}}
+	if !slices.Equal(kept, want) || len(s.Mappings) != 1 || s.Mappings[0].Start != 1 {
+		t.Errorf("kept handles %+v and mappings %+v; want %+v, the running process's mapping", kept, s.Mappings, want)
+	}
+	asked := false
+	calm := &Scan{Handles: []Handle{{PID: live.Process.Pid, Description: 1}}}
+	if err := calm.dropExited("/proc", func() (map[uint64]bool, error) { asked = true; return nil, nil }); err != nil || asked || len(calm.Handles) != 1 {
+		t.Errorf("nothing exited: asked the kernel %v, kept %+v, %v; want not asked, the handle kept", asked, calm.Handles, err)
 	}
 }
