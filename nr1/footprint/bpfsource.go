@@ -47,6 +47,10 @@ type BPF struct {
 	// after (HeavyRest).
 	walked map[uint64]time.Time
 	rest   time.Duration
+	// sockets are, per unit past its walk, the sockets of namespaces no process may be
+	// in that its last walk met (bpf.KindNetNS): while it rests, a neighbour's queues sent
+	// to one of them are still read, through the holder that last walk named.
+	sockets map[uint64][]bpf.Record
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
 	unlinked map[[2]uint64]time.Time
@@ -363,14 +367,25 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 	}
 	walked := map[uint64]time.Time{}
+	sockets := map[uint64][]bpf.Record{}
 	for u := range spent {
 		if walkedOf[u] > 0 {
 			walked[u] = start
+			for _, r := range foreign {
+				if b.unitOf(r.CgroupId) == u {
+					sockets[u] = append(sockets[u], r)
+				}
+			}
 		} else if at, ok := b.walked[u]; ok {
 			walked[u] = at
+			// Resting: its processes named no namespace in this scan; those its last
+			// walk met are read through the holders it named, as long as each still
+			// holds a socket of that namespace (enterForeign checks).
+			sockets[u] = b.sockets[u]
+			foreign = append(foreign, b.sockets[u]...)
 		}
 	}
-	b.heavy, b.members, b.walked = heavy, walkedLast, walked
+	b.heavy, b.members, b.walked, b.sockets = heavy, walkedLast, walked, sockets
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so

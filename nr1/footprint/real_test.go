@@ -397,3 +397,26 @@ func TestAUnitPastItsWalkRestsBetweenWalks(t *testing.T) {
 	b.rest = 0
 	scan("walked again", true, 3)
 }
+
+// A unit resting after its walk still has the sockets its walk met read: queues in
+// flight on a socket of a namespace no process is in, which only the unit's process
+// names, count in every scan, resting or not. Their sender may be any CG's process, not
+// the unit's: resting must not hide what a neighbour parked there.
+func TestARestingUnitsSocketsAreStillRead(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	b.rest = time.Hour
+	queue := p.sim.File(sim.HypervisorQ)
+	// Its PID below the flood's: walked within the unit's walk.
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{queue, queue, queue}, InFlightElsewhere: true})
+	floodIn(t, p, floodOfFds(t), 8, 0) // 152000 fds, past a walk
+	for _, what := range []string{"every process walked whole", "walked past its walk", "resting", "resting still"} {
+		s, err := b.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := queuesOf(p, s, 0); got != 3 || s.InFlightCut || len(s.InFlightForeign) != 0 {
+			t.Errorf("%s: %d queues in flight, pass cut %v, namespaces not entered for %v; want the 3, read whole", what, got, s.InFlightCut, s.InFlightForeign)
+		}
+	}
+}
