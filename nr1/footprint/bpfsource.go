@@ -47,9 +47,12 @@ type BPF struct {
 	// after (HeavyRest).
 	walked map[uint64]time.Time
 	rest   time.Duration
+	// resume is, per unit past its walk, the process its last walk stopped in: the next
+	// walk begins after it, so that walk after walk covers every process of the unit.
+	resume map[uint64]uint32
 	// sockets are, per unit past its walk, the sockets of namespaces no process may be
-	// in that its last walk met (bpf.KindNetNS): while it rests, a neighbour's queues sent
-	// to one of them are still read, through the holder that last walk named.
+	// in that its walks met (bpf.KindNetNS), one per namespace: what a neighbour sent to
+	// one is read while the unit rests and while its walks cover its other processes.
 	sockets map[uint64][]bpf.Record
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
@@ -237,6 +240,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	inTail := false
 	walkedOf := map[uint64]uint64{} // per heavy unit, its ticks in the tail
 	spent := map[uint64]bool{}      // the heavy units past HeavyWalk
+	stopped := map[uint64]uint32{}  // per unit past HeavyWalk, the process its walk stopped in
 	// A unit the last scan found past its walk rests (HeavyRest) after each walk: until
 	// then it is passed over whole, unfinished by its doing as it would be walked.
 	for u, at := range b.walked {
@@ -293,6 +297,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			if u, ok := last[r.Pid]; ok && inTail {
 				if walkedOf[u]++; pastWalk(walkedOf[u]) {
 					spent[u] = true
+					stopped[u] = r.Pid
 					return bpf.ErrNextProcess
 				}
 			}
@@ -367,25 +372,24 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 	}
 	walked := map[uint64]time.Time{}
-	sockets := map[uint64][]bpf.Record{}
+	resume := map[uint64]uint32{}
 	for u := range spent {
 		if walkedOf[u] > 0 {
 			walked[u] = start
-			for _, r := range foreign {
-				if b.unitOf(r.CgroupId) == u {
-					sockets[u] = append(sockets[u], r)
-				}
-			}
 		} else if at, ok := b.walked[u]; ok {
 			walked[u] = at
-			// Resting: its processes named no namespace in this scan; those its last
-			// walk met are read through the holders it named, as long as each still
-			// holds a socket of that namespace (enterForeign checks).
-			sockets[u] = b.sockets[u]
-			foreign = append(foreign, b.sockets[u]...)
+		}
+		if pid, ok := stopped[u]; ok {
+			resume[u] = pid
+		} else if pid, ok := b.resume[u]; ok {
+			resume[u] = pid
 		}
 	}
-	b.heavy, b.members, b.walked, b.sockets = heavy, walkedLast, walked, sockets
+	// The sockets a unit past its walk has shown in its walks are read while it rests,
+	// and while its next walks cover its other processes: through the holder that named
+	// each, as long as it still holds a socket of that namespace (enterForeign checks).
+	remembered := b.remembered(spent, foreign)
+	b.heavy, b.members, b.walked, b.resume = heavy, walkedLast, walked, resume
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
@@ -411,8 +415,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}) == nil
 	}
 	namespaces := b.memberNamespaces(members, complete)
-	entered, unreadable := enterForeign(namespaces, foreign)
+	entered, unreadable, stale := enterForeign(namespaces, foreign, remembered)
 	defer entered.Close()
+	b.remember(spent, foreign, remembered, stale)
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
 	n = 0
 	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Flight) error {
@@ -625,12 +630,19 @@ func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]
 func pastWalk(ticks uint64) bool { return ticks > HeavyWalk/bpf.Tick }
 
 // tailOrder is the order the processes of heavy are walked in: their cgroups by the
-// ticks the last scan counted of each, fewest first, then by PID.
+// ticks the last scan counted of each, fewest first, then by PID, from the first after
+// the one the unit's last walk stopped in (those up to it after the others).
 func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
 	tail := slices.Collect(maps.Keys(heavy))
+	after := func(pid uint32) int {
+		if r, ok := b.resume[heavy[pid]]; ok && pid <= r {
+			return 1
+		}
+		return 0
+	}
 	slices.SortFunc(tail, func(x, y uint32) int {
 		cx, cy := heavy[x], heavy[y]
-		return cmp.Or(cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(x, y))
+		return cmp.Or(cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(after(x), after(y)), cmp.Compare(x, y))
 	})
 	return tail
 }
@@ -868,23 +880,73 @@ func netNamespaces(procRoot string) *namespaces {
 	return ns
 }
 
+// rememberedSockets bounds the namespaces remembered of one unit: a pod can make as many
+// as it can hold sockets of, and past this its walks name them again as they meet them.
+const rememberedSockets = 256
+
+// remembered are the sockets the walks of the units in spent showed before and this
+// scan did not: of namespaces this scan's foreign records do not name.
+func (b *BPF) remembered(spent map[uint64]bool, foreign []bpf.Record) []bpf.Record {
+	named := map[uint64]bool{}
+	for _, r := range foreign {
+		named[r.File] = true
+	}
+	var out []bpf.Record
+	for u := range spent {
+		for _, r := range b.sockets[u] {
+			if !named[r.File] {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// remember keeps, for each unit in spent, the sockets of namespaces its processes
+// showed in this scan and those remembered that still answered (not stale), one per
+// namespace, up to rememberedSockets; a unit walked whole forgets its own.
+func (b *BPF) remember(spent map[uint64]bool, foreign, remembered []bpf.Record, stale map[bpf.Record]bool) {
+	sockets := map[uint64][]bpf.Record{}
+	held := map[uint64]map[uint64]bool{}
+	for _, r := range slices.Concat(foreign, remembered) {
+		u := b.unitOf(r.CgroupId)
+		if !spent[u] || stale[r] || len(sockets[u]) >= rememberedSockets {
+			continue
+		}
+		if held[u] == nil {
+			held[u] = map[uint64]bool{}
+		}
+		if !held[u][r.File] {
+			held[u][r.File] = true
+			sockets[u] = append(sockets[u], r)
+		}
+	}
+	b.sockets = sockets
+}
+
 // enterForeign takes a handle on each namespace of a socket some process holds that no
 // process is in: the socket is taken from its holder (pidfd_getfd) and asked for its
 // namespace (SIOCGSKNS), which must be the one the kernel named (the holder or its fd
 // may be gone and their numbers reused); each cgroup's holder of a namespace is tried
 // until one answers. The cgroups of the holders of a namespace none could be taken
 // through are returned, a lower bound: one process's failing socket is its own CG's
-// problem, not every CG's on the node.
-func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, []uint64) {
+// problem, not every CG's on the node. remembered are tried after foreign: one that
+// fails is stale (its holder closed it, or is gone), nobody's lower bound.
+func enterForeign(known *namespaces, foreign, remembered []bpf.Record) (*namespaces, []uint64, map[bpf.Record]bool) {
 	out := &namespaces{inos: map[uint64]bool{}}
 	failed := map[uint64][]uint64{} // namespace: the cgroups of holders that failed
-	for _, r := range foreign {
+	stale := map[bpf.Record]bool{}
+	for i, r := range slices.Concat(foreign, remembered) {
 		if known.inos[r.File] || out.inos[r.File] {
 			continue
 		}
 		fd, err := socketNamespace(int(r.Pid), int(r.Fd), r.File)
 		if err != nil {
-			failed[r.File] = append(failed[r.File], r.CgroupId)
+			if i < len(foreign) {
+				failed[r.File] = append(failed[r.File], r.CgroupId)
+			} else {
+				stale[r] = true
+			}
 			continue
 		}
 		out.inos[r.File] = true
@@ -897,7 +959,7 @@ func enterForeign(known *namespaces, foreign []bpf.Record) (*namespaces, []uint6
 			unreadable = append(unreadable, cgroups...)
 		}
 	}
-	return out, unreadable
+	return out, unreadable, stale
 }
 
 // socketNamespace opens the network namespace of process pid's socket fd, which must be

@@ -178,7 +178,9 @@ func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 	gone := bpf.Record{CgroupId: 11, Pid: 1 << 30, Fd: 3, File: st.Ino, Kind: bpf.KindNetNS}
 	holder := bpf.Record{CgroupId: 12, Pid: self, Fd: uint32(sock), File: st.Ino, Kind: bpf.KindNetNS}
 	other := bpf.Record{CgroupId: 13, Pid: 1 << 30, Fd: 3, File: st.Ino + 1, Kind: bpf.KindNetNS}
-	entered, unreadable := enterForeign(&namespaces{inos: map[uint64]bool{}}, []bpf.Record{gone, holder, other})
+	staleOther := other
+	staleOther.CgroupId = 14
+	entered, unreadable, stale := enterForeign(&namespaces{inos: map[uint64]bool{}}, []bpf.Record{gone, holder, other}, []bpf.Record{holder, staleOther})
 	defer entered.Close()
 	if len(entered.paths) != 1 || !entered.inos[st.Ino] {
 		t.Errorf("entered %v, want the namespace of the socket the agent holds alone", entered.inos)
@@ -186,8 +188,13 @@ func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 	if !slices.Equal(unreadable, []uint64{13}) {
 		t.Errorf("unreadable %v, want the holder of the namespace none answered for (13) alone", unreadable)
 	}
+	// A socket remembered from an earlier walk that no longer answers is stale: nobody's
+	// lower bound, forgotten.
+	if len(stale) != 1 || !stale[staleOther] {
+		t.Errorf("stale %v, want the remembered holder that failed (14) alone", stale)
+	}
 	known := &namespaces{inos: map[uint64]bool{st.Ino: true}}
-	if again, unreadable := enterForeign(known, []bpf.Record{gone, holder}); len(again.paths) != 0 || len(unreadable) != 0 {
+	if again, unreadable, _ := enterForeign(known, []bpf.Record{gone, holder}, nil); len(again.paths) != 0 || len(unreadable) != 0 {
 		t.Errorf("a namespace processes are in: entered %v, unreadable %v, want neither", again.paths, unreadable)
 	}
 }

@@ -420,3 +420,31 @@ func TestARestingUnitsSocketsAreStillRead(t *testing.T) {
 		}
 	}
 }
+
+// A unit past its walk has its walks begin where the last one stopped: walk after walk
+// covers every process of it, and a socket of a namespace no process is in held by a
+// process past the first walk's budget is met, remembered, and read from then on, in
+// every scan: what was sent to it counts for its sender.
+func TestWalksCoverEveryProcessOfAUnitPastItsWalk(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	b.rest = 0
+	floodIn(t, p, floodOfFds(t), 8, 0) // 152000 fds, past a walk
+	queue := p.sim.File(sim.HypervisorQ)
+	// Started after the flood, so past the first walk's budget.
+	p.startMapper(t, 0, mapperSpec{InFlight: []string{queue, queue, queue}, InFlightElsewhere: true})
+	var got []int
+	for range 7 {
+		s, err := b.Scan(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, queuesOf(p, s, 0))
+	}
+	// The first scan walks every process whole; the second, the unit's first walk,
+	// stops before the mapper; a later one meets it within two walks.
+	met := 2 + slices.Index(got[2:], 3)
+	if got[0] != 3 || got[1] != 0 || met < 2 || met > 3 || slices.ContainsFunc(got[met:], func(n int) bool { return n != 3 }) {
+		t.Errorf("queues in flight scan by scan %v; want 3 (the first scan), 0 (a walk that stops before the mapper), then 3 in every scan from the third or fourth on", got)
+	}
+}
