@@ -150,17 +150,25 @@ func BenchmarkDetectionLatency(b *testing.B) {
 			if d.flood {
 				floodBeside(b, c)
 			}
-			var lat []float64
+			var lat, waited []float64
 			round := 0
 			for b.Loop() {
-				lat = append(lat, latencyRound(b, c, round, 10)...)
+				l, w := latencyRound(b, c, round, 10)
+				lat, waited = append(lat, l...), append(waited, w...)
 				round++
 			}
 			slices.Sort(lat)
 			b.ReportMetric(percentile(lat, 50), "p50-ms")
 			b.ReportMetric(percentile(lat, 99), "p99-ms")
 			b.ReportMetric(lat[len(lat)-1], "max-ms")
+			// Where the time went: from going over to the start of the sample that saw it
+			// (waiting for a sample: the change gap, a sample under way), the rest the
+			// sample's and the decision's.
+			slices.Sort(waited)
+			b.ReportMetric(percentile(waited, 50), "p50-waited-ms")
+			b.ReportMetric(percentile(waited, 99), "p99-waited-ms")
 			b.Logf("%s: %d trials, latency ms %.1f", d.name, len(lat), lat)
+			b.Logf("%s: of which waiting for the sample, ms %.1f", d.name, waited)
 		})
 	}
 }
@@ -171,8 +179,9 @@ func percentile(sorted []float64, p int) float64 {
 }
 
 // latencyRound runs n CGs given 2 queues that take 5 at 4 s plus 300 ms apart, and
-// returns each one's detection latency in milliseconds.
-func latencyRound(b *testing.B, c kubernetes.Interface, round, n int) []float64 {
+// returns each one's detection latency in milliseconds, and of it the time until the
+// sample that saw it began.
+func latencyRound(b *testing.B, c kubernetes.Interface, round, n int) (lat, waited []float64) {
 	ns := fmt.Sprintf("nr1-latency-%d", round)
 	newNamespace(b, c, ns)
 	alloc := nr1.Amounts{0, 0, nr1LoadImageMB(b) + 1, 2}
@@ -196,9 +205,9 @@ func latencyRound(b *testing.B, c kubernetes.Interface, round, n int) []float64 
 		b.Fatal(err)
 	}
 	since := time.Now().Add(-time.Second)
-	var out []float64
 	for _, p := range pods {
-		var over, decided time.Time
+		var over time.Time
+		var first decision
 		eventually(b, 60*time.Second, p.Name+" over and acted on", func() error {
 			ds := decisions(b, c, agent, since, p)
 			var ok bool
@@ -212,12 +221,13 @@ func latencyRound(b *testing.B, c kubernetes.Interface, round, n int) []float64 
 			if len(ds) == 0 {
 				return fmt.Errorf("no decision yet")
 			}
-			decided = slices.MinFunc(ds, func(a, b time.Time) int { return a.Compare(b) })
+			first = slices.MinFunc(ds, func(a, b decision) int { return a.decided.Compare(b.decided) })
 			return nil
 		})
-		out = append(out, float64(decided.Sub(over).Microseconds())/1000)
+		lat = append(lat, float64(first.decided.Sub(over).Microseconds())/1000)
+		waited = append(waited, float64(first.sampled.Sub(over).Microseconds())/1000)
 	}
-	return out
+	return lat, waited
 }
 
 // podLogLineAt is the timestamp of the nth line of pod's health-handler log holding
@@ -244,28 +254,44 @@ func podLogLineAt(b testing.TB, c kubernetes.Interface, pod *corev1.Pod, marker 
 	return time.Time{}, false
 }
 
-// decisions are the "decided" times of the agent's actions on pod logged since since.
-func decisions(b *testing.B, c kubernetes.Interface, agent *corev1.Pod, since time.Time, pod *corev1.Pod) []time.Time {
+// decision is when an action was decided, and when the sample it was decided on began.
+type decision struct{ sampled, decided time.Time }
+
+// decisions are the agent's actions on pod logged since since.
+func decisions(b *testing.B, c kubernetes.Interface, agent *corev1.Pod, since time.Time, pod *corev1.Pod) []decision {
 	st := metav1.NewTime(since)
 	logs, err := c.CoreV1().Pods(agent.Namespace).GetLogs(agent.Name, &corev1.PodLogOptions{SinceTime: &st}).DoRaw(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	var out []time.Time
+	var out []decision
 	for line := range strings.Lines(string(logs)) {
 		if !strings.Contains(line, "namespace="+pod.Namespace+" ") || !strings.Contains(line, "pod="+pod.Name+" ") {
 			continue
 		}
-		_, v, ok := strings.Cut(line, " decided=")
+		decided, ok := loggedTime(b, line, "decided")
 		if !ok {
 			continue
 		}
-		v, _, _ = strings.Cut(v, " ")
-		at, err := time.Parse(time.RFC3339Nano, v)
-		if err != nil {
-			b.Fatalf("agent log line %q: %v", line, err)
+		sampled, ok := loggedTime(b, line, "sampled")
+		if !ok {
+			b.Fatalf("agent log line %q: a decision without the time of its sample", line)
 		}
-		out = append(out, at)
+		out = append(out, decision{sampled: sampled, decided: decided})
 	}
 	return out
+}
+
+// loggedTime is the time of field key in a log line of the agent, if it has one.
+func loggedTime(b *testing.B, line, key string) (time.Time, bool) {
+	_, v, ok := strings.Cut(line, " "+key+"=")
+	if !ok {
+		return time.Time{}, false
+	}
+	v, _, _ = strings.Cut(strings.TrimSpace(v), " ")
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		b.Fatalf("agent log line %q: %s: %v", line, key, err)
+	}
+	return at, true
 }
