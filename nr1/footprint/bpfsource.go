@@ -335,6 +335,13 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		if s.Cutoff != 0 {
 			cutLast = -1
 		}
+		// A walk the time cut resumes after the process it was cut in, as one its
+		// budget ended does.
+		if cutLast >= 0 {
+			if u := last[tail[cutLast]]; stopped[u] == 0 {
+				stopped[u] = tail[cutLast]
+			}
+		}
 		s.Unreached = settleCut(tail, last, cutLast, b.heavy, spent)
 	}
 	for cgroup := range spent {
@@ -372,23 +379,31 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 	}
 	walked := map[uint64]time.Time{}
-	resume := map[uint64]uint32{}
 	for u := range spent {
 		if walkedOf[u] > 0 {
 			walked[u] = start
 		} else if at, ok := b.walked[u]; ok {
 			walked[u] = at
 		}
+	}
+	// Units not walked whole: past their walk, or not reached before the time ran out.
+	// Each keeps where its walks are, and the sockets they showed: those are read while
+	// it rests, and while its next walks cover its other processes, through the holder
+	// that named each as long as it still holds a socket of that namespace (enterForeign
+	// checks).
+	partial := maps.Clone(spent)
+	for _, u := range s.Unreached {
+		partial[u] = true
+	}
+	resume := map[uint64]uint32{}
+	for u := range partial {
 		if pid, ok := stopped[u]; ok {
 			resume[u] = pid
 		} else if pid, ok := b.resume[u]; ok {
 			resume[u] = pid
 		}
 	}
-	// The sockets a unit past its walk has shown in its walks are read while it rests,
-	// and while its next walks cover its other processes: through the holder that named
-	// each, as long as it still holds a socket of that namespace (enterForeign checks).
-	remembered := b.remembered(spent, foreign)
+	remembered := b.remembered(partial)
 	b.heavy, b.members, b.walked, b.resume = heavy, walkedLast, walked, resume
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
@@ -415,9 +430,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}) == nil
 	}
 	namespaces := b.memberNamespaces(members, complete)
-	entered, unreadable, stale := enterForeign(namespaces, foreign, remembered)
+	entered, unreadable, failed := enterForeign(namespaces, foreign, remembered)
 	defer entered.Close()
-	b.remember(spent, foreign, remembered, stale)
+	b.remember(partial, foreign, remembered, failed)
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
 	n = 0
 	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Flight) error {
@@ -884,33 +899,27 @@ func netNamespaces(procRoot string) *namespaces {
 // as it can hold sockets of, and past this its walks name them again as they meet them.
 const rememberedSockets = 256
 
-// remembered are the sockets the walks of the units in spent showed before and this
-// scan did not: of namespaces this scan's foreign records do not name.
-func (b *BPF) remembered(spent map[uint64]bool, foreign []bpf.Record) []bpf.Record {
-	named := map[uint64]bool{}
-	for _, r := range foreign {
-		named[r.File] = true
-	}
+// remembered are the sockets the walks of the units in partial showed in earlier scans.
+// Each is tried after this scan's own records, so one naming a namespace this scan named
+// too costs nothing once the namespace is entered, and still answers when this scan's
+// holder of it does not.
+func (b *BPF) remembered(partial map[uint64]bool) []bpf.Record {
 	var out []bpf.Record
-	for u := range spent {
-		for _, r := range b.sockets[u] {
-			if !named[r.File] {
-				out = append(out, r)
-			}
-		}
+	for u := range partial {
+		out = append(out, b.sockets[u]...)
 	}
 	return out
 }
 
-// remember keeps, for each unit in spent, the sockets of namespaces its processes
-// showed in this scan and those remembered that still answered (not stale), one per
-// namespace, up to rememberedSockets; a unit walked whole forgets its own.
-func (b *BPF) remember(spent map[uint64]bool, foreign, remembered []bpf.Record, stale map[bpf.Record]bool) {
+// remember keeps, for each unit in partial, the sockets of namespaces its processes
+// showed in this scan, then those remembered, that did not fail, one per namespace, up
+// to rememberedSockets; a unit walked whole forgets its own.
+func (b *BPF) remember(partial map[uint64]bool, foreign, remembered []bpf.Record, failed map[bpf.Record]bool) {
 	sockets := map[uint64][]bpf.Record{}
 	held := map[uint64]map[uint64]bool{}
 	for _, r := range slices.Concat(foreign, remembered) {
 		u := b.unitOf(r.CgroupId)
-		if !spent[u] || stale[r] || len(sockets[u]) >= rememberedSockets {
+		if !partial[u] || failed[r] || len(sockets[u]) >= rememberedSockets {
 			continue
 		}
 		if held[u] == nil {
@@ -930,22 +939,23 @@ func (b *BPF) remember(spent map[uint64]bool, foreign, remembered []bpf.Record, 
 // may be gone and their numbers reused); each cgroup's holder of a namespace is tried
 // until one answers. The cgroups of the holders of a namespace none could be taken
 // through are returned, a lower bound: one process's failing socket is its own CG's
-// problem, not every CG's on the node. remembered are tried after foreign: one that
-// fails is stale (its holder closed it, or is gone), nobody's lower bound.
+// problem, not every CG's on the node. remembered (sockets earlier scans met) are tried
+// after foreign: one that enters a namespace clears its failed holders, and one that
+// fails is nobody's lower bound (its holder closed it, or is gone). Every record that
+// failed is returned too.
 func enterForeign(known *namespaces, foreign, remembered []bpf.Record) (*namespaces, []uint64, map[bpf.Record]bool) {
 	out := &namespaces{inos: map[uint64]bool{}}
 	failed := map[uint64][]uint64{} // namespace: the cgroups of holders that failed
-	stale := map[bpf.Record]bool{}
+	tried := map[bpf.Record]bool{}  // the records that failed
 	for i, r := range slices.Concat(foreign, remembered) {
 		if known.inos[r.File] || out.inos[r.File] {
 			continue
 		}
 		fd, err := socketNamespace(int(r.Pid), int(r.Fd), r.File)
 		if err != nil {
+			tried[r] = true
 			if i < len(foreign) {
 				failed[r.File] = append(failed[r.File], r.CgroupId)
-			} else {
-				stale[r] = true
 			}
 			continue
 		}
@@ -959,7 +969,7 @@ func enterForeign(known *namespaces, foreign, remembered []bpf.Record) (*namespa
 			unreadable = append(unreadable, cgroups...)
 		}
 	}
-	return out, unreadable, stale
+	return out, unreadable, tried
 }
 
 // socketNamespace opens the network namespace of process pid's socket fd, which must be

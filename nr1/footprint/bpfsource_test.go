@@ -156,7 +156,9 @@ func TestMemberNamespacesOpenedThroughTheProcessNamed(t *testing.T) {
 // TestAForeignNamespaceIsEnteredThroughAnyHolder: a namespace each cgroup's holder names
 // is entered through the first that answers, the others' failing not counted; the
 // cgroups of holders of a namespace none answered for are unreadable, and a namespace
-// processes are in is not entered again.
+// processes are in is not entered again. Sockets remembered from earlier walks are tried
+// after: one that fails is no one's lower bound, one that answers clears the holders
+// that failed.
 func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 	sock, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -180,7 +182,7 @@ func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 	other := bpf.Record{CgroupId: 13, Pid: 1 << 30, Fd: 3, File: st.Ino + 1, Kind: bpf.KindNetNS}
 	staleOther := other
 	staleOther.CgroupId = 14
-	entered, unreadable, stale := enterForeign(&namespaces{inos: map[uint64]bool{}}, []bpf.Record{gone, holder, other}, []bpf.Record{holder, staleOther})
+	entered, unreadable, failed := enterForeign(&namespaces{inos: map[uint64]bool{}}, []bpf.Record{gone, holder, other}, []bpf.Record{holder, staleOther})
 	defer entered.Close()
 	if len(entered.paths) != 1 || !entered.inos[st.Ino] {
 		t.Errorf("entered %v, want the namespace of the socket the agent holds alone", entered.inos)
@@ -188,10 +190,17 @@ func TestAForeignNamespaceIsEnteredThroughAnyHolder(t *testing.T) {
 	if !slices.Equal(unreadable, []uint64{13}) {
 		t.Errorf("unreadable %v, want the holder of the namespace none answered for (13) alone", unreadable)
 	}
-	// A socket remembered from an earlier walk that no longer answers is stale: nobody's
-	// lower bound, forgotten.
-	if len(stale) != 1 || !stale[staleOther] {
-		t.Errorf("stale %v, want the remembered holder that failed (14) alone", stale)
+	// A socket remembered from an earlier walk that no longer answers fails: nobody's
+	// lower bound, named among those that failed.
+	if len(failed) != 3 || !failed[gone] || !failed[other] || !failed[staleOther] {
+		t.Errorf("failed %v, want the holders that did not answer (11, 13, 14)", failed)
+	}
+	// A remembered socket enters a namespace this scan's holders failed for: they are no
+	// lower bound then.
+	again, unreadable, failed := enterForeign(&namespaces{inos: map[uint64]bool{}}, []bpf.Record{gone}, []bpf.Record{holder})
+	defer again.Close()
+	if !again.inos[st.Ino] || len(unreadable) != 0 || !failed[gone] || failed[holder] {
+		t.Errorf("entered %v, unreadable %v, failed %v; want the namespace entered through the remembered holder, none unreadable, 11 failed", again.inos, unreadable, failed)
 	}
 	known := &namespaces{inos: map[uint64]bool{st.Ino: true}}
 	if again, unreadable, _ := enterForeign(known, []bpf.Record{gone, holder}, nil); len(again.paths) != 0 || len(unreadable) != 0 {
