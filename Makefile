@@ -167,8 +167,8 @@ test: test-deps ## run the tests, installing the Debian packages they need (root
 test-arm64: ## run the tests built for arm64 under qemu-user (root: registers a binfmt_misc handler for the run)
 	GO=$(GO) deploy/ci/test-arm64.sh
 
-test-kernels: ## run the privileged tests (PKGS, default ./bpf; RUN, a -test.run regex) on Debian's amd64 kernel (SUITE, default bookworm: 6.1) in a qemu guest
-	deploy/kernels/run.sh -run '$(or $(RUN),.)' $(or $(PKGS),./bpf)
+test-kernels: ## run the privileged tests (PKGS, default ./bpf; RUN, a -test.run regex) on a Debian kernel (ARCH amd64 or arm64, default amd64; SUITE, default bookworm: 6.1) in a qemu guest
+	ARCH=$(or $(ARCH),amd64) deploy/kernels/run.sh -run '$(or $(RUN),.)' $(or $(PKGS),./bpf)
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 300000 inputs); crashers land in the package's testdata/fuzz
 	GO=$(GO) FUZZTIME=$(FUZZTIME) deploy/ci/fuzz.sh

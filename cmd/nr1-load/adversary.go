@@ -199,7 +199,7 @@ func blockOn(queuePath string) error {
 func blockSignals() {
 	var all unix.Sigset_t
 	for i := range all.Val {
-		all.Val[i] = ^uint64(0)
+		all.Val[i] = ^all.Val[i] // every bit, in the word size of the platform (32-bit too)
 	}
 	_ = unix.PthreadSigmask(unix.SIG_BLOCK, &all, nil)
 }

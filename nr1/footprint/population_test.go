@@ -43,6 +43,10 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := func() int {
+		// A kernel's guest (deploy/kernels/run.sh) has no toolchain: it brings one built.
+		if nr1Load = os.Getenv("NR1_LOAD"); nr1Load != "" {
+			return m.Run()
+		}
 		if os.Geteuid() == 0 {
 			dir, err := os.MkdirTemp("", "nr1-load")
 			if err != nil {
