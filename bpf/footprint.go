@@ -60,6 +60,8 @@ const (
 	// on its own root, an overlay: its container's writable layer. File is its inode,
 	// Size its size; once per scan, inode and cgroup.
 	KindUnlinked = 12
+	// KindProcess: the record's process (Processes).
+	KindProcess = 13
 )
 
 // Tick and HeavyFDs are TICK and HEAVY_FDS of footprint.bpf.c.
@@ -88,6 +90,7 @@ type Footprint struct {
 	vmas  *link.Iter
 	unix  *link.Iter
 	netns *link.Iter
+	procs *link.Iter
 	sends []link.Link // the tracepoints that say who sends through a socket
 	scan  uint32
 	pass  uint32 // of InFlight
@@ -127,6 +130,14 @@ func LoadFootprint() (*Footprint, error) {
 		_ = f.files.Close()
 		_ = f.objs.Close()
 		return nil, fmt.Errorf("attaching task iterator: %w", err)
+	}
+	if f.procs, err = link.AttachIter(link.IterOptions{Program: f.objs.Nr1Processes}); err != nil {
+		_ = f.netns.Close()
+		_ = f.unix.Close()
+		_ = f.vmas.Close()
+		_ = f.files.Close()
+		_ = f.objs.Close()
+		return nil, fmt.Errorf("attaching the processes' iterator: %w", err)
 	}
 	if err := f.followSenders(); err != nil {
 		_ = f.Close()
@@ -186,7 +197,7 @@ func (f *Footprint) Close() error {
 	for _, l := range append(f.mmap, f.sends...) {
 		errs = append(errs, l.Close())
 	}
-	return errors.Join(append(errs, f.netns.Close(), f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())...)
+	return errors.Join(append(errs, f.procs.Close(), f.netns.Close(), f.unix.Close(), f.vmas.Close(), f.files.Close(), f.objs.Close())...)
 }
 
 // TargetBytes marks a target counted in mapped bytes in SetTargets' values: its
@@ -243,6 +254,25 @@ func (f *Footprint) Files(fn func(*Record) error) error {
 // scan that did not walk every process's fds.
 func (f *Footprint) Namespaces(fn func(*Record) error) error {
 	return run(f.netns, fn)
+}
+
+// Processes calls fn with the id of every process (a thread group's leader, its PID in
+// the initial PID namespace), in the order the kernel keeps them: what listing /proc
+// gives, for a lookup per task. The task iterator begins past PID 1 on some kernels:
+// the init process, always there, is named all the same.
+func (f *Footprint) Processes(fn func(pid uint32) error) error {
+	initNamed := false
+	err := run(f.procs, func(r *Record) error {
+		if r.Kind != KindProcess {
+			return fmt.Errorf("the processes' iterator wrote a record of kind %d", r.Kind)
+		}
+		initNamed = initNamed || r.Pid == 1
+		return fn(r.Pid)
+	})
+	if err == nil && !initNamed {
+		err = fn(1)
+	}
+	return err
 }
 
 // SetHeavyFDs sets how many fds make a process heavy (KindHeavy), HeavyFDs until set.

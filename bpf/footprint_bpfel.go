@@ -145,6 +145,7 @@ const (
 	footprintProgNr1ExitPidfdGetfd       = "nr1_exit_pidfd_getfd"
 	footprintProgNr1Fork                 = "nr1_fork"
 	footprintProgNr1FpForget             = "nr1_fp_forget"
+	footprintProgNr1Processes            = "nr1_processes"
 	footprintProgNr1TaskFile             = "nr1_task_file"
 	footprintProgNr1TaskNetns            = "nr1_task_netns"
 	footprintProgNr1TaskVma              = "nr1_task_vma"
@@ -244,6 +245,7 @@ type footprintProgramSpecs struct {
 	Nr1ExitPidfdGetfd       *ebpf.ProgramSpec `ebpf:"nr1_exit_pidfd_getfd"`
 	Nr1Fork                 *ebpf.ProgramSpec `ebpf:"nr1_fork"`
 	Nr1FpForget             *ebpf.ProgramSpec `ebpf:"nr1_fp_forget"`
+	Nr1Processes            *ebpf.ProgramSpec `ebpf:"nr1_processes"`
 	Nr1TaskFile             *ebpf.ProgramSpec `ebpf:"nr1_task_file"`
 	Nr1TaskNetns            *ebpf.ProgramSpec `ebpf:"nr1_task_netns"`
 	Nr1TaskVma              *ebpf.ProgramSpec `ebpf:"nr1_task_vma"`
@@ -413,6 +415,7 @@ type footprintPrograms struct {
 	Nr1ExitPidfdGetfd       *ebpf.Program `ebpf:"nr1_exit_pidfd_getfd"`
 	Nr1Fork                 *ebpf.Program `ebpf:"nr1_fork"`
 	Nr1FpForget             *ebpf.Program `ebpf:"nr1_fp_forget"`
+	Nr1Processes            *ebpf.Program `ebpf:"nr1_processes"`
 	Nr1TaskFile             *ebpf.Program `ebpf:"nr1_task_file"`
 	Nr1TaskNetns            *ebpf.Program `ebpf:"nr1_task_netns"`
 	Nr1TaskVma              *ebpf.Program `ebpf:"nr1_task_vma"`
@@ -445,6 +448,7 @@ func (p *footprintPrograms) Close() error {
 		p.Nr1ExitPidfdGetfd,
 		p.Nr1Fork,
 		p.Nr1FpForget,
+		p.Nr1Processes,
 		p.Nr1TaskFile,
 		p.Nr1TaskNetns,
 		p.Nr1TaskVma,

@@ -250,7 +250,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	}
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
-			return b.fp.FilesOf(heavyLast(b.procRoot, last, tail, &listing, func() { inTail = true },
+			return b.fp.FilesOf(heavyLast(b.processes, last, tail, &listing, func() { inTail = true },
 				func(pid uint32) bool { return spent[last[pid]] }), fn)
 		}
 	}
@@ -687,19 +687,20 @@ func (b *BPF) heavyProcesses() (map[uint32]uint64, map[uint64]bool) {
 	return procs, listed
 }
 
-// heavyLast names the processes under procRoot in PID order but those of heavy, then
+// heavyLast names the processes list gives, in PID order, but those of heavy, then
 // those of tail in its order, calling begin before the first of them and leaving out
 // those skip names. The others are listed again once walked: a process made while they
 // were walked is walked before the heavy ones too. A listing that fails sets *failed.
-func heavyLast(procRoot string, heavy map[uint32]uint64, tail []uint32, failed *error, begin func(), skip func(uint32) bool) iter.Seq[uint32] {
+func heavyLast(list func() ([]uint32, error), heavy map[uint32]uint64, tail []uint32, failed *error, begin func(), skip func(uint32) bool) iter.Seq[uint32] {
 	return func(yield func(uint32) bool) {
 		walked := map[uint32]bool{}
 		for range 2 {
-			pids, err := processes(procRoot)
+			pids, err := list()
 			if err != nil {
 				*failed = err
 				return
 			}
+			slices.Sort(pids)
 			for _, pid := range pids {
 				if _, last := heavy[pid]; last || walked[pid] {
 					continue
@@ -722,19 +723,15 @@ func heavyLast(procRoot string, heavy map[uint32]uint64, tail []uint32, failed *
 	}
 }
 
-// processes lists the processes under procRoot in PID order.
-func processes(procRoot string) ([]uint32, error) {
-	entries, err := os.ReadDir(procRoot)
-	if err != nil {
+// processes lists every process, from the kernel's tasks (bpf.Footprint.Processes).
+func (b *BPF) processes() ([]uint32, error) {
+	var pids []uint32
+	if err := b.fp.Processes(func(pid uint32) error {
+		pids = append(pids, pid)
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
-	var pids []uint32
-	for _, e := range entries {
-		if n, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
-			pids = append(pids, uint32(n))
-		}
-	}
-	slices.Sort(pids)
 	return pids, nil
 }
 

@@ -41,7 +41,8 @@ func TestHeavyLastWalksProcessesMadeMeanwhileFirst(t *testing.T) {
 	begun := -1
 	begin := func() { begun = len(order) }
 	none := func(uint32) bool { return false }
-	for pid := range heavyLast(root, heavy, tail, &failed, begin, none) {
+	list := func() ([]uint32, error) { return processes(root) }
+	for pid := range heavyLast(list, heavy, tail, &failed, begin, none) {
 		order = append(order, pid)
 		if pid == 9 {
 			fakeProc(t, root, 7) // made while 9 was walked
@@ -57,20 +58,36 @@ func TestHeavyLastWalksProcessesMadeMeanwhileFirst(t *testing.T) {
 		t.Errorf("the heavy processes begun after %d processes, want after 3", begun)
 	}
 	spent := func(pid uint32) bool { return heavy[pid] == 30 }
-	if got := slices.Collect(heavyLast(root, heavy, tail, &failed, func() {}, spent)); !slices.Equal(got, []uint32{1, 7, 9, 5}) {
+	if got := slices.Collect(heavyLast(list, heavy, tail, &failed, func() {}, spent)); !slices.Equal(got, []uint32{1, 7, 9, 5}) {
 		t.Errorf("cgroup 30 passed over: walked %v, want [1 7 9 5]", got)
 	}
 	var stopped []uint32
-	for pid := range heavyLast(root, heavy, tail, &failed, begin, none) {
+	for pid := range heavyLast(list, heavy, tail, &failed, begin, none) {
 		stopped = append(stopped, pid)
 		break
 	}
 	if !slices.Equal(stopped, []uint32{1}) {
 		t.Errorf("a walk stopped at its first process named %v", stopped)
 	}
-	if _ = slices.Collect(heavyLast(filepath.Join(root, "absent"), heavy, tail, &failed, func() {}, none)); failed == nil {
-		t.Error("a procfs that cannot be listed: no error")
+	absent := func() ([]uint32, error) { return processes(filepath.Join(root, "absent")) }
+	if _ = slices.Collect(heavyLast(absent, heavy, tail, &failed, func() {}, none)); failed == nil {
+		t.Error("a listing that fails: no error")
 	}
+}
+
+// processes lists the processes of a fake procfs under root.
+func processes(root string) ([]uint32, error) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return nil, err
+	}
+	var pids []uint32
+	for _, e := range entries {
+		if n, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
+			pids = append(pids, uint32(n))
+		}
+	}
+	return pids, nil
 }
 
 // The heavy cgroups are walked smallest first, by the ticks the last scan counted of

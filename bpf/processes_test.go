@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package bpf
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Processes names every process as /proc lists it, each once, and no thread: a process
+// started and one that ended between two listings are named as they are then.
+func TestProcessesAreEveryProcess(t *testing.T) {
+	f := loadOrSkip(t)
+	list := func() []uint32 {
+		t.Helper()
+		var pids []uint32
+		if err := f.Processes(func(pid uint32) error {
+			pids = append(pids, pid)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return pids
+	}
+	proc := func() []uint32 {
+		t.Helper()
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pids []uint32
+		for _, e := range entries {
+			if n, err := strconv.ParseUint(e.Name(), 10, 32); err == nil {
+				pids = append(pids, uint32(n))
+			}
+		}
+		return pids
+	}
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	before, got, after := proc(), list(), proc()
+	self, tid, started := uint32(os.Getpid()), uint32(unix.Gettid()), uint32(child.Process.Pid) //nolint:gosec // PIDs fit
+	// Listed by both and by /proc after: there throughout.
+	for _, pid := range before {
+		if slices.Contains(after, pid) && !slices.Contains(got, pid) {
+			t.Errorf("process %d, listed by /proc before and after, not named", pid)
+		}
+	}
+	sorted := slices.Clone(got)
+	slices.Sort(sorted)
+	if len(slices.Compact(sorted)) != len(got) {
+		t.Errorf("a process named twice: %v", got)
+	}
+	if !slices.Contains(got, self) || !slices.Contains(got, started) {
+		t.Errorf("this process %d or its child %d not named among %d", self, started, len(got))
+	}
+	if tid != self && slices.Contains(got, tid) {
+		t.Errorf("thread %d of this process named as a process", tid)
+	}
+	_ = child.Process.Kill()
+	_ = child.Wait()
+	if slices.Contains(list(), started) {
+		t.Errorf("process %d named once it was reaped", started)
+	}
+}
