@@ -46,7 +46,7 @@ func TestProcessesAreEveryProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, got, after := proc(), list(), proc()
-	self, tid, started := uint32(os.Getpid()), uint32(unix.Gettid()), uint32(child.Process.Pid) //nolint:gosec // PIDs fit
+	self, tid, started := uint32(os.Getpid()), uint32(unix.Gettid()), uint32(child.Process.Pid)
 	// Listed by both and by /proc after: there throughout.
 	for _, pid := range before {
 		if slices.Contains(after, pid) && !slices.Contains(got, pid) {
