@@ -1207,6 +1207,10 @@ int nr1_compat_exit_old_mmap(void *ctx) { return exit_mmap(probe_ret(ctx)); }
 // A child process of a mapper is one: it holds copies of its parent's mappings. A child
 // that shares its parent's memory (CLONE_VM) needs nothing more: a mapping made in it
 // by either makes every process be walked. Threads are their process.
+// The processes made since the programs were loaded (a fork or a clone that is not a
+// thread): a list of every process is good while it has not moved.
+__u64 processes_made = 0;
+
 SEC("raw_tp/sched_process_fork")
 int nr1_fork(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -1217,6 +1221,7 @@ int nr1_fork(struct bpf_raw_tracepoint_args *ctx)
 
 	if (tgid == ptgid)
 		return 0;
+	__sync_fetch_and_add(&processes_made, 1);
 	__u32 always = compat(child);
 	if (always || bpf_map_lookup_elem(&mappers, &ptgid))
 		mark(tgid, always, false);

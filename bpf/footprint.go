@@ -275,6 +275,20 @@ func (f *Footprint) Processes(fn func(pid uint32) error) error {
 	return err
 }
 
+// ProcessesMade is how many processes were made (forks and clones that are not threads)
+// since the mappers were followed; false before FollowMappers, when none is counted.
+// A list of Processes taken after a count is whole for as long as the count stays.
+func (f *Footprint) ProcessesMade() (uint64, bool, error) {
+	if f.maps == nil {
+		return 0, false, nil
+	}
+	var n uint64
+	if err := f.objs.ProcessesMade.Get(&n); err != nil {
+		return 0, false, fmt.Errorf("reading processes_made: %w", err)
+	}
+	return n, true, nil
+}
+
 // SetHeavyFDs sets how many fds make a process heavy (KindHeavy), HeavyFDs until set.
 func (f *Footprint) SetHeavyFDs(n uint64) error {
 	if err := f.objs.HeavyFds.Set(n); err != nil {

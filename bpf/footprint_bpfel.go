@@ -162,6 +162,7 @@ const (
 	footprintVarMappersLost              = "mappers_lost"
 	footprintVarMarkSeq                  = "mark_seq"
 	footprintVarNextTick                 = "next_tick"
+	footprintVarProcessesMade            = "processes_made"
 	footprintVarRingFops                 = "ring_fops"
 	footprintVarScan                     = "scan"
 	footprintVarSharedMapped             = "shared_mapped"
@@ -286,6 +287,7 @@ type footprintVariableSpecs struct {
 	MappersLost             *ebpf.VariableSpec `ebpf:"mappers_lost"`
 	MarkSeq                 *ebpf.VariableSpec `ebpf:"mark_seq"`
 	NextTick                *ebpf.VariableSpec `ebpf:"next_tick"`
+	ProcessesMade           *ebpf.VariableSpec `ebpf:"processes_made"`
 	RingFops                *ebpf.VariableSpec `ebpf:"ring_fops"`
 	Scan                    *ebpf.VariableSpec `ebpf:"scan"`
 	SharedMapped            *ebpf.VariableSpec `ebpf:"shared_mapped"`
@@ -370,6 +372,7 @@ type footprintVariables struct {
 	MappersLost             *ebpf.Variable `ebpf:"mappers_lost"`
 	MarkSeq                 *ebpf.Variable `ebpf:"mark_seq"`
 	NextTick                *ebpf.Variable `ebpf:"next_tick"`
+	ProcessesMade           *ebpf.Variable `ebpf:"processes_made"`
 	RingFops                *ebpf.Variable `ebpf:"ring_fops"`
 	Scan                    *ebpf.Variable `ebpf:"scan"`
 	SharedMapped            *ebpf.Variable `ebpf:"shared_mapped"`

@@ -70,3 +70,25 @@ func TestProcessesAreEveryProcess(t *testing.T) {
 		t.Errorf("process %d named once it was reaped", started)
 	}
 }
+
+// ProcessesMade counts each process made once the mappers are followed, and nothing
+// before: a list of processes is good while it stays.
+func TestProcessesMadeCountsEachProcess(t *testing.T) {
+	f := loadOrSkip(t)
+	if _, counted, err := f.ProcessesMade(); err != nil || counted {
+		t.Fatalf("before the mappers are followed: counted %v, %v; want nothing counted", counted, err)
+	}
+	followOrFail(t, f)
+	before, counted, err := f.ProcessesMade()
+	if err != nil || !counted {
+		t.Fatalf("counted %v, %v", counted, err)
+	}
+	for range 3 {
+		if err := exec.Command("true").Run(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after, _, err := f.ProcessesMade(); err != nil || after < before+3 {
+		t.Errorf("3 processes made: the count went from %d to %d (%v), want 3 more at least", before, after, err)
+	}
+}

@@ -54,9 +54,27 @@ type BPF struct {
 	// in that its walks met (bpf.KindNetNS), one per namespace: what a neighbour sent to
 	// one is read while the unit rests and while its walks cover its other processes.
 	sockets map[uint64][]bpf.Record
+	// listed is every process as last listed, when the count of processes made was
+	// listedAt.
+	listed   []uint32
+	listedAt uint64
 	// unlinked is when each unlinked file the last scan sized was first found, by
 	// cgroup and inode.
 	unlinked map[[2]uint64]time.Time
+}
+
+type hurryKey struct{}
+
+// InAHurry marks ctx as a scan's that a change started: what a change must be judged on
+// is read as any scan reads it, and the walk of a unit past its walk, due after its rest,
+// is left to the next scan not in a hurry, as long as its rest has not passed twice.
+func InAHurry(ctx context.Context) context.Context {
+	return context.WithValue(ctx, hurryKey{}, true)
+}
+
+func hurried(ctx context.Context) bool {
+	h, _ := ctx.Value(hurryKey{}).(bool)
+	return h
 }
 
 // FullMappingPass is how often a scan walks every process's mappings, not only those of
@@ -242,9 +260,15 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	spent := map[uint64]bool{}      // the heavy units past HeavyWalk
 	stopped := map[uint64]uint32{}  // per unit past HeavyWalk, the process its walk stopped in
 	// A unit the last scan found past its walk rests (HeavyRest) after each walk: until
-	// then it is passed over whole, unfinished by its doing as it would be walked.
+	// then it is passed over whole, unfinished by its doing as it would be walked. A scan
+	// in a hurry (InAHurry) leaves the walk to the next scan, up to twice the rest: a
+	// change waits for no flood's walk, and a stream of changes delays none past that.
+	rest := b.rest
+	if hurried(ctx) {
+		rest *= 2
+	}
 	for u, at := range b.walked {
-		if pastWalk(b.heavy[u]) && start.Sub(at) < b.rest {
+		if pastWalk(b.heavy[u]) && start.Sub(at) < rest {
 			spent[u] = true
 		}
 	}
@@ -723,14 +747,28 @@ func heavyLast(list func() ([]uint32, error), heavy map[uint32]uint64, tail []ui
 	}
 }
 
-// processes lists every process, from the kernel's tasks (bpf.Footprint.Processes).
+// processes lists every process, from the kernel's tasks (bpf.Footprint.Processes), or
+// as last listed while no process was made since (bpf.Footprint.ProcessesMade): a task
+// costs microseconds, and a node runs thousands, where processes are made now and then.
+// A process gone since is named still, and its walk finds nothing.
 func (b *BPF) processes() ([]uint32, error) {
+	made, counted, err := b.fp.ProcessesMade()
+	if err != nil {
+		return nil, err
+	}
+	if counted && b.listed != nil && made == b.listedAt {
+		return slices.Clone(b.listed), nil
+	}
 	var pids []uint32
 	if err := b.fp.Processes(func(pid uint32) error {
 		pids = append(pids, pid)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	if counted {
+		// Counted before the listing: one made while it ran moves the count.
+		b.listed, b.listedAt = slices.Clone(pids), made
 	}
 	return pids, nil
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -171,5 +172,29 @@ func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 				t.Fatalf("tail %v (cgroups %v, ticks %v) cut at %d: cgroup %d of process %d %s, want %s", tail, last, ticks, cut, cg, pid, got, want)
 			}
 		}
+	}
+}
+
+// A listing of processes is reused while no process is made, and a process made since
+// is named by the next.
+func TestAProcessMadeSinceTheLastListingIsNamed(t *testing.T) {
+	p, _ := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	if err := b.FollowMappers(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "60")
+	p.start(t, 0, cmd)
+	next, err := b.processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := uint32(cmd.Process.Pid)
+	if slices.Contains(first, pid) || !slices.Contains(next, pid) {
+		t.Errorf("process %d started between two listings: in the first %v, in the next %v; want the next alone", pid, slices.Contains(first, pid), slices.Contains(next, pid))
 	}
 }

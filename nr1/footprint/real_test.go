@@ -453,3 +453,32 @@ func TestWalksCoverEveryProcessOfAUnitPastItsWalk(t *testing.T) {
 		t.Errorf("queues in flight scan by scan %v; want 3 (the first scan), 0 (a walk that stops before the mapper), then 3 in every scan from the third, fourth or fifth on", got)
 	}
 }
+
+// A scan in a hurry (one a change started) leaves a unit's walk due after its rest to the
+// next scan not in a hurry, and walks it all the same once its rest has passed twice: a
+// stream of changes never keeps a unit unread for longer.
+func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
+	p, dir := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	b.rest = 300 * time.Millisecond
+	threeQueuesIn(t, p, dir, 0) // its PID below the flood's: walked first
+	floodIn(t, p, floodOfFds(t), 8, 0)
+	scan := func(ctx context.Context, what string, queues int) {
+		t.Helper()
+		s, err := b.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := queuesOf(p, s, 0); got != queues || !slices.Contains(s.Unfinished, p.ids[0]) && queues == 0 {
+			t.Errorf("%s: %d queues, unfinished %v; want %d", what, got, s.Unfinished, queues)
+		}
+	}
+	calm, hurry := context.Background(), InAHurry(context.Background())
+	scan(calm, "the first scan, every process walked whole", 3)
+	scan(calm, "walked past its walk", 3)
+	time.Sleep(b.rest + 50*time.Millisecond)
+	scan(hurry, "rested, in a hurry", 0)
+	scan(calm, "rested, not in a hurry", 3)
+	time.Sleep(2*b.rest + 50*time.Millisecond)
+	scan(hurry, "rested twice over, in a hurry", 3)
+}

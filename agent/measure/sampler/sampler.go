@@ -18,6 +18,7 @@ import (
 	"github.com/neureality-sdk/nr1-agent/agent/observe/inventory"
 	"github.com/neureality-sdk/nr1-agent/agent/view"
 	"github.com/neureality-sdk/nr1-agent/internal/latest"
+	"github.com/neureality-sdk/nr1-agent/internal/loop"
 	"github.com/neureality-sdk/nr1-agent/nr1"
 	"github.com/neureality-sdk/nr1-agent/nr1/footprint"
 )
@@ -148,6 +149,10 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 		g.SetGroups(podGroups(inv))
 	}
 	sctx, cancel := context.WithTimeout(ctx, s.opts.ScanTimeout)
+	if loop.Woken(ctx) {
+		// A change woke this sample: the walk of a flood can wait for the next.
+		sctx = footprint.InAHurry(sctx)
+	}
 	scan, err := s.opts.Source.Scan(sctx)
 	cancel()
 	if err != nil {
