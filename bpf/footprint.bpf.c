@@ -1204,13 +1204,13 @@ int nr1_compat_enter_old_mmap(void *ctx)
 SEC("kretprobe/compat_old_mmap")
 int nr1_compat_exit_old_mmap(void *ctx) { return exit_mmap(probe_ret(ctx)); }
 
+// The processes made (a fork or a clone that is not a thread) since FollowMappers
+// attached nr1_fork: a list of every process is whole while it has not moved.
+__u64 processes_made = 0;
+
 // A child process of a mapper is one: it holds copies of its parent's mappings. A child
 // that shares its parent's memory (CLONE_VM) needs nothing more: a mapping made in it
 // by either makes every process be walked. Threads are their process.
-// The processes made since the programs were loaded (a fork or a clone that is not a
-// thread): a list of every process is good while it has not moved.
-__u64 processes_made = 0;
-
 SEC("raw_tp/sched_process_fork")
 int nr1_fork(struct bpf_raw_tracepoint_args *ctx)
 {

@@ -257,9 +257,9 @@ func (f *Footprint) Namespaces(fn func(*Record) error) error {
 }
 
 // Processes calls fn with the id of every process (a thread group's leader, its PID in
-// the initial PID namespace), in the order the kernel keeps them: what listing /proc
-// gives, for a lookup per task. The task iterator begins past PID 1 on some kernels:
-// the init process, always there, is named all the same.
+// the initial PID namespace), in PID order but for PID 1: what listing /proc gives, for
+// a lookup per task. The task iterator was seen to begin past PID 1 (on 6.18): the init
+// process, always there, is then named last.
 func (f *Footprint) Processes(fn func(pid uint32) error) error {
 	initNamed := false
 	err := run(f.procs, func(r *Record) error {

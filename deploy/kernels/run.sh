@@ -38,9 +38,11 @@ arm64)
 	;;
 esac
 
+key=/usr/share/keyrings/debian-archive-keyring.gpg
 need=()
 command -v "${qemu[0]}" >/dev/null || need+=("$qemu_pkg")
 command -v cpio >/dev/null || need+=(cpio)
+[[ -r $key ]] || need+=(debian-archive-keyring)
 if ((${#need[@]})); then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
@@ -50,7 +52,6 @@ fi
 apt=$cache/apt-$arch-$suite
 mkdir -p "$apt"/{lists/partial,archives/partial}
 {
-	key=/usr/share/keyrings/debian-archive-keyring.gpg
 	echo "deb [arch=$arch signed-by=$key] http://deb.debian.org/debian $suite main"
 	if [[ $suite != sid && $suite != unstable ]]; then
 		echo "deb [arch=$arch signed-by=$key] http://deb.debian.org/debian $suite-updates main"
@@ -58,11 +59,14 @@ mkdir -p "$apt"/{lists/partial,archives/partial}
 	fi
 } >"$apt/sources.list"
 opts=(-o "APT::Architecture=$arch" -o "APT::Architectures::=$arch" -o "Dir::Etc::SourceList=$apt/sources.list"
-	-o Dir::Etc::SourceParts=/dev/null -o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o Dir::State::status=/dev/null
+	-o Dir::Etc::SourceParts=/dev/null -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
+	-o "Dir::State::Lists=$apt/lists" -o "Dir::Cache=$apt" -o Dir::State::status=/dev/null
 	-o Debug::NoLocking=1 -o APT::Sandbox::User=root)
-# The lists are read again once a day.
-if [[ -z $(find "$apt/lists" -maxdepth 1 -name '*Packages*' -mtime -1 2>/dev/null) ]]; then
+# The lists are read again once a day (a stamp of their reading: apt dates a list as
+# the archive does).
+if [[ -z $(find "$apt/updated" -mmin -1440 2>/dev/null) ]]; then
 	apt-get "${opts[@]}" update -qq
+	touch "$apt/updated"
 fi
 
 # fetch PACKAGE: the directory PACKAGE's candidate is unpacked in, under the cache.
@@ -74,7 +78,7 @@ fetch() {
 	if [[ ! -d $dir ]]; then
 		mkdir -p "$cache/$arch"
 		tmp=$(mktemp -d)
-		(cd "$tmp" && apt-get "${opts[@]}" download "$1=$version" >/dev/null 2>&1)
+		(cd "$tmp" && apt-get "${opts[@]}" download "$1=$version" >&2)
 		dpkg-deb -x "$tmp"/*.deb "$dir.part"
 		rm -rf "$tmp"
 		mv "$dir.part" "$dir"
@@ -83,7 +87,7 @@ fetch() {
 }
 
 # The kernel: the package Debian's linux-image-ARCH names in SUITE.
-image=$(apt-cache "${opts[@]}" depends "linux-image-$arch" 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+image=$(apt-cache "${opts[@]}" depends "linux-image-$arch" 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}' || true)
 [[ -n $image ]] || { echo "no linux-image-$arch in $suite" >&2; exit 1; }
 kdir=$(fetch "$image")
 busybox=$(fetch busybox-static)/bin/busybox

@@ -57,8 +57,15 @@ func Sooner(ctx context.Context, clk clock.Clock, next func() time.Duration, min
 			woken = false
 			continue
 		case <-wake:
+			// Woken early only if the step was not due: a timer and a wake both ready are
+			// picked between at random.
+			select {
+			case <-t.C():
+				woken = false
+			default:
+				woken = true
+			}
 			t.Stop()
-			woken = true
 		}
 		if wait := minGap - clk.Since(began); wait > 0 {
 			gap := clk.NewTimer(wait)

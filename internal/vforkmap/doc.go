@@ -23,6 +23,9 @@ func Map(fd, size uintptr) (int, error) {
 	if _, err := syscall.Wait4(int(pid), &ws, 0, nil); err != nil {
 		return 0, fmt.Errorf("waiting for child %d: %w", pid, err)
 	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		return 0, fmt.Errorf("child %d failed to map fd %d: wait status %#x", pid, fd, uint32(ws))
+	}
 	return int(pid), nil
 }
 

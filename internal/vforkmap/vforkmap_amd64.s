@@ -13,7 +13,7 @@ TEXT ·clone(SB), NOSPLIT, $0-32
 	SYSCALL
 	CMPQ	AX, $0
 	JNE	parent
-	// The child: mmap(0, size, PROT_READ, MAP_SHARED, fd, 0), then exit(0); it only
+	// The child: mmap(0, size, PROT_READ, MAP_SHARED, fd, 0), then exit(0), or exit(1) if it failed; it only
 	// reads its parent's frame.
 	MOVQ	$0, DI
 	MOVQ	size+8(FP), SI
@@ -24,6 +24,11 @@ TEXT ·clone(SB), NOSPLIT, $0-32
 	MOVQ	$9, AX // mmap
 	SYSCALL
 	MOVQ	$0, DI
+	CMPQ	AX, $0xfffffffffffff001
+	JLS	mapped
+	MOVQ	$1, DI // a failed mapping: the parent sees exit status 1
+
+mapped:
 	MOVQ	$60, AX // exit
 	SYSCALL
 

@@ -13,7 +13,7 @@ TEXT ·clone(SB), NOSPLIT, $0-32
 	SVC
 	CMP	$0, R0
 	BNE	parent
-	// The child: mmap(0, size, PROT_READ, MAP_SHARED, fd, 0), then exit(0); it only
+	// The child: mmap(0, size, PROT_READ, MAP_SHARED, fd, 0), then exit(0), or exit(1) if it failed; it only
 	// reads its parent's frame.
 	MOVD	$0, R0
 	MOVD	size+8(FP), R1
@@ -23,7 +23,13 @@ TEXT ·clone(SB), NOSPLIT, $0-32
 	MOVD	$0, R5
 	MOVD	$222, R8 // mmap
 	SVC
-	MOVD	$0, R0
+	MOVD	$0, R9
+	CMN	$4095, R0
+	BCC	mapped
+	MOVD	$1, R9 // a failed mapping: the parent sees exit status 1
+
+mapped:
+	MOVD	R9, R0
 	MOVD	$93, R8 // exit
 	SVC
 

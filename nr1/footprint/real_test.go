@@ -460,7 +460,7 @@ func TestWalksCoverEveryProcessOfAUnitPastItsWalk(t *testing.T) {
 func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
 	p, dir := newCgroups(t, 1)
 	b := newBPFOrSkip(t, p)
-	b.rest = 300 * time.Millisecond
+	b.rest = time.Second
 	threeQueuesIn(t, p, dir, 0) // its PID below the flood's: walked first
 	floodIn(t, p, floodOfFds(t), 8, 0)
 	scan := func(ctx context.Context, what string, queues int) {
@@ -475,10 +475,16 @@ func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
 	}
 	calm, hurry := context.Background(), InAHurry(context.Background())
 	scan(calm, "the first scan, every process walked whole", 3)
+	// The rest counts from the walk's start: the next scans are timed from there.
+	walked := time.Now()
 	scan(calm, "walked past its walk", 3)
-	time.Sleep(b.rest + 50*time.Millisecond)
+	time.Sleep(time.Until(walked.Add(b.rest + 50*time.Millisecond)))
+	if time.Since(walked) >= 2*b.rest {
+		t.Fatalf("a walk took %v, past twice the rest the test gives it", time.Since(walked))
+	}
 	scan(hurry, "rested, in a hurry", 0)
+	walked = time.Now()
 	scan(calm, "rested, not in a hurry", 3)
-	time.Sleep(2*b.rest + 50*time.Millisecond)
+	time.Sleep(time.Until(walked.Add(2*b.rest + 50*time.Millisecond)))
 	scan(hurry, "rested twice over, in a hurry", 3)
 }
