@@ -60,7 +60,7 @@ func (a *Agent) expose(cfg *config.Config, version string, o exposed, log *slog.
 	}
 	reg := prometheus.NewRegistry()
 	if err := registerAll(reg, metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(o.sampler, o.source, o.bpfRefused),
-		o.sampler.Duration(), enforce.NewCollector(o.enforcer), o.watcher.ReconnectsCounter(), o.inventory.MismatchesCounter(),
+		o.sampler.Duration(), o.sampler.Phases(), enforce.NewCollector(o.enforcer), o.watcher.ReconnectsCounter(), o.inventory.MismatchesCounter(),
 		metrics.NewStageCollector(stages)); err != nil {
 		return err
 	}

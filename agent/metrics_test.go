@@ -45,6 +45,7 @@ func exported(t *testing.T) map[string]bool {
 	}
 	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 		names["nr1_sample_duration_seconds"+suffix] = true
+		names["nr1_sample_phase_seconds"+suffix] = true
 	}
 	return names
 }

@@ -180,7 +180,8 @@ func BenchmarkDetectionLatency(b *testing.B) {
 }
 
 // sampleDurations are the upper bounds, in milliseconds, of the buckets of the agent's
-// nr1_sample_duration_seconds that hold its median and 99th percentile sample.
+// nr1_sample_duration_seconds that hold its median and 99th percentile sample; the same
+// of each phase (nr1_sample_phase_seconds) is logged.
 func sampleDurations(b *testing.B, c kubernetes.Interface) (p50, p99 float64) {
 	agent, err := readyAgent(c)
 	if err != nil {
@@ -190,39 +191,54 @@ func sampleDurations(b *testing.B, c kubernetes.Interface) (p50, p99 float64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	type bucket struct{ le, count float64 }
-	var buckets []bucket
+	whole := histogramOf(b, body, "nr1_sample_duration_seconds", "")
+	if whole == nil {
+		b.Fatal("the agent exposes no nr1_sample_duration_seconds")
+	}
+	for _, phase := range []string{"inventory", "mappings", "members", "fds", "heavy", "namespaces", "in-flight", "after", "attribution"} {
+		if h := histogramOf(b, body, "nr1_sample_phase_seconds", `phase="`+phase+`",`); h != nil {
+			b.Logf("phase %s: median within %v ms, 99th percentile within %v ms", phase, h.at(0.5), h.at(0.99))
+		}
+	}
+	return whole.at(0.5), whole.at(0.99)
+}
+
+// histogram is the buckets of one histogram series.
+type histogram []struct{ le, count float64 }
+
+// histogramOf is the buckets of family name's series whose labels begin with labels
+// (before le), nil when it has none.
+func histogramOf(b *testing.B, body, name, labels string) histogram {
+	var h histogram
 	for line := range strings.Lines(body) {
-		rest, ok := strings.CutPrefix(line, `nr1_sample_duration_seconds_bucket{le="`)
+		rest, ok := strings.CutPrefix(line, name+"_bucket{"+labels+`le="`)
 		if !ok {
 			continue
 		}
 		le, count, _ := strings.Cut(rest, `"} `)
-		var bk bucket
-		if _, err := fmt.Sscan(le, &bk.le); err != nil && le != "+Inf" {
-			b.Fatalf("bucket %q: %v", line, err)
-		}
-		if le == "+Inf" {
-			bk.le = math.Inf(1)
+		bk := struct{ le, count float64 }{le: math.Inf(1)}
+		if le != "+Inf" {
+			if _, err := fmt.Sscan(le, &bk.le); err != nil {
+				b.Fatalf("bucket %q: %v", line, err)
+			}
 		}
 		if _, err := fmt.Sscan(strings.TrimSpace(count), &bk.count); err != nil {
 			b.Fatalf("bucket %q: %v", line, err)
 		}
-		buckets = append(buckets, bk)
+		h = append(h, bk)
 	}
-	if len(buckets) == 0 {
-		b.Fatal("the agent exposes no nr1_sample_duration_seconds")
-	}
-	total := buckets[len(buckets)-1].count
-	at := func(q float64) float64 {
-		for _, bk := range buckets {
-			if bk.count >= q*total {
-				return bk.le * 1000
-			}
+	return h
+}
+
+// at is the upper bound in milliseconds of the bucket holding quantile q.
+func (h histogram) at(q float64) float64 {
+	total := h[len(h)-1].count
+	for _, bk := range h {
+		if bk.count >= q*total {
+			return bk.le * 1000
 		}
-		return math.Inf(1)
 	}
-	return at(0.5), at(0.99)
+	return math.Inf(1)
 }
 
 func percentile(sorted []float64, p int) float64 {

@@ -191,6 +191,7 @@ func (b *BPF) Close() error { return b.fp.Close() }
 func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	start := time.Now()
 	s := &Scan{Source: b.Name()}
+	ph := &phases{at: start}
 	targets := len(b.targets.list)
 	vctx := ctx
 	if deadline, ok := ctx.Deadline(); ok {
@@ -241,6 +242,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	if pass.Full != "" && err == nil {
 		b.lastFull = start
 	}
+	ph.done(PhaseMappings)
 	var foreign, members, unlinked []bpf.Record
 	// A pod can hold as many unlinked files as it can make: one past what is sized per
 	// cgroup is kept, to name the cgroup, and the rest dropped as they come.
@@ -248,6 +250,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	files := b.fp.Files
 	last, listed := b.heavyProcesses()
 	var listing error
+	ph.done(PhaseMembers)
 	// The heavy processes are walked last, their units smallest first (by the ticks the
 	// last scan counted of each), and each heavy unit walks HeavyWalk of its fds at most,
 	// counted by its ticks: past that it is unfinished, by its own doing, and its other
@@ -274,7 +277,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	}
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
-			return b.fp.FilesOf(heavyLast(b.processes, last, tail, &listing, func() { inTail = true },
+			return b.fp.FilesOf(heavyLast(b.processes, last, tail, &listing, func() { inTail = true; ph.done(PhaseFDs) },
 				func(pid uint32) bool { return spent[last[pid]] }), fn)
 		}
 	}
@@ -354,6 +357,11 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	}
 	if err != nil && !errors.Is(err, errOutOfTime) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
+	}
+	if inTail {
+		ph.done(PhaseHeavy)
+	} else {
+		ph.done(PhaseFDs)
 	}
 	if errors.Is(err, errOutOfTime) {
 		if s.Cutoff != 0 {
@@ -458,6 +466,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	defer entered.Close()
 	b.remember(partial, foreign, remembered, failed)
 	s.InFlightForeign = append(s.InFlightForeign, unreadable...)
+	ph.done(PhaseNamespaces)
 	n = 0
 	err = b.fp.InFlight(ictx, append(namespaces.paths, entered.paths...), func(r *bpf.Flight) error {
 		if n++; n%1024 == 0 && ictx.Err() != nil {
@@ -493,6 +502,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	case err != nil:
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
+	ph.done(PhaseInFlight)
 	if err := s.dropExited(b.procRoot, func() (map[uint64]bool, error) { return opened(b.fp) }); err != nil {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
@@ -503,6 +513,8 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	}
 	fillFdinfo(b.procRoot, b.targets, s)
 	b.unlinked = s.sizeUnlinked(b.procRoot, unlinked, b.unlinked, start)
+	ph.done(PhaseAfter)
+	s.Phases = ph.list
 	s.Took = time.Since(start)
 	return s, nil
 }

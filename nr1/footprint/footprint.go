@@ -78,10 +78,13 @@ const HeavyRest = 900 * time.Millisecond
 
 // Scan is what one pass over every process found.
 type Scan struct {
-	Source   string        `json:"source"`
-	Took     time.Duration `json:"took"`
-	Mappings []Mapping     `json:"mappings"`
-	Handles  []Handle      `json:"handles"`
+	Source string        `json:"source"`
+	Took   time.Duration `json:"took"`
+	// Phases are where Took went, in the order the scan went through them (BPF source
+	// only): a slow scan says what made it slow.
+	Phases   []Phase   `json:"phases,omitempty"`
+	Mappings []Mapping `json:"mappings"`
+	Handles  []Handle  `json:"handles"`
 	// Unreadable counts processes whose /proc entries were refused (procfs only).
 	Unreadable int `json:"unreadable,omitempty"`
 	// Cutoff is 0 when every process was read. A scan that ran out of its time (its
@@ -178,4 +181,33 @@ func (m Measure) String() string {
 		return "fdinfo"
 	}
 	return fmt.Sprintf("Measure(%d)", int(m))
+}
+
+// A Phase of a scan and the time it took.
+type Phase struct {
+	Name string        `json:"name"`
+	Took time.Duration `json:"took"`
+}
+
+// The phases of a BPF scan.
+const (
+	PhaseMappings   = "mappings"   // the walk of mappings
+	PhaseMembers    = "members"    // the processes of the heavy units listed from their cgroups
+	PhaseFDs        = "fds"        // the processes listed, and every one's fds walked but the heavy units'
+	PhaseHeavy      = "heavy"      // the walks of heavy units
+	PhaseNamespaces = "namespaces" // the network namespaces named and entered
+	PhaseInFlight   = "in-flight"  // the files in flight on sockets
+	PhaseAfter      = "after"      // exited processes, fdinfo, removed files sized
+)
+
+// phases times a scan's phases, each from the end of the last.
+type phases struct {
+	at   time.Time
+	list []Phase
+}
+
+func (p *phases) done(name string) {
+	now := time.Now()
+	p.list = append(p.list, Phase{Name: name, Took: now.Sub(p.at)})
+	p.at = now
 }

@@ -381,6 +381,20 @@ func TestAUnitPastItsWalkRestsBetweenWalks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Where the time went: each phase once, in order, the heavy walks among them once
+		// the flood is known (passed over while it rests), within the scan's time.
+		var names []string
+		var sum time.Duration
+		for _, p := range s.Phases {
+			names, sum = append(names, p.Name), sum+p.Took
+		}
+		want := []string{PhaseMappings, PhaseMembers, PhaseFDs, PhaseHeavy, PhaseNamespaces, PhaseInFlight, PhaseAfter}
+		if what == "the first scan, every process walked whole" {
+			want = slices.Delete(want, 3, 4) // no heavy unit known yet
+		}
+		if !slices.Equal(names, want) || sum > s.Took {
+			t.Errorf("%s: phases %v taking %v of %v; want %v within it", what, names, sum, s.Took, want)
+		}
 		if got := slices.Contains(s.Unfinished, p.ids[0]); got != unfinished || slices.Contains(s.Unfinished, p.ids[1]) || len(s.Unreached) != 0 {
 			t.Errorf("%s: unfinished %v, unreached %v; want the flood's cgroup %d unfinished %v, the other read whole", what, s.Unfinished, s.Unreached, p.ids[0], unfinished)
 		}

@@ -162,3 +162,15 @@ func newSampleDuration() prometheus.Histogram {
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 	})
 }
+
+// Phases is the nr1_sample_phase_seconds histograms: where each sample's time went, by
+// phase (the inventory, the scan's phases, the attribution).
+func (s *Sampler) Phases() prometheus.Collector { return s.phases }
+
+func newSamplePhases() *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "nr1_sample_phase_seconds",
+		Help:    "Time a phase of a sample took: inventory; of the BPF footprint scan, mappings, members, fds, heavy, namespaces, in-flight, after; attribution.",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+	}, []string{"phase"})
+}

@@ -29,6 +29,8 @@ type Snapshot struct {
 	*view.Sample
 	// Detail is the records behind each CG's usage, by CG UID: shown, never judged.
 	Detail map[string]*Detail `json:"-"`
+	// Phases are where the sample's time went (nr1_sample_phase_seconds).
+	Phases []footprint.Phase `json:"-"`
 }
 
 // Detail is the records behind a CG's usage: the largest mappings and the first handles
@@ -92,6 +94,7 @@ type Options struct {
 type Sampler struct {
 	opts     Options
 	duration prometheus.Histogram
+	phases   *prometheus.HistogramVec
 	value    *latest.Value[*Snapshot] // nil before the first sample
 	latest.View[*Snapshot]
 
@@ -102,7 +105,7 @@ type Sampler struct {
 // New returns a sampler; nothing is sampled until Step.
 func New(opts Options) *Sampler {
 	value := latest.New[*Snapshot](nil)
-	return &Sampler{opts: opts, duration: newSampleDuration(), value: value, View: value.View(), failed: map[uint64]bool{}}
+	return &Sampler{opts: opts, duration: newSampleDuration(), phases: newSamplePhases(), value: value, View: value.View(), failed: map[uint64]bool{}}
 }
 
 // Unsettled says why the node must be sampled at the interval rather than at rest, as
@@ -137,6 +140,9 @@ func (s *Sampler) Step(ctx context.Context) {
 		return
 	}
 	s.duration.Observe(snap.Took.Seconds())
+	for _, p := range snap.Phases {
+		s.phases.WithLabelValues(p.Name).Observe(p.Took.Seconds())
+	}
 	s.value.Publish(snap.Taken, snap)
 }
 
@@ -148,6 +154,7 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	if g, ok := s.opts.Source.(grouper); ok {
 		g.SetGroups(podGroups(inv))
 	}
+	built := s.opts.Clock.Now()
 	sctx, cancel := context.WithTimeout(ctx, s.opts.ScanTimeout)
 	if loop.Woken(ctx) {
 		// A change woke this sample: the walk of a flood can wait for the next.
@@ -165,8 +172,11 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 		defer l.forget()
 		lineage = l
 	}
+	scanned := s.opts.Clock.Now()
 	snap := Attribute(now, inv, scan, s.opts.Targets, part, lineage)
 	snap.Took = s.opts.Clock.Since(now)
+	snap.Phases = append(append([]footprint.Phase{{Name: "inventory", Took: built.Sub(now)}}, scan.Phases...),
+		footprint.Phase{Name: "attribution", Took: s.opts.Clock.Since(scanned)})
 	return snap, nil
 }
 

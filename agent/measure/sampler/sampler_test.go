@@ -220,6 +220,10 @@ func TestStepPublishesEachSample(t *testing.T) {
 	if got := testutil.CollectAndCount(s.Duration(), "nr1_sample_duration_seconds"); got != 1 {
 		t.Errorf("%d duration series, want 1", got)
 	}
+	// The inventory's and the attribution's phases, around the scan's (none here).
+	if got := testutil.CollectAndCount(s.Phases(), "nr1_sample_phase_seconds"); got != 2 {
+		t.Errorf("%d phase series, want the inventory's and the attribution's", got)
+	}
 	var m dto.Metric
 	if err := s.duration.(prometheus.Metric).Write(&m); err != nil || m.GetHistogram().GetSampleCount() != 3 {
 		t.Errorf("duration histogram counted %d samples (%v), want 3", m.GetHistogram().GetSampleCount(), err)
