@@ -97,13 +97,14 @@ func TestAdversaries(t *testing.T) {
 		}
 		a.pod = faultPod(t, c, adversaryNS, p)
 	}
-	// The child-cgroup worker: its main process lets its 7 queues go at 25 s and opens 7
-	// new ones at 45 s; the worker, moved below the container's cgroup first, keeps the
+	// The child-cgroup worker: its main process lets its 7 queues go at 40 s and opens 7
+	// new ones at 60 s (time for the pods to start and the worker to move on a busy node);
+	// the worker, moved below the container's cgroup first, keeps the
 	// first 7 all along. The deep-cgroup worker the same, moved into a cgroup nested past
 	// PATH_MAX, where no path reaches. Both moved as soon as they run.
 	started := time.Now()
 	mover := func(name string) *corev1.Pod {
-		pod := loadPod(name, "--queues=7", "--fork=1", "--step=25s:queues=0", "--step=45s:queues=7")
+		pod := loadPod(name, "--queues=7", "--fork=1", "--step=40s:queues=0", "--step=60s:queues=7")
 		pod.Namespace = adversaryNS
 		created := createPod(t, c, pod)
 		diagnose(t, c, created)
@@ -113,15 +114,15 @@ func TestAdversaries(t *testing.T) {
 	child, deep = running(t, c, child), running(t, c, deep)
 	childCgroup(t, c, child, 1)
 	removeDeep := childCgroup(t, c, deep, deepLevels)
-	if time.Since(started) > 25*time.Second {
+	if time.Since(started) > 40*time.Second {
 		t.Fatalf("the workers moved %v after their start, after their main processes let go", time.Since(started).Round(time.Second))
 	}
 	// The worker in its nested cgroup holds the first 7 for the CG when its main process
-	// has let them go (25 s to 45 s).
+	// has let them go (40 s to 60 s).
 	for _, pod := range []*corev1.Pod{child, deep} {
 		eventually(t, 40*time.Second, pod.Name+": the worker's queues counted for the CG", func() error {
-			if time.Since(started) < 30*time.Second {
-				return fmt.Errorf("the main process lets its queues go at 25 s")
+			if time.Since(started) < 45*time.Second {
+				return fmt.Errorf("the main process lets its queues go at 40 s")
 			}
 			s, err := agentDebug(t, c)
 			if err != nil {
@@ -179,7 +180,7 @@ func TestAdversaries(t *testing.T) {
 			waitReason(t, c, a.pod, "NR1Killed", 60*time.Second)
 		}
 	}
-	// At 45 s, its main process holding 7 again, each CG holds 14 of its 7.
+	// At 60 s, its main process holding 7 again, each CG holds 14 of its 7.
 	childKill := waitReason(t, c, child, "NR1Killed", 60*time.Second)
 	deepKill := waitReason(t, c, deep, "NR1Killed", 60*time.Second)
 	// The kill's effect, not its Event: killed, whatever it nests, the pod ends Failed.
