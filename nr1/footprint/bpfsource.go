@@ -43,6 +43,8 @@ type BPF struct {
 	members  map[uint64][]uint64
 	groups   map[uint64]uint64
 	heavyFDs uint64
+	// lightWalk is how many fds the units walked first hold together at most (LightWalk).
+	lightWalk uint64
 	// walked is when each unit found past its walk was last walked; it rests for rest
 	// after (HeavyRest).
 	walked map[uint64]time.Time
@@ -110,7 +112,7 @@ func NewBPF(procRoot, cgroupV2 string, targets *Targets) (*BPF, error) {
 		_ = fp.Close()
 		return nil, err
 	}
-	return &BPF{fp: fp, targets: targets, procRoot: procRoot, cgroupV2: cgroupV2, heavyFDs: HeavyFDs, rest: HeavyRest}, nil
+	return &BPF{fp: fp, targets: targets, procRoot: procRoot, cgroupV2: cgroupV2, heavyFDs: HeavyFDs, lightWalk: LightWalk, rest: HeavyRest}, nil
 }
 
 // checkAttribution holds a file of its own as the only target and runs the iterator:
@@ -388,6 +390,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			s.Heavy = append(s.Heavy, u)
 		}
 	}
+	s.Heavy = append(s.Heavy, pastLightWalk(ticks, s.Heavy, b.lightWalk/bpf.Tick)...)
 	walkedLast := map[uint64][]uint64{}
 	for _, u := range slices.Concat(s.Heavy, s.Unfinished, s.Unreached) {
 		if _, again := heavy[u]; again {
@@ -672,6 +675,31 @@ func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]
 		}
 	}
 	return unreached
+}
+
+// pastLightWalk are the units, largest first, that the walk before the heavy ones must
+// leave to them for the rest to hold budget ticks at most: ticks counts each unit's, heavy
+// names those already walked last. Ties go to the higher id, so that the same units are
+// named scan after scan.
+func pastLightWalk(ticks map[uint64]uint64, heavy []uint64, budget uint64) []uint64 {
+	var light []uint64
+	total := uint64(0)
+	for u, n := range ticks {
+		if !slices.Contains(heavy, u) {
+			light = append(light, u)
+			total += n
+		}
+	}
+	slices.SortFunc(light, func(x, y uint64) int { return cmp.Or(cmp.Compare(ticks[y], ticks[x]), cmp.Compare(y, x)) })
+	var past []uint64
+	for _, u := range light {
+		if total <= budget {
+			break
+		}
+		past = append(past, u)
+		total -= ticks[u]
+	}
+	return past
 }
 
 // pastWalk says a unit whose walk met so many ticks walked more than HeavyWalk fds: a

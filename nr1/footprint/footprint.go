@@ -67,6 +67,14 @@ const HeavyFDs = bpf.HeavyFDs
 // heavy cgroups: twice HeavyFDs, tens of milliseconds of a core.
 const HeavyWalk = 2 * HeavyFDs
 
+// LightWalk is how many fds, all together, the units walked first (those no scan named
+// heavy) hold at most: past it, the largest of them are named heavy too (Scan.Heavy), so
+// that a flood spread over many pods, each below HeavyFDs, is walked last, each pod its
+// own walk, and the time it takes is theirs (unfinished, unreached) rather than a cutoff,
+// the node's uncertainty, which every CG past it would share. One heavy walk's worth: an
+// honest node's processes hold a small part of it.
+const LightWalk = HeavyWalk
+
 // HeavyRest is how long a heavy unit found past its walk rests after each walk: the scans
 // in between pass over its processes whole, unfinished by its doing as a walk would
 // leave it, and find what its sockets hold in flight and its mappings only. The scans a

@@ -198,3 +198,46 @@ func TestAProcessMadeSinceTheLastListingIsNamed(t *testing.T) {
 		t.Errorf("process %d started between two listings: in the first %v, in the next %v; want the next alone", pid, slices.Contains(first, pid), slices.Contains(next, pid))
 	}
 }
+
+// The units named past the light walk are the largest of those not heavy already, as few
+// as leave the others within the budget. Over generated units.
+func TestPastLightWalkNamesTheLargestUntilTheRestFits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, 9))
+	for range 2000 {
+		ticks := map[uint64]uint64{}
+		var heavy []uint64
+		for u := range uint64(rng.IntN(12)) {
+			ticks[u] = rng.Uint64N(40)
+			if rng.IntN(4) == 0 {
+				heavy = append(heavy, u)
+			}
+		}
+		budget := rng.Uint64N(100)
+		past := pastLightWalk(ticks, heavy, budget)
+		left := uint64(0)
+		for u, n := range ticks {
+			if !slices.Contains(heavy, u) && !slices.Contains(past, u) {
+				left += n
+				for _, p := range past {
+					if ticks[p] < n {
+						t.Fatalf("ticks %v, heavy %v, budget %d: named %v, leaving unit %d (%d ticks) larger than %d (%d)", ticks, heavy, budget, past, u, n, p, ticks[p])
+					}
+				}
+			}
+		}
+		if left > budget {
+			t.Fatalf("ticks %v, heavy %v, budget %d: named %v, leaving %d ticks", ticks, heavy, budget, past, left)
+		}
+		if len(past) > 0 && left+ticks[past[len(past)-1]] <= budget {
+			t.Fatalf("ticks %v, heavy %v, budget %d: named %v, one more than needed", ticks, heavy, budget, past)
+		}
+		for _, u := range past {
+			if slices.Contains(heavy, u) {
+				t.Fatalf("ticks %v, heavy %v: named %d, heavy already", ticks, heavy, u)
+			}
+		}
+		if again := pastLightWalk(ticks, heavy, budget); !slices.Equal(again, past) {
+			t.Fatalf("ticks %v, heavy %v, budget %d: named %v, then %v", ticks, heavy, budget, past, again)
+		}
+	}
+}

@@ -239,6 +239,7 @@ func TestAnUnwalkedProcesssNamespaceIsRead(t *testing.T) {
 func TestAFloodSpreadOverAPodsCgroupsIsThePods(t *testing.T) {
 	p, dir := newCgroups(t, 4)
 	b := newBPFOrSkip(t, p)
+	b.lightWalk = 1 << 40 // the pod's grouping alone, not the light walk's budget
 	flood := floodOfFds(t)
 	for cg := range 3 {
 		floodIn(t, p, flood, 3, cg)
@@ -267,6 +268,53 @@ func TestAFloodSpreadOverAPodsCgroupsIsThePods(t *testing.T) {
 		queues := queuesOf(p, s, 3)
 		if !slices.Equal(s.Unfinished, []uint64{pod}) || len(s.Unreached) != 0 || s.Cutoff != 0 || queues != 3 {
 			t.Errorf("scan %d after: unfinished %v, unreached %v, cut at %d, %d queues beside; want the pod %d unfinished alone, the 3 queues", i, s.Unfinished, s.Unreached, s.Cutoff, queues, pod)
+		}
+	}
+}
+
+// TestAFloodSpreadOverManyPodsIsTheirsNotTheNodes: twenty cgroups (pods) of 38000 fds
+// each, each below HeavyFDs, 760000 in all, past LightWalk: the largest are named heavy
+// until the rest fit in it, and a scan given half the flood's time reads every other process
+// (no cutoff, the CG beside them, at higher PIDs, whole) and leaves what it did not walk
+// to the flooders alone. Walked in PID order, the flood cut the scan at a PID, the node's
+// uncertainty, and the CG's queues went unread.
+func TestAFloodSpreadOverManyPodsIsTheirsNotTheNodes(t *testing.T) {
+	const flooders = 20
+	p, dir := newCgroups(t, flooders+1)
+	b := newBPFOrSkip(t, p)
+	flood := floodOfFds(t)
+	for cg := range flooders {
+		floodIn(t, p, flood, 2, cg)
+	}
+	threeQueuesIn(t, p, dir, flooders)
+	ctx := context.Background()
+	whole, err := b.Scan(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	floods := p.ids[:flooders]
+	named := 0
+	for _, u := range whole.Heavy {
+		if !slices.Contains(floods, u) {
+			t.Fatalf("heavy %v: unit %d is no flooder's", whole.Heavy, u)
+		}
+		named++
+	}
+	if whole.Cutoff != 0 || named < flooders-LightWalk/(2*19000) {
+		t.Fatalf("a scan with no deadline: cut at PID %d, heavy %v; want none cut, the largest flooders heavy until %d fds are left", whole.Cutoff, whole.Heavy, LightWalk)
+	}
+	deadline := whole.Took / 2
+	for i := range 3 {
+		short, cancel := context.WithTimeout(ctx, deadline)
+		s, err := b.Scan(short)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("whole scan %v; with %v to go, %v (%v): cut at PID %d, heavy %v, unfinished %v, unreached %v", whole.Took, deadline, s.Took, s.Phases, s.Cutoff, s.Heavy, s.Unfinished, s.Unreached)
+		charged := slices.Concat(s.Unfinished, s.Unreached)
+		if s.Cutoff != 0 || queuesOf(p, s, flooders) != 3 || slices.ContainsFunc(charged, func(u uint64) bool { return !slices.Contains(floods, u) }) {
+			t.Errorf("scan %d given %v of the flood's %v: cut at PID %d, %d queues beside, unfinished and unreached %v; want no cutoff, the 3 queues, only flooders charged", i, deadline, whole.Took, s.Cutoff, queuesOf(p, s, flooders), charged)
 		}
 	}
 }
