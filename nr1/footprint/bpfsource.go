@@ -52,6 +52,8 @@ type BPF struct {
 	// resume is, per unit past its walk, the process its last walk stopped in: the next
 	// walk begins after it, so that walk after walk covers every process of the unit.
 	resume map[uint64]uint32
+	// unreached are the units the last scan's time did not reach: walked first next.
+	unreached []uint64
 	// sockets are, per unit past its walk, the sockets of namespaces no process may be
 	// in that its walks met (bpf.KindNetNS), one per namespace: what a neighbour sent to
 	// one is read while the unit rests and while its walks cover its other processes.
@@ -439,7 +441,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 	}
 	remembered := b.remembered(partial)
-	b.heavy, b.members, b.walked, b.resume = heavy, walkedLast, walked, resume
+	b.heavy, b.members, b.walked, b.resume, b.unreached = heavy, walkedLast, walked, resume, s.Unreached
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
@@ -708,9 +710,11 @@ func pastLightWalk(ticks map[uint64]uint64, heavy []uint64, budget uint64) []uin
 // HeavyWalk fds is read whole.
 func pastWalk(ticks uint64) bool { return ticks > HeavyWalk/bpf.Tick }
 
-// tailOrder is the order the processes of heavy are walked in: their cgroups by the
-// ticks the last scan counted of each, fewest first, then by PID, from the first after
-// the one the unit's last walk stopped in (those up to it after the others).
+// tailOrder is the order the processes of heavy are walked in: the cgroups the last scan
+// did not reach first, then by the ticks the last scan counted of each, fewest first, then
+// by PID, from the first after the one the unit's last walk stopped in (those up to it
+// after the others). The units a scan's time does not reach take turns, rather than the
+// same ones, the largest, going unread scan after scan.
 func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
 	tail := slices.Collect(maps.Keys(heavy))
 	after := func(pid uint32) int {
@@ -719,9 +723,15 @@ func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
 		}
 		return 0
 	}
+	reached := func(u uint64) int {
+		if slices.Contains(b.unreached, u) {
+			return 0
+		}
+		return 1
+	}
 	slices.SortFunc(tail, func(x, y uint32) int {
 		cx, cy := heavy[x], heavy[y]
-		return cmp.Or(cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(after(x), after(y)), cmp.Compare(x, y))
+		return cmp.Or(cmp.Compare(reached(cx), reached(cy)), cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(after(x), after(y)), cmp.Compare(x, y))
 	})
 	return tail
 }

@@ -92,12 +92,18 @@ func processes(root string) ([]uint32, error) {
 }
 
 // The heavy cgroups are walked smallest first, by the ticks the last scan counted of
-// each, then by PID.
+// each, then by PID; those the last scan did not reach before the others.
 func TestTheSmallestHeavyCgroupIsWalkedFirst(t *testing.T) {
 	b := &BPF{heavy: map[uint64]uint64{10: 500, 20: 17, 30: 17}}
 	got := b.tailOrder(map[uint32]uint64{4: 10, 2: 10, 9: 20, 3: 30, 8: 20})
 	if want := []uint32{8, 9, 3, 2, 4}; !slices.Equal(got, want) {
 		t.Errorf("walked %v, want %v", got, want)
+	}
+	// The last scan did not reach 30 and 10: they take their turn first.
+	b.unreached = []uint64{30, 10}
+	got = b.tailOrder(map[uint32]uint64{4: 10, 2: 10, 9: 20, 3: 30, 8: 20})
+	if want := []uint32{3, 2, 4, 8, 9}; !slices.Equal(got, want) {
+		t.Errorf("30 and 10 not reached last time: walked %v, want %v", got, want)
 	}
 }
 
