@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,6 +59,17 @@ type adversary struct {
 	// inherited by --fork workers, each holding as many.
 	nullFDs int
 
+	// parkQueues opens so many queue handles, sends them into a socket pair and hands
+	// the pair's receiving end to the keeper at parkWith: parked with a container of its
+	// pod that outlives it.
+	parkQueues int
+	parkWith   string
+	// keepSockets binds a unix datagram socket at this path and keeps every fd sent there.
+	keepSockets string
+	keeping     int
+	keptMu      sync.Mutex
+	kept        []int
+
 	fds      []int
 	sockets  [2]int
 	held     bool
@@ -66,7 +78,7 @@ type adversary struct {
 
 func (a *adversary) any() bool {
 	return a.dupQueues > 0 || a.tinyMaps > 0 || a.inflightQueues > 0 || a.pathOnlyQueues > 0 || a.ringQueues > 0 || a.ringSlots > 0 || a.bindSocket != "" ||
-		a.blockedQueues > 0 || a.nullFDs > 0
+		a.blockedQueues > 0 || a.nullFDs > 0 || a.parkQueues > 0 || a.keepSockets != ""
 }
 
 // hold takes everything asked, reporting it to out.
@@ -116,6 +128,16 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 			return err
 		}
 	}
+	if a.keepSockets != "" {
+		if err := a.keep(); err != nil {
+			return err
+		}
+	}
+	if a.parkQueues > 0 {
+		if err := a.park(queuePath); err != nil {
+			return err
+		}
+	}
 	if a.inflightQueues > 0 {
 		if err := a.sendInFlight(queuePath); err != nil {
 			return err
@@ -143,8 +165,8 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 		a.fds = append(a.fds, fd)
 	}
-	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d blocked_queues=%d null_fds=%d\n",
-		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots, a.blockedQueues, a.nullFDs)
+	fmt.Fprintf(out, "adversary dup_queues=%d tiny_maps=%d inflight_queues=%d path_only_queues=%d ring_queues=%d copies=%d ring_slots=%d blocked_queues=%d null_fds=%d parked_queues=%d\n",
+		a.dupQueues, a.tinyMaps, a.inflightQueues, a.pathOnlyQueues, a.ringQueues, max(a.copies, 1), a.ringSlots, a.blockedQueues, a.nullFDs, a.parkQueues)
 	return nil
 }
 
@@ -320,6 +342,11 @@ func (a *adversary) register(queuePath string) error {
 func (a *adversary) release() error {
 	var errs []error
 	closeAll(a.fds)
+	if a.keepSockets != "" {
+		_ = unix.Shutdown(a.keeping, unix.SHUT_RDWR) // ends the keeper's receiving
+		_ = unix.Close(a.keeping)
+		closeAll(a.keptFDs())
+	}
 	for _, m := range a.mappings {
 		errs = append(errs, unix.Munmap(m))
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -120,4 +121,51 @@ func countMappings(t *testing.T, path string) int {
 		}
 	}
 	return n
+}
+
+// A parker hands the socket holding its queues to its pod's keeper and keeps nothing of
+// its own: the queues are in flight in the one socket the keeper received, and no fd of
+// the parker names them.
+func TestParkedQueuesAreInTheKeepersSocket(t *testing.T) {
+	l := newLoad(t)
+	path := t.TempDir() + "/keep.sock"
+	keeper := &adversary{keepSockets: path}
+	if err := keeper.hold(&strings.Builder{}, l.queues.path, l.compute.path); err != nil {
+		t.Fatal(err)
+	}
+	defer keeper.release()
+	parker := &adversary{parkQueues: 5, parkWith: path}
+	if err := parker.hold(&strings.Builder{}, l.queues.path, l.compute.path); err != nil {
+		t.Fatal(err)
+	}
+	if n := openHandles(t, l.queues.path); n != 0 {
+		t.Errorf("%d fds on the queue file once parked, want 0", n)
+	}
+	var kept []int
+	for range 500 {
+		if kept = keeper.keptFDs(); len(kept) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(kept) != 1 {
+		t.Fatalf("the keeper received %d fds, want the parker's socket alone", len(kept))
+	}
+	oob := make([]byte, unix.CmsgSpace(16*4))
+	_, oobn, _, _, err := unix.Recvmsg(kept[0], make([]byte, 1), oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("%d control messages (%v), want 1", len(msgs), err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAll(fds)
+	if n := openHandles(t, l.queues.path); len(fds) != 5 || n != 5 {
+		t.Errorf("the kept socket held %d fds, %d on the queue file, want the 5 parked queues", len(fds), n)
+	}
 }

@@ -125,6 +125,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.Int64Var(&adv.tinyBaseMB, "tiny-maps-offset-mb", 1024, "where in the compute DMA file the tiny mappings start (MB)")
 	fs.IntVar(&adv.inflightQueues, "inflight-queues", 0, "adversary: open so many queue handles, send them over a unix socket nobody reads and close its own fds")
 	fs.StringVar(&adv.sendTo, "send-queues-to", "", "adversary: send the --inflight-queues handles to the unix datagram socket at this path (a neighbour's) instead of a socket pair of its own")
+	fs.IntVar(&adv.parkQueues, "park-queues", 0, "adversary: open so many queue handles, send them into a socket pair of its own, hand the pair's receiving end to the keeper at --park-with and close everything of its own (what outlives a container that exits)")
+	fs.StringVar(&adv.parkWith, "park-with", "", "the unix datagram socket a keeper (--keep-sockets) of the pod binds, where --park-queues hands its socket")
+	fs.StringVar(&adv.keepSockets, "keep-sockets", "", "bind a unix datagram socket at this path and keep open every fd sent there, never reading it")
 	fs.StringVar(&adv.bindSocket, "bind-socket", "", "adversary: bind a unix datagram socket at this path and never read it")
 	fs.IntVar(&adv.blockedQueues, "blocked-queues", 0, "adversary: open so many queue handles, block a thread reading each and close their fds under the reads (the simulated queue needs CAP_NET_ADMIN for its read to block)")
 	fs.IntVar(&adv.ringQueues, "ring-queues", 0, "adversary: open so many queue handles, register them with an io_uring and close its own fds")
@@ -152,6 +155,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("--sigterm-exit %d: must be 0 to 255", *termExit)
 	}
 	sigtermExit.Store(int32(*termExit))
+	if (adv.parkQueues > 0) != (adv.parkWith != "") || adv.parkQueues < 0 {
+		return fmt.Errorf("--park-queues %d --park-with %q: parked queues need a keeper's socket, and a keeper's socket queues to park", adv.parkQueues, adv.parkWith)
+	}
 	if *forks < 0 {
 		return fmt.Errorf("--fork %d: must not be negative", *forks)
 	}

@@ -393,6 +393,12 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/run/nr1-trust-frame", Type: &dir}}})
 			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "frame", MountPath: trust.FrameDir})
 		}
+		if h.Park > 0 || h.Keep {
+			if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "park" }) {
+				spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "park", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			}
+			ctr.VolumeMounts = append(ctr.VolumeMounts, corev1.VolumeMount{Name: "park", MountPath: trust.ParkDir})
+		}
 		if h.Mark != "" {
 			vol := r.marks[h.Mark]
 			if !slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == vol.Name }) {

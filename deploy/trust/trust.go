@@ -109,6 +109,14 @@ type Holder struct {
 	// honest worker pool at its booking, whose opens the budget gate must never refuse
 	// (each refusal its log says is a false action).
 	Pool int
+	// Park opens so many queues, sends them into a socket pair of its own, hands the
+	// pair's receiving end to its pod's keeper (Keep) and exits (an init container): its
+	// queues outlive it, in flight in a socket a live container holds, sent by a cgroup
+	// that is gone. They are the pod's as long as the keeper holds them.
+	Park int
+	// Keep binds a socket in ParkDir (a volume of its pod's) and keeps every fd sent
+	// there, never reading it: what Park hands it.
+	Keep bool
 	// Mark names the SharedClaim case, of another namespace, whose claim's CDI spec the
 	// holder mounts through a hostPath where a share's mark goes: a mark the agent did not
 	// write. It is reported (where the runtime does not tell CDI devices, CRI-O), never
@@ -219,15 +227,16 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	r := rand.New(rand.NewPCG(seed, uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	// What was added after seeds were kept comes from streams of its own, one per wave of
 	// additions.
-	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
-	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
-	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
-	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
-	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
-	seventh := rand.New(rand.NewPCG(seed, 600+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
-	eighth := rand.New(rand.NewPCG(seed, 700+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
-	ninth := rand.New(rand.NewPCG(seed, 800+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
-	tenth := rand.New(rand.NewPCG(seed, 900+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	later := rand.New(rand.NewPCG(seed, 100+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
+	third := rand.New(rand.NewPCG(seed, 200+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
+	fourth := rand.New(rand.NewPCG(seed, 300+uint64(len(mode))))    //nolint:gosec // replayable from its seed, not a secret
+	fifth := rand.New(rand.NewPCG(seed, 400+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
+	sixth := rand.New(rand.NewPCG(seed, 500+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
+	seventh := rand.New(rand.NewPCG(seed, 600+uint64(len(mode))))   //nolint:gosec // replayable from its seed, not a secret
+	eighth := rand.New(rand.NewPCG(seed, 700+uint64(len(mode))))    //nolint:gosec // replayable from its seed, not a secret
+	ninth := rand.New(rand.NewPCG(seed, 800+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
+	tenth := rand.New(rand.NewPCG(seed, 900+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
+	eleventh := rand.New(rand.NewPCG(seed, 1000+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -241,6 +250,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		flood(eighth, &c)
 		pool(ninth, &c)
 		restarting(tenth, &c)
+		parked(eleventh, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -621,6 +631,27 @@ func restarting(r *rand.Rand, c *Case) {
 	c.Holders = append(c.Holders, Holder{Name: "restarter", Role: Sidecar, ExitAfter: RestartEvery})
 }
 
+// ParkDir is where, in the containers of a case with a keeper, the keeper's socket is.
+const ParkDir = "/park"
+
+// parked gives, in DRA mode (where a classic init container may book), some CGs an init
+// container parking some of the queues the others left with a keeper sidecar before it
+// exits: what a container that is gone sent into a socket its pod still holds is the
+// pod's, neither nobody's nor the node's. The keeper starts before the parker, as
+// init containers start in order.
+func parked(r *rand.Rand, c *Case) {
+	probing := slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Probe })
+	if c.Mode != DRA || c.Kind == SharedClaim || probing || r.IntN(3) != 0 {
+		return // a probe's open is one queue past what is held: none may be parked too
+	}
+	left := int64(c.Booked[nr1.HypervisorQueue]) - c.Held(nr1.HypervisorQueue)
+	if left < 1 {
+		return
+	}
+	c.Holders = append(c.Holders, Holder{Name: "keeper", Role: Sidecar, Keep: true},
+		Holder{Name: "parker", Role: Init, Books: true, Park: 1 + r.IntN(int(min(left, 3))), ExitAfter: 2 * time.Second})
+}
+
 // hostile gives some cases what a tenant does to make itself unknown: in-flight and
 // ring handles padded with copies of one file, a holder whose environment is too large
 // for the runtime's status of it to be read, a process named kubelet whose --config is
@@ -735,6 +766,7 @@ func (c *Case) Queues() int64 {
 		if h.Role != Init {
 			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring) + int64(h.Pool)
 		}
+		n += int64(h.Park) // parked with a keeper, they outlive the parker
 	}
 	return n
 }
@@ -746,7 +778,7 @@ func (c *Case) Held(r nr1.Resource) int64 {
 	if r == nr1.HypervisorQueue {
 		var n int64
 		for _, h := range c.Holders {
-			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring) + int64(h.Pool)
+			n += h.Queues + int64(min(h.Dup, 1)) + int64(h.InFlight) + int64(h.Ring) + int64(h.Pool) + int64(h.Park)
 		}
 		return n
 	}
@@ -764,12 +796,15 @@ func (c *Case) Held(r nr1.Resource) int64 {
 }
 
 // HeldAfter is what the CG holds of r once its overrun happened, its init containers
-// gone.
+// gone (what they parked with a keeper kept).
 func (c *Case) HeldAfter(r nr1.Resource) int64 {
 	after := *c
 	after.Holders = nil
 	for i, h := range c.Holders {
 		if h.Role == Init {
+			if h.Park > 0 {
+				after.Holders = append(after.Holders, Holder{Park: h.Park})
+			}
 			continue
 		}
 		if o := c.Over; o != nil && o.Holder == i && o.Resource == r {
@@ -838,6 +873,12 @@ func (h Holder) Args(c *Case, index int) []string {
 	if h.SendTo != "" {
 		a = append(a, "--send-queues-to="+socketOf(h.SendTo))
 	}
+	if h.Park > 0 {
+		a = append(a, "--park-queues="+strconv.Itoa(h.Park), "--park-with="+ParkDir+"/keep.sock")
+	}
+	if h.Keep {
+		a = append(a, "--keep-sockets="+ParkDir+"/keep.sock")
+	}
 	if h.Probe {
 		a = append(a, "--probe="+probeEvery.String())
 	}
@@ -896,6 +937,9 @@ func (c *Case) Shape() string {
 		}
 		if h.Bind {
 			hostile = append(hostile, "a socket a neighbour sends to")
+		}
+		if h.Park > 0 {
+			hostile = append(hostile, "queues parked by a container gone")
 		}
 	}
 	if c.Decoy {

@@ -191,6 +191,19 @@ func TestShapesAreCovered(t *testing.T) {
 						t.Errorf("seed %d: %s's pool of %d on %+v: want a booking main container, no probe, the CG within and at its booking of queues (or a pool of 4)", seed, c.Name, h.Pool, h)
 					}
 				}
+				// A parker is a classic init container that books (DRA), after its keeper, a
+				// sidecar: within the booking, parked queues counted.
+				for i, h := range c.Holders {
+					if h.Park == 0 {
+						continue
+					}
+					seen["parked by a container gone"] = true
+					keeper := slices.IndexFunc(c.Holders, func(o Holder) bool { return o.Keep })
+					if c.Mode != DRA || h.Role != Init || !h.Books || keeper < 0 || keeper > i || c.Holders[keeper].Role != Sidecar ||
+						c.Held(nr1.HypervisorQueue) > int64(c.Booked[nr1.HypervisorQueue]) || c.HeldAfter(nr1.HypervisorQueue) < int64(h.Park) {
+						t.Errorf("seed %d: %s parks %d queues from %+v: want a DRA-booking init container after a keeper sidecar, within the booking, the parked counted after it exits", seed, c.Name, h.Park, h)
+					}
+				}
 				if o := c.Over; o != nil && o.Resource == nr1.HypervisorQueue {
 					probing := c.HeldAfter(o.Resource)+1 < 2*int64(c.Booked[o.Resource])
 					if c.Holders[o.Holder].Probe != probing {
@@ -212,7 +225,7 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool", "restarting sidecar"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool", "restarting sidecar", "parked by a container gone"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}
