@@ -24,6 +24,7 @@ var compatEntries = map[string][]string{
 	"compat_mmap2":      {"__ia32_sys_mmap_pgoff", "__arm64_compat_sys_aarch32_mmap2"},
 	"compat_old_mmap":   {"__ia32_compat_sys_ia32_mmap"},
 	"compat_new_fd":     {"__ia32_compat_sys_open", "__ia32_compat_sys_openat", "__ia32_sys_openat2", "__ia32_sys_pidfd_getfd", "__arm64_compat_sys_open", "__arm64_compat_sys_openat"},
+	"compat_gate_open":  {"__ia32_compat_sys_open", "__ia32_compat_sys_openat", "__ia32_sys_openat2", "__arm64_compat_sys_open", "__arm64_compat_sys_openat"},
 	"compat_sendmsg":    {"__ia32_compat_sys_sendmsg", "__arm64_compat_sys_sendmsg"},
 	"compat_sendmmsg":   {"__ia32_compat_sys_sendmmsg", "__arm64_compat_sys_sendmmsg"},
 	"compat_socketcall": {"__ia32_compat_sys_socketcall"},

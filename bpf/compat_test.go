@@ -5,15 +5,18 @@ package bpf
 import (
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/neureality-sdk/nr1-agent/internal/compat32"
+	"github.com/neureality-sdk/nr1-agent/internal/load32"
 )
 
 // compatOrSkip skips where this process cannot make 32-bit system calls: arm64, or an
@@ -23,6 +26,16 @@ func compatOrSkip(t *testing.T) {
 	t.Helper()
 	if err := compat32.Available(); err != nil {
 		t.Skip(err)
+	}
+}
+
+// kprobesOrSkip skips where the kernel has no kprobes (CONFIG_KPROBES off), which
+// every probe of a 32-bit entry needs: there the 32-bit syscalls stay unseen until a
+// scan, and the gate's 32-bit opens counted until the measurement settles them.
+func kprobesOrSkip(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/sys/bus/event_source/devices/kprobe"); err != nil {
+		t.Skipf("this kernel has no kprobes, which the probes of 32-bit entries need: %v", err)
 	}
 }
 
@@ -218,4 +231,41 @@ func compatSend(how string, sock, fd int) error {
 		_, err = compat32.Syscall(compat32.SysSocketcall, socketcallSendmsg, uintptr(base+128))
 	}
 	return err
+}
+
+// A 32-bit program (nr1-load built for i386 or 32-bit ARM) is held to its pod's booking
+// as a 64-bit one is: its opens (openat through the compat entry) are granted up to the
+// booking and the next refused with EDQUOT, and what it held is given back when it
+// exits. On arm64 this is the one way to reach the gate with 32-bit calls: its register
+// reads at the compat entries are those of an AArch32 task.
+func TestGateHoldsA32BitPodToItsBooking(t *testing.T) {
+	load := load32.OrSkip(t)
+	kprobesOrSkip(t)
+	f := newGateFixture(t, false)
+	id, cgroup := f.pod("pod", 2)
+	dir := t.TempDir()
+	for _, name := range []string{"compute", "cpu"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg, err := os.Open(cgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	cmd := exec.Command(load, "--compute-dma-file", filepath.Join(dir, "compute"), "--cpu-dma-file", filepath.Join(dir, "cpu"),
+		"--queue-file", f.queue, "--write-file", filepath.Join(dir, "blob"), "--status-file", filepath.Join(dir, "status"),
+		"--queues", "2", "--step", "100ms:queues=3", "--exit")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "refused: opening queue 3") || !strings.Contains(string(out), unix.EDQUOT.Error()) {
+		t.Fatalf("a 32-bit process taking 3 queues on a booking of 2 (%v): want its third open refused with %v\n%s", err, unix.EDQUOT, out)
+	}
+	if err := f.gate.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.held(id); c.Granted != 2 || c.Refused != 1 || c.Held != 0 || c.Released != 2 {
+		t.Errorf("count %+v once it exited, want 2 granted, 1 refused, the 2 released", c)
+	}
 }

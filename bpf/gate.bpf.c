@@ -16,9 +16,10 @@
 // only then is it refused. A grant is linked to its open's exit only within a native
 // open syscall, which the device program reads from the thread's saved registers (or,
 // where the loader's self-test finds them read wrong, from a mark the opens' entry
-// tracepoints leave): what no exit links (io_uring's opens, a 32-bit syscall, whose
-// tracepoints do not fire) stays counted. The gate errs on refusing, and user space sets
-// the count from the footprint's measurement when the pod is quiet.
+// tracepoints leave), or within a 32-bit open, which kprobes of its entry and return
+// follow: what no exit links (io_uring's opens, arm64's 32-bit openat2) stays counted.
+// The gate errs on refusing, and user space sets the count from the footprint's
+// measurement when the pod is quiet.
 
 #include "headers/nr1_vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -126,6 +127,19 @@ struct {
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } opening SEC(".maps");
+
+// A 32-bit open under way, by thread, from the kernel's entry of it to its return (both
+// probed: no tracepoint sees a 32-bit syscall): IN_OPEN, then the pod the device program
+// counted it for. Apart from opening, so that a return probe the kernel missed (more
+// such opens under way than its instances) leaves a grant counted, never one a native
+// open's failure would give back.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} compat_opening SEC(".maps");
 
 // A syscall under way that asks the device's permission without opening it (access,
 // inotify_add_watch, fanotify_mark): the device program lets it through uncounted.
@@ -246,9 +260,15 @@ struct {
 // within, if it is made within one; else it stays counted, unlinked.
 static __always_inline void link_grant(__u64 thread, __u64 id)
 {
-	__u64 *slot = bpf_map_lookup_elem(&opening, &thread);
+	__u64 *slot = bpf_map_lookup_elem(&compat_opening, &thread);
 	long nr = NO_SYSCALL;
 
+	// Within a 32-bit open, which its return probe links; a thread marked so only there.
+	if (slot && *slot == IN_OPEN) {
+		*slot = id;
+		return;
+	}
+	slot = bpf_map_lookup_elem(&opening, &thread);
 	if (!link_by_registers) {
 		if (slot && *slot == IN_OPEN)
 			*slot = id;
@@ -441,20 +461,21 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 		return 0;
 	}
 	__sync_fetch_and_add(&b->granted, 1);
-	// The exit of the open links the grant to its description. Outside a native open
-	// syscall (io_uring's openat, a 32-bit syscall) no exit will: the grant stays
-	// counted, the queue is held, and the measurement settles it.
+	// The exit of the open links the grant to its description. Outside an open syscall
+	// the gate follows (io_uring's openat; arm64's 32-bit openat2, which shares the
+	// native entry) no exit will: the grant stays counted, the queue is held, and the
+	// measurement settles it.
 	link_grant(thread, id);
 	return 1;
 }
 
 // exit_open links the open the device program let through to the description it made,
 // or gives it back if the open failed.
+static __always_inline int link_open(__u64 id, long ret);
+
 static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 {
-	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, key, poisoned = POISONED;
-	struct charge c, *old;
-	struct file *file;
+	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, poisoned = POISONED;
 	bool poison;
 
 	// After an open that returns as if still under way, nothing links until the next
@@ -468,13 +489,24 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	}
 	id = *slot;
 	*slot = poison ? POISONED : 0;
+	return link_open(id, ctx->ret);
+}
+
+// link_open links the open the device program let through for pod id to the description
+// it made, the fd ret, or gives the grant back if the open failed (ret < 0).
+static __always_inline int link_open(__u64 id, long ret)
+{
+	struct charge c, *old;
+	struct file *file;
+	__u64 key;
+
 	if (id == IN_OPEN || id == POISONED || !id)
 		return 0;
-	if (ctx->ret < 0) {
+	if (ret < 0) {
 		release(id);
 		return 0;
 	}
-	file = fd_file(ctx->ret);
+	file = fd_file(ret);
 	// Another thread may have put another file at the fd since (dup2): that one is not
 	// this grant's, which then stays counted.
 	if (!file || !gated_file(file))
@@ -575,6 +607,33 @@ SYSCALL(open_by_handle_at, enter_open(), exit_open(ctx))
 // open(2) and creat(2) exist on some architectures only (amd64, not arm64).
 SYSCALL(open, enter_open(), exit_open(ctx))
 SYSCALL(creat, enter_open(), exit_open(ctx))
+
+// The 32-bit opens (open, openat; openat2 on amd64), which a 64-bit process can make
+// too (int $0x80): the loader attaches these to the kernel's entries of them, which only
+// 32-bit syscalls reach. Linked as a native open is, so that a 32-bit CG's workers that
+// come and go are given back what they held as a 64-bit CG's are. A pod that calls
+// ptrace cannot move what these read: the entry probe runs once the syscall is chosen,
+// the return probe before the thread is back in user space.
+SEC("kprobe/compat_gate_open")
+int nr1_gate_compat_enter_open(void *ctx)
+{
+	if (under_gate())
+		mark(&compat_opening, IN_OPEN);
+	return 0;
+}
+
+SEC("kretprobe/compat_gate_open")
+int nr1_gate_compat_exit_open(void *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), *slot, id;
+
+	slot = bpf_map_lookup_elem(&compat_opening, &thread);
+	if (!slot)
+		return 0;
+	id = *slot;
+	*slot = 0;
+	return link_open(id, probe_ret(ctx));
+}
 
 static __always_inline int enter_ask(void)
 {

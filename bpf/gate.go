@@ -145,7 +145,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	// opens' entries only where registers do not link.
 	tracepoints, probes := map[string]*ebpf.Program{}, []compatProbe{}
 	for name, p := range spec.Programs {
-		if strings.HasPrefix(p.SectionName, "kprobe/") {
+		if strings.HasPrefix(p.SectionName, "kprobe/") || strings.HasPrefix(p.SectionName, "kretprobe/") {
 			probes = append(probes, compatProbe{p.SectionName, coll.Programs[name]})
 			continue
 		}
@@ -233,9 +233,10 @@ func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program, prob
 		ours[tracepointLink(tp)] = true
 	}
 	for _, p := range probes {
+		kind, _, _ := strings.Cut(p.section, "/") // a kprobe and a kretprobe may share an entry
 		err := attachCompat(p, func(entry string, l link.Link) error {
-			ours["kprobe-"+entry] = true
-			return g.pinLink("kprobe-"+entry, l)
+			ours[kind+"-"+entry] = true
+			return g.pinLink(kind+"-"+entry, l)
 		})
 		if err != nil {
 			return fmt.Errorf("budget gate: %w", err)

@@ -47,6 +47,7 @@ const (
 	gateMapAsking                       = "asking"
 	gateMapBudgets                      = "budgets"
 	gateMapCharges                      = "charges"
+	gateMapCompatOpening                = "compat_opening"
 	gateMapGated                        = "gated"
 	gateMapNode                         = "node"
 	gateMapOpening                      = "opening"
@@ -56,6 +57,8 @@ const (
 	gateMapTracers                      = "tracers"
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
+	gateProgNr1GateCompatEnterOpen      = "nr1_gate_compat_enter_open"
+	gateProgNr1GateCompatExitOpen       = "nr1_gate_compat_exit_open"
 	gateProgNr1GateCompatPtrace         = "nr1_gate_compat_ptrace"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
 	gateProgNr1GateEnterCreat           = "nr1_gate_enter_creat"
@@ -132,6 +135,8 @@ type gateSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateProgramSpecs struct {
 	Nr1Gate                     *ebpf.ProgramSpec `ebpf:"nr1_gate"`
+	Nr1GateCompatEnterOpen      *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_enter_open"`
+	Nr1GateCompatExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_exit_open"`
 	Nr1GateCompatPtrace         *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_access"`
 	Nr1GateEnterCreat           *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_creat"`
@@ -163,17 +168,18 @@ type gateProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateMapSpecs struct {
-	Asking  *ebpf.MapSpec `ebpf:"asking"`
-	Budgets *ebpf.MapSpec `ebpf:"budgets"`
-	Charges *ebpf.MapSpec `ebpf:"charges"`
-	Gated   *ebpf.MapSpec `ebpf:"gated"`
-	Node    *ebpf.MapSpec `ebpf:"node"`
-	Opening *ebpf.MapSpec `ebpf:"opening"`
-	Owed    *ebpf.MapSpec `ebpf:"owed"`
-	Pods    *ebpf.MapSpec `ebpf:"pods"`
-	Root    *ebpf.MapSpec `ebpf:"root"`
-	Tracers *ebpf.MapSpec `ebpf:"tracers"`
-	Uids    *ebpf.MapSpec `ebpf:"uids"`
+	Asking        *ebpf.MapSpec `ebpf:"asking"`
+	Budgets       *ebpf.MapSpec `ebpf:"budgets"`
+	Charges       *ebpf.MapSpec `ebpf:"charges"`
+	CompatOpening *ebpf.MapSpec `ebpf:"compat_opening"`
+	Gated         *ebpf.MapSpec `ebpf:"gated"`
+	Node          *ebpf.MapSpec `ebpf:"node"`
+	Opening       *ebpf.MapSpec `ebpf:"opening"`
+	Owed          *ebpf.MapSpec `ebpf:"owed"`
+	Pods          *ebpf.MapSpec `ebpf:"pods"`
+	Root          *ebpf.MapSpec `ebpf:"root"`
+	Tracers       *ebpf.MapSpec `ebpf:"tracers"`
+	Uids          *ebpf.MapSpec `ebpf:"uids"`
 }
 
 // gateVariableSpecs contains global variables before they are loaded into the kernel.
@@ -208,17 +214,18 @@ func (o *gateObjects) Close() error {
 //
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gateMaps struct {
-	Asking  *ebpf.Map `ebpf:"asking"`
-	Budgets *ebpf.Map `ebpf:"budgets"`
-	Charges *ebpf.Map `ebpf:"charges"`
-	Gated   *ebpf.Map `ebpf:"gated"`
-	Node    *ebpf.Map `ebpf:"node"`
-	Opening *ebpf.Map `ebpf:"opening"`
-	Owed    *ebpf.Map `ebpf:"owed"`
-	Pods    *ebpf.Map `ebpf:"pods"`
-	Root    *ebpf.Map `ebpf:"root"`
-	Tracers *ebpf.Map `ebpf:"tracers"`
-	Uids    *ebpf.Map `ebpf:"uids"`
+	Asking        *ebpf.Map `ebpf:"asking"`
+	Budgets       *ebpf.Map `ebpf:"budgets"`
+	Charges       *ebpf.Map `ebpf:"charges"`
+	CompatOpening *ebpf.Map `ebpf:"compat_opening"`
+	Gated         *ebpf.Map `ebpf:"gated"`
+	Node          *ebpf.Map `ebpf:"node"`
+	Opening       *ebpf.Map `ebpf:"opening"`
+	Owed          *ebpf.Map `ebpf:"owed"`
+	Pods          *ebpf.Map `ebpf:"pods"`
+	Root          *ebpf.Map `ebpf:"root"`
+	Tracers       *ebpf.Map `ebpf:"tracers"`
+	Uids          *ebpf.Map `ebpf:"uids"`
 }
 
 func (m *gateMaps) Close() error {
@@ -226,6 +233,7 @@ func (m *gateMaps) Close() error {
 		m.Asking,
 		m.Budgets,
 		m.Charges,
+		m.CompatOpening,
 		m.Gated,
 		m.Node,
 		m.Opening,
@@ -254,6 +262,8 @@ type gateVariables struct {
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gatePrograms struct {
 	Nr1Gate                     *ebpf.Program `ebpf:"nr1_gate"`
+	Nr1GateCompatEnterOpen      *ebpf.Program `ebpf:"nr1_gate_compat_enter_open"`
+	Nr1GateCompatExitOpen       *ebpf.Program `ebpf:"nr1_gate_compat_exit_open"`
 	Nr1GateCompatPtrace         *ebpf.Program `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.Program `ebpf:"nr1_gate_enter_access"`
 	Nr1GateEnterCreat           *ebpf.Program `ebpf:"nr1_gate_enter_creat"`
@@ -284,6 +294,8 @@ type gatePrograms struct {
 func (p *gatePrograms) Close() error {
 	return _GateClose(
 		p.Nr1Gate,
+		p.Nr1GateCompatEnterOpen,
+		p.Nr1GateCompatExitOpen,
 		p.Nr1GateCompatPtrace,
 		p.Nr1GateEnterAccess,
 		p.Nr1GateEnterCreat,
