@@ -236,8 +236,8 @@ func compatSend(how string, sock, fd int) error {
 // A 32-bit program (nr1-load built for i386 or 32-bit ARM) is held to its pod's booking
 // as a 64-bit one is: its opens (openat through the compat entry) are granted up to the
 // booking and the next refused with EDQUOT, and what it held is given back when it
-// exits. On arm64 this is the one way to reach the gate with 32-bit calls: its register
-// reads at the compat entries are those of an AArch32 task.
+// exits, so that workers that come and go are never refused. On arm64 a 32-bit program
+// is the one way to make 32-bit calls: an AArch32 task's.
 func TestGateHoldsA32BitPodToItsBooking(t *testing.T) {
 	load := load32.OrSkip(t)
 	kprobesOrSkip(t)
@@ -267,5 +267,25 @@ func TestGateHoldsA32BitPodToItsBooking(t *testing.T) {
 	}
 	if c := f.held(id); c.Granted != 2 || c.Refused != 1 || c.Held != 0 || c.Released != 2 {
 		t.Errorf("count %+v once it exited, want 2 granted, 1 refused, the 2 released", c)
+	}
+	// Workers that come and go at a booking of 1, each exiting with its queue open: none
+	// is refused, each given back what the one before held.
+	worker, workerCgroup := f.pod("workers", 1)
+	wg, err := os.Open(workerCgroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wg.Close()
+	for round := range 8 {
+		cmd := exec.Command(load, "--compute-dma-file", filepath.Join(dir, "compute"), "--cpu-dma-file", filepath.Join(dir, "cpu"),
+			"--queue-file", f.queue, "--write-file", filepath.Join(dir, "blob"), "--status-file", filepath.Join(dir, "status"),
+			"--queues", "1", "--exit")
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(wg.Fd())}
+		if out, err := cmd.CombinedOutput(); err != nil || strings.Contains(string(out), "refused") {
+			t.Fatalf("worker %d of a pod booking 1, the one before gone (count %+v): %v\n%s", round, f.held(worker), err, out)
+		}
+	}
+	if c := f.held(worker); c.Refused != 0 || c.Granted != 8 {
+		t.Errorf("count %+v, want none refused, 8 granted", c)
 	}
 }
