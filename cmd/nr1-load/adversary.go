@@ -134,7 +134,7 @@ func (a *adversary) hold(out io.Writer, queuePath, computePath string) error {
 		}
 	}
 	if a.parkQueues > 0 {
-		if err := a.park(queuePath); err != nil {
+		if err := a.park(out, queuePath); err != nil {
 			return err
 		}
 	}

@@ -5,8 +5,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,7 +18,7 @@ import (
 // that keeps what it is given), closing everything of its own: once this container has
 // exited, the queues are held in flight in a socket a live container holds, sent by a
 // cgroup that is gone. They are still the pod's.
-func (a *adversary) park(queuePath string) error {
+func (a *adversary) park(out io.Writer, queuePath string) error {
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket pair: %w", err)
@@ -27,6 +29,8 @@ func (a *adversary) park(queuePath string) error {
 	for range a.parkQueues {
 		fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
 		if err != nil {
+			// Said as any refused open is, for a test to find.
+			fmt.Fprintf(out, "%s refused: opening parked queue %d of %s: %v\n", time.Now().UTC().Format(time.RFC3339Nano), len(fds)+1, queuePath, err)
 			return fmt.Errorf("opening %s: %w", queuePath, err)
 		}
 		fds = append(fds, fd)

@@ -841,16 +841,19 @@ func (r *trustRun) judge() string {
 				t.Errorf("FALSE ACTION on %s/%s (%s), never over: evicted at %s", ns, e.pod, tc.Shape(), e.at.Format(time.TimeOnly))
 				r.explain(ns, e.pod)
 			}
-			// A worker pool at its booking says each open refused to it: a refusal inside
-			// the booking, whether or not the agent counted it false.
+			// Every holder says each open refused to it (a worker pool's workers, a parker's
+			// queues, a step's): a refusal inside the booking, whether or not the agent
+			// counted it false. A CG uncertain by its own doing is throttled by design.
 			for _, h := range tc.Holders {
-				if h.Pool == 0 {
-					continue
+				if tc.SelfUncertain {
+					break
 				}
 				for _, p := range pods.Items {
-					if refused := r.logged(p.UID, pods.Items, h.Name, "pool refused"); len(refused) > 0 {
+					refused := slices.Concat(r.logged(p.UID, pods.Items, h.Name, "pool refused"), r.logged(p.UID, pods.Items, h.Name, "refused: "))
+					if len(refused) > 0 {
+						slices.SortFunc(refused, time.Time.Compare)
 						falseActions += len(refused)
-						t.Errorf("FALSE ACTION on %s/%s (%s), never over: %d opens of its worker pool refused, the first at %s", ns, p.Name, tc.Shape(), len(refused), refused[0].Format(time.TimeOnly))
+						t.Errorf("FALSE ACTION on %s/%s (%s), never over: %d opens of its container %s refused inside its booking, the first at %s", ns, p.Name, tc.Shape(), len(refused), h.Name, refused[0].Format(time.TimeOnly))
 						r.explain(ns, p.Name)
 					}
 				}
