@@ -39,7 +39,7 @@ func OrSkip(tb testing.TB) string {
 			tb.Fatalf("building nr1-load for %s: %v\n%s", arch, err, out)
 		}
 	}
-	err := exec.Command(load, "-h").Run()
+	err := exec.Command(load, "-h").Run() //nolint:gosec // the test's own build, or the one its guest brings
 	switch {
 	case errors.Is(err, syscall.ENOEXEC) && os.Getenv("NR1_LOAD32") != "":
 		tb.Fatalf("the guest's kernel runs no 32-bit program: %v", err)
