@@ -19,14 +19,15 @@ import (
 	"github.com/neureality-sdk/nr1-agent/internal/load32"
 )
 
-// compatOrSkip skips where this process cannot make 32-bit system calls: arm64, or an
-// amd64 machine whose int $0x80 faults (a kernel without ia32 emulation, or a hypervisor
-// that does not pass the gate).
+// compatOrSkip skips where this process cannot make 32-bit system calls (arm64, or an
+// amd64 machine whose int $0x80 faults: a kernel without ia32 emulation, or a hypervisor
+// that does not pass the gate), or the kernel cannot probe them (no kprobes).
 func compatOrSkip(t *testing.T) {
 	t.Helper()
 	if err := compat32.Available(); err != nil {
 		t.Skip(err)
 	}
+	kprobesOrSkip(t)
 }
 
 // kprobesOrSkip skips where the kernel has no kprobes (CONFIG_KPROBES off), which
