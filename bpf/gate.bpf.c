@@ -263,7 +263,8 @@ static __always_inline void link_grant(__u64 thread, __u64 id)
 	__u64 *slot = bpf_map_lookup_elem(&compat_opening, &thread);
 	long nr = NO_SYSCALL;
 
-	// Within a 32-bit open, which its return probe links; a thread marked so only there.
+	// Within a 32-bit open, which its return probe links. A mark its return probe missed
+	// takes the thread's next grant too, which then stays counted until a settle.
 	if (slot && *slot == IN_OPEN) {
 		*slot = id;
 		return;
@@ -617,8 +618,18 @@ SYSCALL(creat, enter_open(), exit_open(ctx))
 SEC("kprobe/compat_gate_open")
 int nr1_gate_compat_enter_open(void *ctx)
 {
-	if (under_gate())
+	__u64 thread, *slot;
+
+	if (under_gate()) {
 		mark(&compat_opening, IN_OPEN);
+		return 0;
+	}
+	// A thread outside the gate whose id a gated one had, whose return probe the kernel
+	// missed: what that one left must not be given back by this open's failure.
+	thread = bpf_get_current_pid_tgid();
+	slot = bpf_map_lookup_elem(&compat_opening, &thread);
+	if (slot)
+		*slot = 0;
 	return 0;
 }
 

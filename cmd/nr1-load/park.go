@@ -28,9 +28,12 @@ func (a *adversary) park(out io.Writer, queuePath string) error {
 	defer func() { closeAll(fds) }()
 	for range a.parkQueues {
 		fd, err := unix.Open(queuePath, unix.O_RDWR|unix.O_CLOEXEC, 0)
-		if err != nil {
-			// Said as any refused open is, for a test to find.
+		if errors.Is(err, unix.EDQUOT) {
+			// Said as any open refused past a booking is, for a test to find.
 			fmt.Fprintf(out, "%s refused: opening parked queue %d of %s: %v\n", time.Now().UTC().Format(time.RFC3339Nano), len(fds)+1, queuePath, err)
+			return fmt.Errorf("opening %s: %w", queuePath, err)
+		}
+		if err != nil {
 			return fmt.Errorf("opening %s: %w", queuePath, err)
 		}
 		fds = append(fds, fd)

@@ -52,8 +52,6 @@ type BPF struct {
 	// resume is, per unit past its walk, the process its last walk stopped in: the next
 	// walk begins after it, so that walk after walk covers every process of the unit.
 	resume map[uint64]uint32
-	// unreached are the units the last scan's time did not reach: walked first next.
-	unreached []uint64
 	// sockets are, per unit past its walk, the sockets of namespaces no process may be
 	// in that its walks met (bpf.KindNetNS), one per namespace: what a neighbour sent to
 	// one is read while the unit rests and while its walks cover its other processes.
@@ -378,7 +376,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 				stopped[u] = tail[cutLast]
 			}
 		}
-		s.Unreached = settleCut(tail, last, cutLast, b.heavy, spent)
+		s.Unreached = settleCut(tail, last, cutLast, b.heavy, b.heavyFDs/bpf.Tick, spent)
 	}
 	for cgroup := range spent {
 		s.Unfinished = append(s.Unfinished, cgroup)
@@ -392,7 +390,9 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			s.Heavy = append(s.Heavy, u)
 		}
 	}
-	s.Heavy = append(s.Heavy, pastLightWalk(ticks, s.Heavy, b.lightWalk/bpf.Tick)...)
+	// A unit not walked whole this scan is left out: its ticks are what the cut let be
+	// walked of it, and it is walked last anyway.
+	s.Heavy = append(s.Heavy, pastLightWalk(ticks, slices.Concat(s.Heavy, s.Unfinished, s.Unreached), b.lightWalk/bpf.Tick)...)
 	walkedLast := map[uint64][]uint64{}
 	for _, u := range slices.Concat(s.Heavy, s.Unfinished, s.Unreached) {
 		if _, again := heavy[u]; again {
@@ -441,7 +441,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 	}
 	remembered := b.remembered(partial)
-	b.heavy, b.members, b.walked, b.resume, b.unreached = heavy, walkedLast, walked, resume, s.Unreached
+	b.heavy, b.members, b.walked, b.resume = heavy, walkedLast, walked, resume
 	// Handles passed over a unix socket and closed by their sender are still open, held
 	// in flight: they count for the sender's cgroup, or the nearest ancestor of it that is
 	// a pod's when the sender's container is gone. No process holds them, so
@@ -657,13 +657,15 @@ func (s *Scan) sizeUnlinked(procRoot string, records []bpf.Record, since map[[2]
 // settleCut names the heavy units a walk that ran out of time did not read whole,
 // walking tail (each process's unit in last) from the process at cut on, or all of it
 // when the time ran out before the tail (cut -1), the node's time. The unit whose walk
-// was cut is unfinished (marked in spent): its table took the time, walked after every
-// smaller one. So is each one the last scan found past its walk (ticks, the last scan's
-// of each): it would be again, by its doing. It returns the others, read whole last
-// time, which are unreached.
-func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]uint64, spent map[uint64]bool) []uint64 {
+// was cut is unfinished (marked in spent) when it is heavy by its own size (own ticks,
+// HeavyFDs, or more): its table took the time, walked after every smaller one. A unit
+// below it, named by the light walk and walked after every heavy one, is unreached: the
+// time was its and its neighbours' together. So is each one the last scan found past its
+// walk (ticks, the last scan's of each): it would be again, by its doing. It returns the
+// others, read whole last time, which are unreached.
+func settleCut(tail []uint32, last map[uint32]uint64, cut int, ticks map[uint64]uint64, own uint64, spent map[uint64]bool) []uint64 {
 	from := max(cut, 0)
-	if cut >= 0 {
+	if cut >= 0 && ticks[last[tail[cut]]] >= own {
 		spent[last[tail[cut]]] = true
 	}
 	var unreached []uint64
@@ -710,11 +712,12 @@ func pastLightWalk(ticks map[uint64]uint64, heavy []uint64, budget uint64) []uin
 // HeavyWalk fds is read whole.
 func pastWalk(ticks uint64) bool { return ticks > HeavyWalk/bpf.Tick }
 
-// tailOrder is the order the processes of heavy are walked in: the cgroups the last scan
-// did not reach first, then by the ticks the last scan counted of each, fewest first, then
-// by PID, from the first after the one the unit's last walk stopped in (those up to it
-// after the others). The units a scan's time does not reach take turns, rather than the
-// same ones, the largest, going unread scan after scan.
+// tailOrder is the order the processes of heavy are walked in: the units heavy by their
+// own size (HeavyFDs) first, then those the light walk named (LightWalk); each kind by
+// the ticks the last scan counted of each unit, fewest first, then by PID, from the
+// first after the one the unit's last walk stopped in (those up to it after the others).
+// Units below the threshold, however many, then never take a heavy unit's time: the cut
+// of a walk is the cut unit's doing only where every unit before it was smaller.
 func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
 	tail := slices.Collect(maps.Keys(heavy))
 	after := func(pid uint32) int {
@@ -723,15 +726,15 @@ func (b *BPF) tailOrder(heavy map[uint32]uint64) []uint32 {
 		}
 		return 0
 	}
-	reached := func(u uint64) int {
-		if slices.Contains(b.unreached, u) {
-			return 0
+	named := func(u uint64) int {
+		if b.heavy[u] < b.heavyFDs/bpf.Tick {
+			return 1
 		}
-		return 1
+		return 0
 	}
 	slices.SortFunc(tail, func(x, y uint32) int {
 		cx, cy := heavy[x], heavy[y]
-		return cmp.Or(cmp.Compare(reached(cx), reached(cy)), cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(after(x), after(y)), cmp.Compare(x, y))
+		return cmp.Or(cmp.Compare(named(cx), named(cy)), cmp.Compare(b.heavy[cx], b.heavy[cy]), cmp.Compare(cx, cy), cmp.Compare(after(x), after(y)), cmp.Compare(x, y))
 	})
 	return tail
 }

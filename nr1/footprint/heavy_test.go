@@ -92,29 +92,29 @@ func processes(root string) ([]uint32, error) {
 }
 
 // The heavy cgroups are walked smallest first, by the ticks the last scan counted of
-// each, then by PID; those the last scan did not reach before the others.
+// each, then by PID; those below the threshold after every other.
 func TestTheSmallestHeavyCgroupIsWalkedFirst(t *testing.T) {
 	b := &BPF{heavy: map[uint64]uint64{10: 500, 20: 17, 30: 17}}
 	got := b.tailOrder(map[uint32]uint64{4: 10, 2: 10, 9: 20, 3: 30, 8: 20})
 	if want := []uint32{8, 9, 3, 2, 4}; !slices.Equal(got, want) {
 		t.Errorf("walked %v, want %v", got, want)
 	}
-	// The last scan did not reach 30 and 10: they take their turn first.
-	b.unreached = []uint64{30, 10}
+	// 30, below the threshold (named by the light walk), after every unit above it.
+	b.heavyFDs, b.heavy[30] = HeavyFDs, 3
 	got = b.tailOrder(map[uint32]uint64{4: 10, 2: 10, 9: 20, 3: 30, 8: 20})
-	if want := []uint32{3, 2, 4, 8, 9}; !slices.Equal(got, want) {
-		t.Errorf("30 and 10 not reached last time: walked %v, want %v", got, want)
+	if want := []uint32{8, 9, 2, 4, 3}; !slices.Equal(got, want) {
+		t.Errorf("30 below the threshold: walked %v, want %v", got, want)
 	}
 }
 
 // A walk out of time settles each heavy unit it did not read whole: the one whose walk
-// was cut is unfinished, each after it is unfinished when the last scan found it past its
+// was cut is unfinished if heavy by its own size (unreached otherwise), each after it is unfinished when the last scan found it past its
 // walk (or this one did) and unreached otherwise; one cut before the tail, by the node's
 // time, leaves every unit not past its walk unreached; the units walked before the cut
 // are left as they were. Over generated tails and cuts.
 func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 	rng := rand.New(rand.NewPCG(53, 2))
-	budget := uint64(HeavyWalk / bpf.Tick)
+	budget, own := uint64(HeavyWalk/bpf.Tick), uint64(HeavyFDs/bpf.Tick)
 	for range 2000 {
 		cgroups := 1 + rng.IntN(5)
 		ticks, last := map[uint64]uint64{}, map[uint32]uint64{}
@@ -138,7 +138,7 @@ func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 			}
 		}
 		before := maps.Clone(spent)
-		unreached := settleCut(tail, last, cut, ticks, spent)
+		unreached := settleCut(tail, last, cut, ticks, own, spent)
 		for _, cg := range unreached {
 			if spent[cg] {
 				t.Fatalf("tail %v cut at %d: cgroup %d both unfinished and unreached", tail, cut, cg)
@@ -163,8 +163,10 @@ func TestSettleCutChargesTheCutCgroupAndTheFloodsAfterIt(t *testing.T) {
 				want = "unfinished"
 			case cut < 0:
 				want = "unreached"
-			case last[tail[cut]] == cg:
+			case last[tail[cut]] == cg && ticks[cg] >= own:
 				want = "unfinished"
+			case last[tail[cut]] == cg:
+				want = "unreached"
 			case i > cut && ticks[cg] > budget:
 				want = "unfinished"
 			case i > cut:

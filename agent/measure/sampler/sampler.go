@@ -561,7 +561,7 @@ func unread(cg *view.CG, scan *footprint.Scan) (why, cause string) {
 	// time, the flooder's usage is uncertain by its own doing, not shielded by the cut.
 	for _, id := range scan.Unfinished {
 		if name, ok := holderOf(cg, id); ok {
-			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together (or are among the largest once the node's other processes hold more than %d), walked after every other process and every smaller such cgroup, and the %s scan walks %d of their fds at most, within its time", name, footprint.HeavyFDs, footprint.LightWalk, scan.Source, footprint.HeavyWalk), view.CauseFDTable
+			return fmt.Sprintf("processes of %s hold more than %d fds, alone or together, walked after every other process and every smaller such cgroup, and the %s scan walks %d of their fds at most, within its time", name, footprint.HeavyFDs, scan.Source, footprint.HeavyWalk), view.CauseFDTable
 		}
 	}
 	for _, id := range scan.Heavy {
