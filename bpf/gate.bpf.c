@@ -470,29 +470,6 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 	return 1;
 }
 
-// exit_open links the open the device program let through to the description it made,
-// or gives it back if the open failed.
-static __always_inline int link_open(__u64 id, long ret);
-
-static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
-{
-	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, poisoned = POISONED;
-	bool poison;
-
-	// After an open that returns as if still under way, nothing links until the next
-	// open's return: what runs on the way back to user space would pass for this open.
-	poison = link_by_registers && returns_as_under_way(ctx->ret) && under_gate();
-	slot = bpf_map_lookup_elem(&opening, &thread);
-	if (!slot) {
-		if (poison)
-			bpf_map_update_elem(&opening, &thread, &poisoned, BPF_ANY);
-		return 0;
-	}
-	id = *slot;
-	*slot = poison ? POISONED : 0;
-	return link_open(id, ctx->ret);
-}
-
 // link_open links the open the device program let through for pod id to the description
 // it made, the fd ret, or gives the grant back if the open failed (ret < 0).
 static __always_inline int link_open(__u64 id, long ret)
@@ -534,6 +511,28 @@ static __always_inline int link_open(__u64 id, long ret)
 	bpf_map_update_elem(&charges, &key, &c, BPF_ANY);
 	return 0;
 }
+
+// exit_open links the open the device program let through to the description it made,
+// or gives it back if the open failed.
+static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
+{
+	__u64 thread = bpf_get_current_pid_tgid(), *slot, id, poisoned = POISONED;
+	bool poison;
+
+	// After an open that returns as if still under way, nothing links until the next
+	// open's return: what runs on the way back to user space would pass for this open.
+	poison = link_by_registers && returns_as_under_way(ctx->ret) && under_gate();
+	slot = bpf_map_lookup_elem(&opening, &thread);
+	if (!slot) {
+		if (poison)
+			bpf_map_update_elem(&opening, &thread, &poisoned, BPF_ANY);
+		return 0;
+	}
+	id = *slot;
+	*slot = poison ? POISONED : 0;
+	return link_open(id, ctx->ret);
+}
+
 
 // nr1_gate_registers is the loader's self-test of linking by registers: run from user
 // space through bpf(2), it answers the number of the syscall it runs within as the device
