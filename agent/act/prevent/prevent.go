@@ -164,8 +164,11 @@ func (k *Keeper) After(s *view.Sample) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.reclaimed = false
-	seen := map[uint64]bool{}
+	seen, live := map[uint64]bool{}, map[string]bool{}
 	for _, m := range s.CGs {
+		if m.Ready {
+			live[m.UID] = true
+		}
 		if !m.Ready || len(m.PodCgroupIDs) == 0 {
 			continue
 		}
@@ -186,7 +189,10 @@ func (k *Keeper) After(s *view.Sample) {
 			}
 			delete(k.earlyCgroups, id)
 		}
-		if seen[id] {
+		// A live pod whose cgroup this sample did not find keeps its booking: forgotten,
+		// its count would start again from a measurement, and what it holds now would go
+		// uncounted when it is closed.
+		if seen[id] || (k.pods[id] != nil && live[k.pods[id].uid]) {
 			continue
 		}
 		if err := k.opts.Gate.Forget(id); err != nil {

@@ -180,6 +180,18 @@ func TestKeeperBooksWhatIsKnownAndForgetsWhatIsGone(t *testing.T) {
 	if _, ok := g.Count(1); !ok {
 		t.Fatal("forgotten while the runtime was out of reach")
 	}
+	// Between its init containers and the others no container of the pod runs: a sample
+	// that found no cgroup for it leaves its booking, count and all, as it was.
+	between := cg(1, 7, 0)
+	between.PodCgroupIDs = nil
+	if !g.Settle(1, 0, 3) {
+		t.Fatal("setting pod 1's count")
+	}
+	k.Before()
+	k.After(sample(between))
+	if c, ok := g.Count(1); !ok || c.Booked != 7 || c.Held != 3 {
+		t.Fatalf("a live pod with no cgroup in a sample: %+v %v, want still booked 7, holding 3", c, ok)
+	}
 	ended := cg(1, 7, 0)
 	ended.Ready = false
 	k.Before()

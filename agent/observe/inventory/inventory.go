@@ -94,9 +94,9 @@ type Builder struct {
 
 	mu      sync.Mutex
 	refused map[string]string // sandbox ID → last refusal logged
-	// podDirs are the pods' cgroups found by searching the tree (pod UID → directory):
-	// a pod no container of which the runtime describes is looked for once, not at every
-	// sample, however long it keeps its containers' statuses unreadable.
+	// podDirs are the pods' cgroups (pod UID → directory), as their running containers
+	// showed them or a search of the tree found them: a pod no container of which the
+	// runtime describes, or none of which runs, is looked for once, not at every sample.
 	podDirs map[string]string
 }
 
@@ -203,14 +203,17 @@ func later(a, b *runtime.Pod) bool {
 // describe: a running container the runtime gave no cgroupsPath (its status unread) gets
 // its cgroup, found below the pod's by its ID, and every other cgroup below the pod's is
 // the CG's too. What a CG shows the runtime never decides where its processes are: the
-// kubelet puts every one of them below the pod's cgroup.
+// kubelet puts every one of them below the pod's cgroup. A live pod none of whose
+// containers runs (between its init containers and the others, a container restarting)
+// keeps its cgroup: what its processes left there, and its booking, are still its own.
 func (b *Builder) podCgroup(cg *view.CG, walks *round) {
 	dir := ""
-	undescribed := false
+	undescribed, running := false, false
 	for _, c := range cg.Containers {
 		if c.State != view.Running {
 			continue
 		}
+		running = true
 		if c.Cgroup.V2 == "" {
 			undescribed = true
 			continue
@@ -219,7 +222,12 @@ func (b *Builder) podCgroup(cg *view.CG, walks *round) {
 			dir = parent
 		}
 	}
-	if dir == "" && undescribed {
+	switch {
+	case dir != "":
+		b.mu.Lock()
+		b.podDirs[cg.UID] = dir
+		b.mu.Unlock()
+	case undescribed || (!running && cg.Ready):
 		dir = b.searchPodDir(cg)
 	}
 	// One walk of the pod's cgroup reads its containers' and every cgroup below them

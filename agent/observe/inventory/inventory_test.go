@@ -825,6 +825,47 @@ type runtimeView struct{ s *runtime.Snapshot }
 
 func (v runtimeView) Load() (*runtime.Snapshot, <-chan struct{}) { return v.s, nil }
 
+// A live pod none of whose containers runs (its init containers done and the others not
+// started yet, or its only container restarting) keeps its cgroup, and the cgroups left
+// below it: its booking and what its processes left there are still its own. An agent
+// that starts in that gap finds it in the tree.
+func TestAPodBetweenItsContainersKeepsItsCgroup(t *testing.T) {
+	w := newWorld(t)
+	podPath := "/kubepods/besteffort/pod" + podUID
+	podDir := filepath.Join(w.cgroups.V2, podPath)
+	cgroupDir(t, w.cgroups, podPath+"/c-hh", 101)
+	cgroupDir(t, w.cgroups, podPath+"/c-g", 102)
+	left := filepath.Join(podDir, "left")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.putContainers(t,
+		fakecri.Container{ID: "c-hh", SandboxID: "sb1", Name: "health-handler", PID: 101, CgroupsPath: podPath + "/c-hh"},
+		fakecri.Container{ID: "c-g", SandboxID: "sb1", Name: "graph", PID: 102, CgroupsPath: podPath + "/c-g"})
+	if cg := w.builder.Build(time.Now()).CG(podUID); cg.PodCgroup != podDir {
+		t.Fatalf("running: pod cgroup %q, want %q", cg.PodCgroup, podDir)
+	}
+	w.cri.ExitContainer("c-hh", false)
+	w.cri.ExitContainer("c-g", false)
+	w.watched(t, "exits not applied", func(s *runtime.Snapshot) bool {
+		p := s.Pod(podUID)
+		return p != nil && !p.Running()
+	})
+	for _, b := range []*Builder{w.builder, NewBuilder(Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups, MaxAllocationAge: 5 * time.Second, Log: discard()})} {
+		cg := b.Build(time.Now()).CG(podUID)
+		if cg.PodCgroup != podDir {
+			t.Fatalf("no container running: pod cgroup %q, want %q", cg.PodCgroup, podDir)
+		}
+		want := []uint64{inode(t, podDir), inode(t, left), inode(t, filepath.Join(podDir, "c-g")), inode(t, filepath.Join(podDir, "c-hh"))}
+		slices.Sort(want[1:])
+		got := slices.Clone(cg.PodCgroupIDs)
+		slices.Sort(got[1:])
+		if !slices.Equal(got, want) {
+			t.Errorf("no container running: pod cgroup ids %v, want the pod's first, then every cgroup below it %v", got, want)
+		}
+	}
+}
+
 // A running container the runtime does not describe (its status unread: no cgroupsPath)
 // is found below its pod's cgroup by its ID, as either runtime names it; every other
 // cgroup below the pod's is the CG's; and the pod's cgroup is found from the tree when
