@@ -385,11 +385,25 @@ static long reclaim_gone(void *map, __u64 *key, struct charge *c, struct reclaim
 	return 0;
 }
 
+#define TAKE_TRIES 4
+
 // take counts one more open against b, if it fits its booking: of openers racing for
-// the last queue, exactly one gets it. moves goes first, so that a settle that read held
-// before either change sees it moved, and sets nothing.
+// the last queue, exactly one gets it. An open that does not fit writes nothing: a pod
+// whose opens are refused, over and over, stays quiet for the settle that would find its
+// count too high. moves goes first, so that a settle that read held before the change
+// sees it moved, and sets nothing. Openers racing past TAKE_TRIES compare-and-swaps take
+// by adding and taking back, which moves the count even when it refuses.
 static __always_inline bool take(struct budget *b)
 {
+	for (int i = 0; i < TAKE_TRIES; i++) {
+		__s64 held = *(volatile __s64 *)&b->held;
+
+		if (held >= *(volatile __s64 *)&b->booked)
+			return false;
+		__sync_fetch_and_add(&b->moves, 1);
+		if (__sync_val_compare_and_swap(&b->held, held, held + 1) == held)
+			return true;
+	}
 	__sync_fetch_and_add(&b->moves, 1);
 	if (__sync_fetch_and_add(&b->held, 1) < b->booked)
 		return true;

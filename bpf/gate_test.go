@@ -424,6 +424,32 @@ func TestGateSettlesAQuietPodToTheMeasurement(t *testing.T) {
 	o.must("open " + f.queue)
 }
 
+// A count too high for what the pod holds (a description no charge covers, gone) is
+// healed by the next settle however often the pod is refused meanwhile: a refused open
+// moves nothing, so a pool of workers hammering at its booking stays quiet for the
+// measurement that finds it holding less.
+func TestGateSettlesAPodRefusedMeanwhile(t *testing.T) {
+	f := newGateFixture(t, false)
+	id, cg := f.pod("pod", 1)
+	o := f.opener(cg)
+	if !f.gate.Settle(id, f.held(id).Moves, 1) { // what a description no charge covers leaves
+		t.Fatal("Settle on a quiet pod did nothing")
+	}
+	before := f.held(id)
+	for range 50 {
+		if _, err := o.do("open " + f.queue); !errors.Is(err, unix.EDQUOT) {
+			t.Fatalf("open with a count at the booking: %v, want EDQUOT", err)
+		}
+	}
+	if c := f.held(id); c.Refused != before.Refused+50 || c.Moves != before.Moves || c.Held != 1 {
+		t.Fatalf("after 50 refusals: %+v, want 50 more refused, and held and moves as before (%+v)", c, before)
+	}
+	if !f.gate.Settle(id, before.Moves, 0) {
+		t.Fatal("a pod refused since its measurement began was not settled")
+	}
+	o.must("open " + f.queue)
+}
+
 // An open the gate let through but the driver then refused gives its queue back.
 func TestGateGivesBackFailedOpens(t *testing.T) {
 	f := newGateFixture(t, false)
