@@ -98,13 +98,16 @@ type Builder struct {
 	// showed them or a search of the tree found them: a pod no container of which the
 	// runtime describes, or none of which runs, is looked for once, not at every sample.
 	podDirs map[string]string
+	// podDirsMissed are the pods whose search found no cgroup (pod UID → the cgroup
+	// changes counted before it, plus one): not searched again until a cgroup changes.
+	podDirsMissed map[string]uint64
 }
 
 // NewBuilder returns a builder of what o's sources say.
 func NewBuilder(o Options) *Builder {
 	return &Builder{runtime: o.Runtime, allocation: o.Allocations, namespaces: o.Namespaces, cgroups: o.Cgroups, maxAge: o.MaxAllocationAge, log: o.Log,
 		plugin: &pluginBooks{log: o.Log, reported: map[string]string{}}, dra: claimBooks{claims: o.Claims, cdiDir: o.CDIDir},
-		trees: &trees{changes: o.CgroupChanges}, refused: map[string]string{}, podDirs: map[string]string{}}
+		trees: &trees{changes: o.CgroupChanges}, refused: map[string]string{}, podDirs: map[string]string{}, podDirsMissed: map[string]uint64{}}
 }
 
 // Mismatches counts containers whose Allocate annotations disagreed with the
@@ -228,7 +231,7 @@ func (b *Builder) podCgroup(cg *view.CG, walks *round) {
 		b.podDirs[cg.UID] = dir
 		b.mu.Unlock()
 	case undescribed || (!running && cg.Ready):
-		dir = b.searchPodDir(cg)
+		dir = b.searchPodDir(cg, walks)
 	}
 	// One walk of the pod's cgroup reads its containers' and every cgroup below them
 	// (none while no cgroup changed on the node).
@@ -311,15 +314,19 @@ func within(tree map[string]uint64, dir string) ([]uint64, bool) {
 }
 
 // searchPodDir finds the pod's cgroup in the tree: no container the runtime described
-// says where it is. A directory found before is reused while it exists.
-func (b *Builder) searchPodDir(cg *view.CG) string {
+// says where it is. A directory found before is reused while it exists; a search that
+// found none is not made again until a cgroup is made or removed on the node.
+func (b *Builder) searchPodDir(cg *view.CG, walks *round) string {
 	b.mu.Lock()
 	dir, known := b.podDirs[cg.UID]
+	missed := walks.counted && b.podDirsMissed[cg.UID] == walks.count+1
 	b.mu.Unlock()
 	if known {
 		if _, err := os.Stat(dir); err == nil {
 			return dir
 		}
+	} else if missed {
+		return ""
 	}
 	dir, err := b.cgroups.PodDir(cg.UID)
 	if err != nil {
@@ -327,10 +334,15 @@ func (b *Builder) searchPodDir(cg *view.CG) string {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if dir == "" {
-		delete(b.podDirs, cg.UID)
-	} else {
+	delete(b.podDirsMissed, cg.UID)
+	switch {
+	case dir != "":
 		b.podDirs[cg.UID] = dir
+	case walks.counted && err == nil:
+		delete(b.podDirs, cg.UID)
+		b.podDirsMissed[cg.UID] = walks.count + 1
+	default:
+		delete(b.podDirs, cg.UID)
 	}
 	return dir
 }
@@ -560,6 +572,11 @@ func (b *Builder) forget(seenPods, seenUIDs map[string]bool) {
 	for uid := range b.podDirs {
 		if !seenUIDs[uid] {
 			delete(b.podDirs, uid)
+		}
+	}
+	for uid := range b.podDirsMissed {
+		if !seenUIDs[uid] {
+			delete(b.podDirsMissed, uid)
 		}
 	}
 	for id := range b.refused {

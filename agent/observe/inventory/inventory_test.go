@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -863,6 +864,36 @@ func TestAPodBetweenItsContainersKeepsItsCgroup(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("no container running: pod cgroup ids %v, want the pod's first, then every cgroup below it %v", got, want)
 		}
+	}
+}
+
+// A live pod with nothing running whose cgroup is not there is searched for once, and
+// again only once a cgroup was made or removed on the node: a pod crash-looping on a
+// node whose pods have no cgroup of their own costs no walk of the tree per sample.
+func TestAPodWithoutACgroupIsSearchedAgainOnlyAfterAChange(t *testing.T) {
+	w := newWorld(t)
+	w.cri.ExitContainer("c-hh", false)
+	w.cri.ExitContainer("c-g", false)
+	w.watched(t, "exits not applied", func(s *runtime.Snapshot) bool {
+		p := s.Pod(podUID)
+		return p != nil && !p.Running()
+	})
+	var changes atomic.Uint64
+	b := NewBuilder(Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups,
+		CgroupChanges: counted{&changes}, MaxAllocationAge: 5 * time.Second, Log: discard()})
+	if cg := b.Build(time.Now()).CG(podUID); cg.PodCgroup != "" {
+		t.Fatalf("pod cgroup %q found where there is none", cg.PodCgroup)
+	}
+	podDir := filepath.Join(w.cgroups.V2, "/kubepods/besteffort/pod"+podUID)
+	if err := os.MkdirAll(podDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if cg := b.Build(time.Now()).CG(podUID); cg.PodCgroup != "" {
+		t.Fatalf("searched again with no cgroup changed: found %q", cg.PodCgroup)
+	}
+	changes.Add(1)
+	if cg := b.Build(time.Now()).CG(podUID); cg.PodCgroup != podDir {
+		t.Fatalf("after a cgroup change: pod cgroup %q, want %q", cg.PodCgroup, podDir)
 	}
 }
 
