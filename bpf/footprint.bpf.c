@@ -1258,6 +1258,8 @@ int nr1_exit(void *ctx)
 // an entry pushed out is a description the scan can no longer name.
 struct opened {
 	__u64 inode;  // tells the description from a later one at the same address
+	__u64 at;     // when it was opened (CLOCK_MONOTONIC): a scan that began before
+		      // may have walked past its fd
 	__u32 target; // as in targets
 	__u32 pad;
 	struct chain who;
@@ -1293,7 +1295,7 @@ static __always_inline int new_fd(long ret, bool taken)
 	if (*target & TARGET_BYTES)
 		return 0; // counted in bytes mapped: a description with no mapping holds none
 	__u64 key = (__u64)file;
-	struct opened o = {.inode = (__u64)BPF_CORE_READ(file, f_inode), .target = *target};
+	struct opened o = {.inode = (__u64)BPF_CORE_READ(file, f_inode), .at = bpf_ktime_get_ns(), .target = *target};
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	chain_of(BPF_CORE_READ(task, cgroups, dfl_cgrp), &o.who);
 	bpf_map_update_elem(&opened, &key, &o, taken ? BPF_NOEXIST : BPF_ANY);

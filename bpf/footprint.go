@@ -338,6 +338,8 @@ type Opened struct {
 	File   uint64
 	Target uint32
 	Who    [4]uint64
+	// At is when it was opened, on CLOCK_MONOTONIC.
+	At uint64
 }
 
 // Opened calls fn for each description opened since the footprint was loaded that is
@@ -362,7 +364,7 @@ func (f *Footprint) Opened(fn func(Opened) error) error {
 				continue
 			}
 			named[keys[i]] = true
-			if err := fn(Opened{File: keys[i], Target: vals[i].Target, Who: vals[i].Who.Id}); err != nil {
+			if err := fn(Opened{File: keys[i], Target: vals[i].Target, Who: vals[i].Who.Id, At: vals[i].At}); err != nil {
 				return err
 			}
 		}

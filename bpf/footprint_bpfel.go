@@ -53,6 +53,7 @@ type footprintMapper struct {
 type footprintOpened struct {
 	_      structs.HostLayout
 	Inode  uint64
+	At     uint64
 	Target uint32
 	Pad    uint32
 	Who    struct {

@@ -191,7 +191,7 @@ func (b *BPF) Close() error { return b.fp.Close() }
 // scan says up to which PID it is complete (Scan.Cutoff); the mappings' pass gets half
 // the time left, so that a flood of mappings leaves time for the handles.
 func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
-	start := time.Now()
+	start, began := time.Now(), monotonic()
 	s := &Scan{Source: b.Name()}
 	ph := &phases{at: start}
 	targets := len(b.targets.list)
@@ -512,7 +512,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		return nil, fmt.Errorf("bpf footprint: %w", err)
 	}
 	if s.Cutoff == 0 && len(s.Unfinished) == 0 && len(s.Unreached) == 0 && !s.InFlightCut {
-		if err := s.heldElsewhere(b.fp, targets); err != nil {
+		if err := s.heldElsewhere(b.fp, targets, began); err != nil {
 			return nil, fmt.Errorf("bpf footprint: %w", err)
 		}
 	}
@@ -597,7 +597,9 @@ func running(procRoot string, pid int) bool {
 // thread closed) for the cgroup of their opener, or its nearest ancestor that is a pod's
 // once its container is gone: the opener put it there. Only a scan that read every
 // process and socket can tell such a description from one an unread fd holds.
-func (s *Scan) heldElsewhere(fp *bpf.Footprint, targets int) error {
+// A description opened since the scan began (since) is not: the walk may have passed
+// its fd before it was made, a pool's next worker's, and the next scan finds it there.
+func (s *Scan) heldElsewhere(fp *bpf.Footprint, targets int, since uint64) error {
 	seen := make(map[uint64]bool, len(s.Handles))
 	for _, h := range s.Handles {
 		seen[h.Description] = true
@@ -608,7 +610,7 @@ func (s *Scan) heldElsewhere(fp *bpf.Footprint, targets int) error {
 		}
 	}
 	return fp.Opened(func(o bpf.Opened) error {
-		if seen[o.File] {
+		if seen[o.File] || o.At >= since {
 			return nil
 		}
 		if int64(o.Target) >= int64(targets) {
@@ -1087,4 +1089,11 @@ func socketNamespace(pid, fd int, ino uint64) (int, error) {
 		return -1, fmt.Errorf("socket %d of process %d: of network namespace %d, not %d (the fd or the process was reused)", fd, pid, st.Ino, ino)
 	}
 	return ns, nil
+}
+
+// monotonic is the time on CLOCK_MONOTONIC, the clock the kernel stamps opens with.
+func monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
+	return uint64(ts.Nano())
 }

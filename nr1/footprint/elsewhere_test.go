@@ -41,6 +41,7 @@ func TestAQueueTheKernelHoldsForACGCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := monotonic()
 	p.start(t, 1, cmd)
 	for rd := bufio.NewReader(out); ; {
 		line, err := rd.ReadString('\n')
@@ -70,6 +71,20 @@ func TestAQueueTheKernelHoldsForACGCounts(t *testing.T) {
 	}
 	if fds, elsewhere := queues(s); fds != 0 || elsewhere != 1 || s.Elsewhere != 1 {
 		t.Errorf("a queue a blocked read holds: %d by fds, %d elsewhere (scan: %d); want 0 and 1", fds, elsewhere, s.Elsewhere)
+	}
+	// A scan that began before the queue was opened may have walked past its fd before
+	// it was made (a pool's next worker's): it is not held elsewhere for that scan.
+	for _, c := range []struct {
+		since uint64
+		want  int
+	}{{before, 0}, {monotonic(), 1}} {
+		walked := &Scan{}
+		if err := walked.heldElsewhere(b.fp, len(b.targets.list), c.since); err != nil {
+			t.Fatal(err)
+		}
+		if walked.Elsewhere != c.want {
+			t.Errorf("held elsewhere for a scan begun %s the open: %d, want %d", map[int]string{0: "before", 1: "after"}[c.want], walked.Elsewhere, c.want)
+		}
 	}
 	_ = cmd.Process.Kill() // the read ends, the description is released
 	_ = cmd.Wait()
