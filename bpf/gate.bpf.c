@@ -547,7 +547,6 @@ static __always_inline int exit_open(struct syscall_exit_ctx *ctx)
 	return link_open(id, ctx->ret);
 }
 
-
 // nr1_gate_registers is the loader's self-test of linking by registers: run from user
 // space through bpf(2), it answers the number of the syscall it runs within as the device
 // program reads it, -1 when it reads none under way. Anything but bpf's number, and the

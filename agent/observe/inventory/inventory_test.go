@@ -108,6 +108,12 @@ func cgroupDir(t *testing.T, h cgroup.Hierarchy, cgroupsPath string, pids ...int
 	return p.V2
 }
 
+// options are what the world's builder is made with: another builder of the same world
+// (an agent started anew) is made with them too.
+func (w *world) options() Options {
+	return Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups, MaxAllocationAge: 5 * time.Second, Log: discard()}
+}
+
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
@@ -154,7 +160,7 @@ func newWorld(t *testing.T) *world {
 	done := make(chan error, 1)
 	go func() { done <- w.watcher.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	w.builder = NewBuilder(Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups, MaxAllocationAge: 5 * time.Second, Log: discard()})
+	w.builder = NewBuilder(w.options())
 	w.watched(t, "watcher never connected", func(s *runtime.Snapshot) bool { return s.Connected })
 	// The tests' changes reach the watcher by events alone (the resync is an hour).
 	sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -852,7 +858,7 @@ func TestAPodBetweenItsContainersKeepsItsCgroup(t *testing.T) {
 		p := s.Pod(podUID)
 		return p != nil && !p.Running()
 	})
-	for _, b := range []*Builder{w.builder, NewBuilder(Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups, MaxAllocationAge: 5 * time.Second, Log: discard()})} {
+	for _, b := range []*Builder{w.builder, NewBuilder(w.options())} {
 		cg := b.Build(time.Now()).CG(podUID)
 		if cg.PodCgroup != podDir {
 			t.Fatalf("no container running: pod cgroup %q, want %q", cg.PodCgroup, podDir)
@@ -879,8 +885,9 @@ func TestAPodWithoutACgroupIsSearchedAgainOnlyAfterAChange(t *testing.T) {
 		return p != nil && !p.Running()
 	})
 	var changes atomic.Uint64
-	b := NewBuilder(Options{Runtime: w.watcher, Allocations: w.tracker, Namespaces: w.namespaces, Cgroups: w.cgroups,
-		CgroupChanges: counted{&changes}, MaxAllocationAge: 5 * time.Second, Log: discard()})
+	o := w.options()
+	o.CgroupChanges = counted{&changes}
+	b := NewBuilder(o)
 	if cg := b.Build(time.Now()).CG(podUID); cg.PodCgroup != "" {
 		t.Fatalf("pod cgroup %q found where there is none", cg.PodCgroup)
 	}
