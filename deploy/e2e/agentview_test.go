@@ -73,10 +73,12 @@ func podState(p *corev1.Pod) string {
 	return s
 }
 
-// logAgentsIfFailed, deferred, logs the agents when the test failed: a Fatal that gave
-// up waiting on them runs the deferred call on its way out.
-func logAgentsIfFailed(t testing.TB, c kubernetes.Interface) {
-	if t.Failed() {
+// logAgentsIfFailed, deferred with failedBefore the test's t.Failed() at the defer, logs
+// the agents when the test failed since: a Fatal that gave up waiting on them runs the
+// deferred call on its way out. A test that had failed before, and is waiting for the
+// agent on its way out, is not made to bury what failed under the agents' logs.
+func logAgentsIfFailed(t testing.TB, c kubernetes.Interface, failedBefore bool) {
+	if t.Failed() && !failedBefore {
 		logAgents(t, c)
 	}
 }

@@ -127,7 +127,7 @@ func restartAgent(b testing.TB, c kubernetes.Interface) {
 // warm-up.
 func awaitNewAgent(tb testing.TB, c kubernetes.Interface, old types.UID) {
 	tb.Helper()
-	defer logAgentsIfFailed(tb, c)
+	defer logAgentsIfFailed(tb, c, tb.Failed())
 	eventually(tb, 2*time.Minute, "the restarted agent ready", func() error {
 		a, err := readyAgent(c)
 		if err == nil && a.UID == old {

@@ -346,7 +346,7 @@ func TestNoFalseAction(t *testing.T) {
 func mustReadyAgent(t *testing.T, c kubernetes.Interface) *corev1.Pod {
 	t.Helper()
 	var agent *corev1.Pod
-	defer logAgentsIfFailed(t, c)
+	defer logAgentsIfFailed(t, c, t.Failed())
 	eventually(t, 2*time.Minute, "a Ready agent", func() error {
 		var err error
 		agent, err = readyAgent(c)

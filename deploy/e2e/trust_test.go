@@ -289,7 +289,7 @@ func (r *trustRun) rollAgent() {
 	if _, err := r.c.AppsV1().DaemonSets("nr1-system").Patch(ctx, "nr1-agent", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		r.t.Fatal(err)
 	}
-	defer logAgentsIfFailed(r.t, r.c)
+	defer logAgentsIfFailed(r.t, r.c, r.t.Failed())
 	eventually(r.t, 90*time.Second, "the rolled agent ready", func() error {
 		a, err := readyAgent(r.c)
 		if err == nil && a.UID == old.UID {

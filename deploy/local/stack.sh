@@ -535,7 +535,8 @@ deploy() {
   # A re-imported image under the same tag needs new pods to be used.
   kubectl -n nr1-system rollout restart daemonset/nr1-agent >/dev/null
   kubectl -n nr1-system rollout status daemonset/nr1-agent --timeout=120s >/dev/null ||
-    die "agent DaemonSet not ready: $(kubectl -n nr1-system get pods -o wide 2>&1)"
+    die "agent DaemonSet not ready: $(kubectl -n nr1-system get pods -o wide 2>&1)
+$(kubectl -n nr1-system get events --sort-by=.lastTimestamp 2>&1 | tail -20)"
   if [ "$mode" = dra ]; then
     wait_for "the NR1 driver's ResourceSlice of node $NODE" 60 nr1_slice
   else

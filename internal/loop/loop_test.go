@@ -40,14 +40,16 @@ func TestEveryStepsAtOnceThenAtEachInterval(t *testing.T) {
 }
 
 // A wake steps at once, unless the last step began within minGap: then at minGap's end.
-// Without wakes, steps come at the interval from the last step, whatever woke it. A
-// woken step's context says so (Woken); one that came at its time, or the first, not.
+// Steps at their time come at the interval from the last one at its time, whatever woke
+// between; one due with a wake ready runs after the woken step, a gap later, and knows a
+// wake waits (WakePending). A woken step's context says so (Woken); one that came at its
+// time, or the first, not.
 func TestSoonerStepsOnWakeNoSoonerThanMinGap(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	clk := clocktest.New(t0)
 	type step struct {
-		at    time.Duration
-		woken bool
+		at             time.Duration
+		woken, pending bool
 	}
 	steps := make(chan step)
 	wake := make(chan struct{}, 1)
@@ -55,20 +57,22 @@ func TestSoonerStepsOnWakeNoSoonerThanMinGap(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Sooner(ctx, clk, func() time.Duration { return time.Second }, 100*time.Millisecond, wake, func(ctx context.Context) { steps <- step{clk.Since(t0), Woken(ctx)} })
+		Sooner(ctx, clk, func() time.Duration { return time.Second }, 100*time.Millisecond, wake, func(ctx context.Context) {
+			steps <- step{clk.Since(t0), Woken(ctx), WakePending(ctx)}
+		})
 	}()
-	expect := func(what string, want time.Duration, woken bool) {
+	expect := func(what string, want time.Duration, woken, pending bool) {
 		t.Helper()
 		select {
 		case s := <-steps:
-			if s.at != want || s.woken != woken {
-				t.Fatalf("%s: step at %v, woken %v; want at %v, woken %v", what, s.at, s.woken, want, woken)
+			if s != (step{want, woken, pending}) {
+				t.Fatalf("%s: step at %v, woken %v, a wake pending %v; want at %v, woken %v, pending %v", what, s.at, s.woken, s.pending, want, woken, pending)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s: no step", what)
 		}
 	}
-	expect("first", 0, false)
+	expect("first", 0, false, false)
 	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != time.Second {
 		t.Fatalf("interval wait %v", d)
 	}
@@ -78,16 +82,31 @@ func TestSoonerStepsOnWakeNoSoonerThanMinGap(t *testing.T) {
 	}
 	wake <- struct{}{} // during the gap: one with the first
 	clk.Step(100 * time.Millisecond)
-	expect("woken within the gap", 100*time.Millisecond, true)
-	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != time.Second {
-		t.Fatalf("interval wait after a woken step %v", d)
+	expect("woken within the gap", 100*time.Millisecond, true, false)
+	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != 900*time.Millisecond {
+		t.Fatalf("wait after a woken step %v, want what is left of the interval from the first", d)
 	}
-	clk.Step(time.Second)
-	expect("interval after the woken step", 1100*time.Millisecond, false)
+	clk.Step(900 * time.Millisecond)
+	expect("at its time, a woken step between", time.Second, false, false)
 	clk.Next(t, clocktest.Timer, 10*time.Second)
 	clk.Step(500 * time.Millisecond)
 	wake <- struct{}{}
-	expect("woken past the gap", 1600*time.Millisecond, true)
+	expect("woken past the gap", 1500*time.Millisecond, true, false)
+	// Due at 2 s with a wake ready: the woken step, then the one at its time a gap later,
+	// with a wake that came in the gap waiting for the step after it.
+	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != 500*time.Millisecond {
+		t.Fatalf("wait %v, want to 2 s", d)
+	}
+	wake <- struct{}{}
+	clk.Step(500 * time.Millisecond)
+	expect("woken, the step at its time due too", 2*time.Second, true, false)
+	clk.Next(t, clocktest.Timer, 10*time.Second)
+	wake <- struct{}{}
+	clk.Step(100 * time.Millisecond)
+	expect("at its time after the woken step, a wake waiting", 2100*time.Millisecond, false, true)
+	clk.Next(t, clocktest.Timer, 10*time.Second)
+	clk.Step(100 * time.Millisecond)
+	expect("the waiting wake", 2200*time.Millisecond, true, false)
 	clk.Next(t, clocktest.Timer, 10*time.Second)
 	cancel()
 	<-done

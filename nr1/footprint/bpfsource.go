@@ -79,6 +79,25 @@ func hurried(ctx context.Context) bool {
 	return h
 }
 
+type yieldKey struct{}
+
+// YieldingTo marks ctx as a scan's that came at its time, which leaves the rest of the
+// walks of units past their walk to later scans once waiting says a change waits for the
+// next: the change is judged without waiting for a flood's walk. A unit whose last walk
+// is twice its rest old is walked whatever waits, so that a stream of changes delays no
+// walk past that.
+func YieldingTo(ctx context.Context, waiting func() bool) context.Context {
+	return context.WithValue(ctx, yieldKey{}, waiting)
+}
+
+func waiting(ctx context.Context) func() bool {
+	w, _ := ctx.Value(yieldKey{}).(func() bool)
+	if w == nil {
+		return func() bool { return false }
+	}
+	return w
+}
+
 // FullMappingPass is how often a scan walks every process's mappings, not only those of
 // the processes that may map a target (FollowMappers): the bound on how long a mapping
 // made where no mark sees it stays uncounted: a 32-bit mmap by a 64-bit process (x86's
@@ -277,10 +296,25 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 			spent[u] = true
 		}
 	}
+	// A scan at its time yields the walks of units past theirs, walked within twice their
+	// rest, to a change waiting (YieldingTo): those are spent as a hurried scan leaves
+	// them, and keep the time of their last walk.
+	changed := waiting(ctx)
+	yielded := map[uint64]bool{}
+	yields := func(u uint64) bool {
+		if !yielded[u] {
+			at, ok := b.walked[u]
+			if !ok || !pastWalk(b.heavy[u]) || start.Sub(at) >= 2*b.rest || !changed() {
+				return false
+			}
+			yielded[u], spent[u] = true, true
+		}
+		return true
+	}
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
 			return b.fp.FilesOf(heavyLast(b.processes, last, tail, &listing, func() { inTail = true; ph.done(PhaseFDs) },
-				func(pid uint32) bool { return spent[last[pid]] }), fn)
+				func(pid uint32) bool { u := last[pid]; return spent[u] || yields(u) }), fn)
 		}
 	}
 	expired := func() bool { return ctx.Err() != nil }
@@ -324,7 +358,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 				return out(r)
 			}
 			if u, ok := last[r.Pid]; ok && inTail {
-				if walkedOf[u]++; pastWalk(walkedOf[u]) {
+				if walkedOf[u]++; pastWalk(walkedOf[u]) || yields(u) {
 					spent[u] = true
 					stopped[u] = r.Pid
 					return bpf.ErrNextProcess
@@ -417,7 +451,7 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 	}
 	walked := map[uint64]time.Time{}
 	for u := range spent {
-		if walkedOf[u] > 0 {
+		if walkedOf[u] > 0 && !yielded[u] {
 			walked[u] = start
 		} else if at, ok := b.walked[u]; ok {
 			walked[u] = at

@@ -550,3 +550,72 @@ func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
 	time.Sleep(time.Until(walked.Add(2*b.rest + 50*time.Millisecond)))
 	scan(hurry, "rested twice over, in a hurry", 3)
 }
+
+// A scan at its time yields a unit's walk to a change waiting for the next scan
+// (YieldingTo), and keeps the time of the unit's last walk, so that the next scan with
+// no change waiting walks it; once the last walk is twice the rest old, it walks it
+// whatever waits. A change that comes while the unit is walked cuts the walk there, and
+// the next walk goes on from it.
+func TestAScanAtItsTimeYieldsAWalkToAWaitingChange(t *testing.T) {
+	p, dir := newCgroups(t, 1)
+	b := newBPFOrSkip(t, p)
+	b.rest = time.Second
+	threeQueuesIn(t, p, dir, 0) // its PID below the flood's: walked first
+	floodIn(t, p, floodOfFds(t), 8, 0)
+	asked, waitFrom := 0, 0 // a change waits from the waitFrom-th question on; 0: none
+	ctx := YieldingTo(context.Background(), func() bool { asked++; return waitFrom > 0 && asked >= waitFrom })
+	scanOnly := func() *Scan {
+		t.Helper()
+		asked = 0
+		s, err := b.Scan(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	scan := func(what string, queues int) *Scan {
+		t.Helper()
+		s := scanOnly()
+		if got := queuesOf(p, s, 0); got != queues || !slices.Contains(s.Unfinished, p.ids[0]) && queues == 0 {
+			t.Errorf("%s: %d queues, unfinished %v; want %d", what, got, s.Unfinished, queues)
+		}
+		return s
+	}
+	scan("the first scan, every process walked whole", 3)
+	walked := time.Now()
+	scan("walked past its walk", 3)
+	time.Sleep(time.Until(walked.Add(b.rest + 50*time.Millisecond)))
+	if time.Since(walked) >= 2*b.rest {
+		t.Fatalf("a walk took %v, past twice the rest the test gives it", time.Since(walked))
+	}
+	waitFrom = 1
+	scan("rested, a change waiting", 0)
+	if asked == 0 {
+		t.Fatal("the scan never asked whether a change waits")
+	}
+	waitFrom = 0
+	walked = time.Now()
+	scan("rested, yielded, nothing waiting", 3)
+	time.Sleep(time.Until(walked.Add(2*b.rest + 50*time.Millisecond)))
+	waitFrom = 1
+	walked = time.Now()
+	scan("rested twice over, a change waiting", 3)
+
+	// Cut within the walk: the unit keeps the time of its last walk not cut, and the next
+	// scan, with nothing waiting, walks on from the cut rather than resting.
+	last := b.walked[p.ids[0]]
+	time.Sleep(time.Until(walked.Add(b.rest + 50*time.Millisecond)))
+	waitFrom = 4 // past the first process's check, and a few of its ticks
+	before := b.resume[p.ids[0]]
+	s := scanOnly()
+	cut := b.resume[p.ids[0]]
+	if !slices.Contains(s.Unfinished, p.ids[0]) || b.walked[p.ids[0]] != last || cut == before {
+		t.Errorf("a walk cut by a change: unfinished %v, walked at %v (was %v), stopped in %d (was %d); want the flood's cgroup unfinished, its walk's time kept, stopped elsewhere",
+			s.Unfinished, b.walked[p.ids[0]], last, cut, before)
+	}
+	waitFrom = 0
+	scanOnly()
+	if !b.walked[p.ids[0]].After(last) || b.resume[p.ids[0]] == cut {
+		t.Errorf("after a cut walk, nothing waiting: walked at %v, stopped in %d; want a walk, going on from %d", b.walked[p.ids[0]], b.resume[p.ids[0]], cut)
+	}
+}

@@ -72,8 +72,9 @@ func TestWakesSufficeRestsWithoutChanges(t *testing.T) {
 	}
 }
 
-// Run samples at once, at rest every idle interval, at once (after the gap) when woken,
-// and never rests again once the kernel's changes stop.
+// Run samples at once, at rest every idle interval, at once (after the gap) when woken
+// (which puts off no sample at its time), and never rests again once the kernel's
+// changes stop.
 func TestRunSamplesAtRestOnWakesAndNoLongerRestsOnceChangesStop(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	clk := clocktest.New(t0)
@@ -120,8 +121,8 @@ func TestRunSamplesAtRestOnWakesAndNoLongerRestsOnceChangesStop(t *testing.T) {
 	<-asked
 	publish() // a source's next value, a second after the last sample: past the gap
 	expect("woken", time.Second)
-	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != 5*time.Second {
-		t.Fatalf("at rest after a wake, waits %v, want the idle interval", d)
+	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != 4*time.Second {
+		t.Fatalf("at rest after a wake, waits %v, want what is left of the idle interval", d)
 	}
 	changes <- struct{}{} // at once after a sample: the gap is waited first
 	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != 100*time.Millisecond {
@@ -136,6 +137,10 @@ func TestRunSamplesAtRestOnWakesAndNoLongerRestsOnceChangesStop(t *testing.T) {
 	}
 	clk.Step(100 * time.Millisecond)
 	expect("changes stopped", 1200*time.Millisecond)
+	// No longer at rest, the sample at its time is past due: it comes after the gap.
+	clk.Next(t, clocktest.Timer, 10*time.Second)
+	clk.Step(100 * time.Millisecond)
+	expect("at the interval", 1300*time.Millisecond)
 	if d := clk.Next(t, clocktest.Timer, 10*time.Second); d != time.Second {
 		t.Fatalf("after the changes stopped, waits %v, want the interval", d)
 	}

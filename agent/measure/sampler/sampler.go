@@ -159,6 +159,9 @@ func (s *Sampler) Sample(ctx context.Context) (*Snapshot, error) {
 	if loop.Woken(ctx) {
 		// A change woke this sample: the walk of a flood can wait for the next.
 		sctx = footprint.InAHurry(sctx)
+	} else {
+		// At its time, it leaves the walk of a flood to a later one when a change waits.
+		sctx = footprint.YieldingTo(sctx, func() bool { return loop.WakePending(ctx) })
 	}
 	scan, err := s.opts.Source.Scan(sctx)
 	cancel()
