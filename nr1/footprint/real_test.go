@@ -516,15 +516,23 @@ func TestWalksCoverEveryProcessOfAUnitPastItsWalk(t *testing.T) {
 	}
 }
 
-// A scan in a hurry (one a change started) leaves a unit's walk due after its rest to the
-// next scan not in a hurry, and walks it all the same once its rest has passed twice: a
-// stream of changes never keeps a unit unread for longer.
-func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
+// restingFlood is a cgroup holding three queues in a process walked first, and a flood
+// past a unit's walk, scanned by a source whose units rest a second after each walk.
+func restingFlood(t *testing.T) (*population, *BPF) {
+	t.Helper()
 	p, dir := newCgroups(t, 1)
 	b := newBPFOrSkip(t, p)
 	b.rest = time.Second
 	threeQueuesIn(t, p, dir, 0) // its PID below the flood's: walked first
 	floodIn(t, p, floodOfFds(t), 8, 0)
+	return p, b
+}
+
+// A scan in a hurry (one a change started) leaves a unit's walk due after its rest to the
+// next scan not in a hurry, and walks it all the same once its rest has passed twice: a
+// stream of changes never keeps a unit unread for longer.
+func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
+	p, b := restingFlood(t)
 	scan := func(ctx context.Context, what string, queues int) {
 		t.Helper()
 		s, err := b.Scan(ctx)
@@ -557,11 +565,7 @@ func TestAScanInAHurryLeavesAWalkToTheNext(t *testing.T) {
 // whatever waits. A change that comes while the unit is walked cuts the walk there, and
 // the next walk goes on from it.
 func TestAScanAtItsTimeYieldsAWalkToAWaitingChange(t *testing.T) {
-	p, dir := newCgroups(t, 1)
-	b := newBPFOrSkip(t, p)
-	b.rest = time.Second
-	threeQueuesIn(t, p, dir, 0) // its PID below the flood's: walked first
-	floodIn(t, p, floodOfFds(t), 8, 0)
+	p, b := restingFlood(t)
 	asked, waitFrom := 0, 0 // a change waits from the waitFrom-th question on; 0: none
 	ctx := YieldingTo(context.Background(), func() bool { asked++; return waitFrom > 0 && asked >= waitFrom })
 	scanOnly := func() *Scan {
