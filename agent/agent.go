@@ -138,7 +138,7 @@ func New(cfg *config.Config, api *kube.API, version string, log *slog.Logger) (_
 		a.run(p.Run)
 	}
 	err = a.expose(cfg, version, exposed{dev: dev, offer: offer, watcher: watcher, tracker: tracker, namespaces: nsWatch,
-		inventory: inv, partition: partition, sampler: smp, source: source.Name(), bpfRefused: bpfRefused, changes: changes,
+		inventory: inv, partition: partition, sampler: smp, source: source.Name(), bpfRefused: bpfRefused, unseen: unseen(source, log), changes: changes,
 		cadence: pace, enforcer: enforcer, actuator: act, prevention: cfg.Prevention.Enabled, keeper: keeper}, log)
 	if err != nil {
 		return nil, err

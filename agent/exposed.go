@@ -38,8 +38,9 @@ type exposed struct {
 	inventory  *inventory.Builder
 	partition  *sampler.PartitionSampler
 	sampler    *sampler.Sampler
-	source     string // the footprint source's name
-	bpfRefused string // why BPF was wanted and not used
+	source     string   // the footprint source's name
+	bpfRefused string   // why BPF was wanted and not used
+	unseen     []string // what the footprint source cannot see on this node
 	changes    following
 	cadence    *cadence.Cadence
 	enforcer   *enforce.Manager
@@ -59,7 +60,7 @@ func (a *Agent) expose(cfg *config.Config, version string, o exposed, log *slog.
 		stages["namespaces"] = o.namespaces
 	}
 	reg := prometheus.NewRegistry()
-	if err := registerAll(reg, metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(o.sampler, o.source, o.bpfRefused),
+	if err := registerAll(reg, metrics.NewBuildInfo(version), deviceplugin.NewCollector(state), sampler.NewCollector(o.sampler, o.source, o.bpfRefused, o.unseen),
 		o.sampler.Duration(), o.sampler.Phases(), enforce.NewCollector(o.enforcer), o.watcher.ReconnectsCounter(), o.inventory.MismatchesCounter(),
 		metrics.NewStageCollector(stages)); err != nil {
 		return err

@@ -46,6 +46,22 @@ func footprintSource(cfg *config.Config, files []device.ResolvedFile, cgroupV2 s
 	return footprint.NewProcfs(cfg.Paths.Procfs, cgroupV2, targets), targets, refused, nil
 }
 
+// unseen names what the footprint source cannot see on this node, each logged: a BPF
+// source's 32-bit system calls on a kernel with their entries and no kprobes
+// (bpf.CompatUnseen). The procfs source walks every mapping at every sample and sees no
+// send in flight at all, which its refusal of BPF says.
+func unseen(src footprint.Source, log *slog.Logger) []string {
+	if _, ok := src.(*footprint.BPF); !ok {
+		return nil
+	}
+	if err := bpf.CompatUnseen(); err != nil {
+		log.Warn("a CG's 32-bit system calls go unseen on this node: its int $0x80 mappings are found within the full pass only, its 32-bit sends are charged to the receiving socket's creator, its 32-bit opens stay counted by the gate until a settle, its 32-bit ptrace is unseen; a kernel with kprobes follows them",
+			"err", err)
+		return []string{"32-bit-syscalls"}
+	}
+	return nil
+}
+
 // cgroupChanges counts the node's cgroups made and removed, so that the inventory walks
 // a pod's cgroups only after one changed: with the BPF source only (a kernel that
 // refuses it would refuse this too); nil, every pod's cgroups walked at every sample,

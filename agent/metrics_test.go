@@ -28,7 +28,7 @@ func exported(t *testing.T) map[string]bool {
 	t.Helper()
 	// Describe reads no state: the collectors need none of their sources here.
 	collectors := []prometheus.Collector{
-		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf", ""), enforce.NewCollector(nil),
+		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf", "", nil), enforce.NewCollector(nil),
 		(&runtime.Watcher{}).ReconnectsCounter(), (&inventory.Builder{}).MismatchesCounter(),
 		metrics.NewBuildInfo("v"), metrics.NewStageCollector(nil), prevent.NewCollector(nil, false),
 	}

@@ -3,6 +3,7 @@
 package bpf
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -64,4 +65,88 @@ func attachCompat(p compatProbe, keep func(entry string, l link.Link) error) err
 		}
 	}
 	return nil
+}
+
+// CompatUnseen says why this node's 32-bit system calls go unseen, nil when the probes
+// of their entries follow them or no such call can be made: the kernel has the entries
+// (a 64-bit process on amd64 reaches them with int $0x80, a 32-bit one on either
+// architecture), was not booted with amd64's ia32 emulation off, and has no kprobes to
+// follow them with. Such a node's 64-bit processes' int $0x80 mappings are found by the
+// full pass only, their 32-bit sends are charged to the receiving socket's creator,
+// their 32-bit opens stay counted by the gate until a settle and their 32-bit ptrace is
+// unseen: an operator must know.
+func CompatUnseen() error {
+	return compatUnseen(kprobesPresent(), "/proc/kallsyms", "/proc/cmdline")
+}
+
+// kprobesPresent says whether the kernel can make kprobes, through the perf PMU or
+// tracefs, as the link package makes them.
+func kprobesPresent() bool {
+	for _, p := range []string{"/sys/bus/event_source/devices/kprobe", "/sys/kernel/tracing/kprobe_events", "/sys/kernel/debug/tracing/kprobe_events"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// compatUnseen is CompatUnseen reading the kernel's symbols from kallsyms and its boot
+// parameters from cmdline. Symbols that cannot be read leave the entries unknown, which
+// is said as unseen: absence of data is no proof of absence.
+func compatUnseen(kprobes bool, kallsyms, cmdline string) error {
+	if kprobes {
+		return nil
+	}
+	if args, err := os.ReadFile(cmdline); err == nil && ia32Off(string(args)) {
+		return nil
+	}
+	entries := map[string]bool{}
+	for _, names := range compatEntries {
+		for _, n := range names {
+			entries[n] = true
+		}
+	}
+	f, err := os.Open(kallsyms)
+	if err != nil {
+		return fmt.Errorf("32-bit system calls may go unseen: no kprobes, and the kernel's symbols are not readable: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// address type name [module]
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 3 && entries[fields[2]] {
+			return fmt.Errorf("32-bit system calls go unseen: the kernel has their entries (%s) and no kprobes to follow them (CONFIG_KPROBES)", fields[2])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("32-bit system calls may go unseen: no kprobes, and reading %s: %w", kallsyms, err)
+	}
+	return nil
+}
+
+// ia32Off says whether a kernel command line turns amd64's ia32 emulation off, as the
+// kernel reads the parameter (kstrtobool, by its first letters; a value it cannot read
+// changes nothing; the last one given counts).
+func ia32Off(cmdline string) bool {
+	off := false
+	for _, arg := range strings.Fields(cmdline) {
+		v, ok := strings.CutPrefix(arg, "ia32_emulation=")
+		if !ok || v == "" {
+			continue
+		}
+		switch v[0] {
+		case 'y', 'Y', 't', 'T', '1':
+			off = false
+		case 'n', 'N', 'f', 'F', '0':
+			off = true
+		case 'o', 'O':
+			if len(v) > 1 && strings.ContainsRune("nN", rune(v[1])) {
+				off = false
+			} else if len(v) > 1 && strings.ContainsRune("fF", rune(v[1])) {
+				off = true
+			}
+		}
+	}
+	return off
 }

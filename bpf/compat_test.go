@@ -290,3 +290,65 @@ func TestGateHoldsA32BitPodToItsBooking(t *testing.T) {
 		t.Errorf("count %+v, want none refused, 8 granted", c)
 	}
 }
+
+// On this kernel, 32-bit system calls are said unseen exactly when this process can make
+// them and the kernel has no kprobes to follow them.
+func TestCompatUnseenSaysWhatThisKernelIs(t *testing.T) {
+	_, kprobes := os.Stat("/sys/bus/event_source/devices/kprobe")
+	err := CompatUnseen()
+	switch {
+	case kprobes == nil && err != nil:
+		t.Errorf("a kernel with kprobes: %v, want the 32-bit entries followed", err)
+	case kprobes != nil && compat32.Available() == nil && err == nil:
+		t.Error("32-bit system calls are made here and no kprobe follows them, yet they are not said unseen")
+	case kprobes != nil && err != nil && !strings.Contains(err.Error(), "unseen"):
+		t.Errorf("said %q", err)
+	}
+	t.Logf("kprobes: %v; 32-bit calls: %v; said: %v", kprobes == nil, compat32.Available(), err)
+}
+
+// The kernel's symbols and command line are read as the kernel has them: an entry in
+// kallsyms (a module's too) with no kprobes is unseen, unless the command line turns ia32
+// emulation off, the last parameter counting and a value the kernel cannot read changing
+// nothing; kprobes see every entry; symbols that cannot be read are no proof of none.
+func TestCompatUnseenReadsTheKernelAsItIs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	with := write("with", "ffffffff81000000 T _stext\nffffffff8160f920 T __ia32_sys_mmap_pgoff\n")
+	module := write("module", "ffffffffc0000000 t __arm64_compat_sys_sendmsg\t[some_module]\n")
+	without := write("without", "ffffffff81000000 T _stext\nffffffff8160f910 T __pfx___ia32_sys_mmap_pgoff\nffffffff81000010 T __x64_sys_mmap\n")
+	for _, c := range []struct {
+		kprobes           bool
+		kallsyms, cmdline string
+		unseen            bool
+	}{
+		{false, with, "", true},
+		{true, with, "", false},
+		{false, module, "", true},
+		{false, without, "", false},
+		{false, filepath.Join(dir, "missing"), "", true},
+		{false, with, "quiet ia32_emulation=0", false},
+		{false, with, "ia32_emulation=off", false},
+		{false, with, "ia32_emulation=False", false},
+		{false, with, "ia32_emulation=n", false},
+		{false, with, "ia32_emulation=on", true},
+		{false, with, "ia32_emulation=1", true},
+		{false, with, "ia32_emulation=yes", true},
+		{false, with, "ia32_emulation=0 ia32_emulation=1", true},
+		{false, with, "ia32_emulation=1 ia32_emulation=0", false},
+		{false, with, "ia32_emulation=0 ia32_emulation=bogus", false},
+		{false, with, "ia32_emulation=o ia32_emulation=", true},
+		{false, with, "xia32_emulation=0", true},
+	} {
+		err := compatUnseen(c.kprobes, c.kallsyms, write("cmdline", c.cmdline))
+		if (err != nil) != c.unseen {
+			t.Errorf("kprobes %v, symbols %s, cmdline %q: %v; want unseen %v", c.kprobes, filepath.Base(c.kallsyms), c.cmdline, err, c.unseen)
+		}
+	}
+}

@@ -24,20 +24,24 @@ type Samples interface {
 // partition in bytes (an allocation's MB as its 2^20 bytes), queues as counts, each in
 // its own family. No label carries a PID, buffer or handle.
 type Collector struct {
-	samples                                              Samples
-	source, bpfRefused                                   string
-	allocated, usage, cgAllocated, cgUsage, unattributed *metrics.Amount
-	ratio, unknown, uncertain, sourceDesc, refusedDesc   *prometheus.Desc
+	samples                                                        Samples
+	source, bpfRefused                                             string
+	unseen                                                         []string
+	allocated, usage, cgAllocated, cgUsage, unattributed           *metrics.Amount
+	ratio, unknown, uncertain, sourceDesc, refusedDesc, unseenDesc *prometheus.Desc
 }
 
 // NewCollector collects from samples, measured by the footprint source named source;
-// bpfRefused says why the BPF source was wanted and refused, empty when it was not.
-func NewCollector(samples Samples, source, bpfRefused string) *Collector {
+// bpfRefused says why the BPF source was wanted and refused, empty when it was not;
+// unseen names what the source cannot see on this node.
+func NewCollector(samples Samples, source, bpfRefused string, unseen []string) *Collector {
 	cg, ctr := []string{"namespace", "pod"}, []string{"namespace", "pod", "container"}
 	return &Collector{
 		samples:      samples,
 		source:       source,
 		bpfRefused:   bpfRefused,
+		unseen:       unseen,
+		unseenDesc:   prometheus.NewDesc("nr1_footprint_unseen", "1 for what the footprint source cannot see on this node: 32-bit-syscalls, a kernel with 32-bit system call entries and no kprobes (a CG's int $0x80 mappings are found within the full pass only, its 32-bit sends are charged to the receiving socket's creator, its 32-bit opens stay counted by the gate until a settle, its 32-bit ptrace is unseen).", []string{"what"}, nil),
 		sourceDesc:   prometheus.NewDesc("nr1_footprint_source", "The footprint source in use (bpf or procfs).", []string{"source"}, nil),
 		refusedDesc:  prometheus.NewDesc("nr1_footprint_bpf_refused", "1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).", []string{"reason"}, nil),
 		allocated:    metrics.NewAmount("nr1_allocated", "NR1 allocated to a container by the kubelet, in %s.", ctr...),
@@ -55,6 +59,7 @@ func NewCollector(samples Samples, source, bpfRefused string) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.sourceDesc
 	ch <- c.refusedDesc
+	ch <- c.unseenDesc
 	c.allocated.Describe(ch)
 	c.usage.Describe(ch)
 	ch <- c.ratio
@@ -70,6 +75,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.sourceDesc, prometheus.GaugeValue, 1, c.source)
 	if c.bpfRefused != "" {
 		ch <- prometheus.MustNewConstMetric(c.refusedDesc, prometheus.GaugeValue, 1, c.bpfRefused)
+	}
+	for _, what := range c.unseen {
+		ch <- prometheus.MustNewConstMetric(c.unseenDesc, prometheus.GaugeValue, 1, what)
 	}
 	snap, _ := c.samples.Load()
 	if snap == nil {

@@ -52,7 +52,7 @@ func scrapeFixture() *Snapshot {
 
 func registry(samples Samples) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(samples, "bpf", ""))
+	reg.MustRegister(NewCollector(samples, "bpf", "", nil))
 	return reg
 }
 
@@ -233,7 +233,7 @@ func TestUnknownPartitionHasNoSeries(t *testing.T) {
 // A refused BPF source shows with its reason; none shows when BPF is in use.
 func TestBPFRefusedMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(&fixedSamples{}, "procfs", "unattributable"))
+	reg.MustRegister(NewCollector(&fixedSamples{}, "procfs", "unattributable", nil))
 	want := `
 # HELP nr1_footprint_bpf_refused 1 when the BPF footprint source was refused: unavailable (the kernel cannot run it) or unattributable (it cannot tell cgroups apart on this node).
 # TYPE nr1_footprint_bpf_refused gauge
@@ -247,6 +247,24 @@ nr1_footprint_source{source="procfs"} 1
 	}
 	if n := testutil.CollectAndCount(registry(&fixedSamples{}), "nr1_footprint_bpf_refused"); n != 0 {
 		t.Errorf("%d refusal series with BPF in use", n)
+	}
+}
+
+// What the source cannot see on the node shows, each by what it is; nothing shows when
+// it sees all.
+func TestUnseenMetric(t *testing.T) {
+	if n := testutil.CollectAndCount(NewCollector(&fixedSamples{}, "bpf", "", []string{"32-bit-syscalls"}), "nr1_footprint_unseen"); n != 1 {
+		t.Errorf("%d series of what goes unseen, want 1", n)
+	}
+	got, err := testutil.CollectAndFormat(NewCollector(&fixedSamples{}, "bpf", "", []string{"32-bit-syscalls"}), expfmt.TypeTextPlain, "nr1_footprint_unseen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), `nr1_footprint_unseen{what="32-bit-syscalls"} 1`) {
+		t.Errorf("got:\n%s", got)
+	}
+	if n := testutil.CollectAndCount(registry(&fixedSamples{}), "nr1_footprint_unseen"); n != 0 {
+		t.Errorf("%d unseen series from a source that sees all", n)
 	}
 }
 
