@@ -73,6 +73,7 @@ type Keeper struct {
 	pods          map[uint64]*pod      // what the gate books, by the pod's cgroup id
 	early         map[string]time.Time // pods booked by UID, and when a sample last saw them
 	earlyCgroups  map[uint64]string    // the cgroups of those made before they were booked
+	adopted       map[uint64]time.Time // an earlier agent's bookings no sample placed yet, since when
 	falseRefusals uint64
 	fixes         uint64
 	reclaimed     bool // in the sample After is keeping
@@ -96,8 +97,14 @@ func New(opts Options) *Keeper {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Keeper{opts: opts, pods: map[uint64]*pod{}, early: map[string]time.Time{}, earlyCgroups: map[uint64]string{}}
+	return &Keeper{opts: opts, pods: map[uint64]*pod{}, early: map[string]time.Time{}, earlyCgroups: map[uint64]string{}, adopted: map[uint64]time.Time{}}
 }
+
+// adoptedLife is how long a booking an earlier agent made may go unplaced by this
+// agent's samples before it is forgotten: the first samples after a start may not place
+// a live pod yet (a container whose cgroup the runtime has not told), and a pod
+// forgotten meanwhile would open as one the gate does not know.
+const adoptedLife = 30 * time.Second
 
 // earlyBookingLife is how long a pod booked by its UID may go unseen by the samples
 // before its booking is dropped: a pod deleted before it ran leaves one. (A pod the
@@ -193,13 +200,23 @@ func (k *Keeper) After(s *view.Sample) {
 		// its count would start again from a measurement, and what it holds now would go
 		// uncounted when it is closed.
 		if seen[id] || (k.pods[id] != nil && live[k.pods[id].uid]) {
+			delete(k.adopted, id)
 			continue
+		}
+		if k.pods[id] == nil {
+			if since, ok := k.adopted[id]; !ok || k.opts.Clock.Since(since) < adoptedLife {
+				if !ok {
+					k.adopted[id] = k.opts.Clock.Now()
+				}
+				continue
+			}
 		}
 		if err := k.opts.Gate.Forget(id); err != nil {
 			k.opts.Log.Error("budget gate", "err", err)
 			continue
 		}
 		delete(k.pods, id)
+		delete(k.adopted, id)
 	}
 }
 

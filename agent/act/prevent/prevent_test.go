@@ -380,6 +380,51 @@ func TestKeeperTakesOverEarlyBookings(t *testing.T) {
 	}
 }
 
+// A booking an earlier agent made is kept while the first samples of this one do not
+// place its pod (a live pod whose cgroup the runtime has not told yet), its count as it
+// was, and forgotten once unplaced for adoptedLife; once a sample placed it, it is
+// forgotten as soon as its pod ends.
+func TestKeeperKeepsAnEarlierAgentsBookingsUntilItLooked(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	for _, id := range []uint64{1, 2} {
+		if err := g.Book(id, fmt.Sprint("uid-", id), 7); err != nil {
+			t.Fatal(err)
+		}
+		if !g.Settle(id, 0, 3) {
+			t.Fatal("setting the earlier agent's count")
+		}
+	}
+	k := newKeeper(g, &events{}, clk) // a restarted agent
+	unplaced := cg(1, 7, 3)
+	unplaced.PodCgroupIDs = nil
+	k.Before()
+	k.After(sample(unplaced))
+	for _, id := range []uint64{1, 2} {
+		if c, ok := g.Count(id); !ok || c.Held != 3 || c.Booked != 7 {
+			t.Fatalf("pod %d at the first sample: %+v %v, want still booked 7, holding 3", id, c, ok)
+		}
+	}
+	clk.Step(adoptedLife - time.Second)
+	k.Before()
+	k.After(sample(cg(2, 7, 3)))
+	if _, ok := g.Count(1); !ok {
+		t.Fatal("an earlier agent's booking forgotten before its life")
+	}
+	clk.Step(time.Second)
+	k.Before()
+	k.After(sample(cg(2, 7, 3)))
+	if _, ok := g.Count(1); ok {
+		t.Fatal("an earlier agent's booking no sample placed is kept past its life")
+	}
+	ended := cg(2, 7, 3)
+	ended.Ready = false
+	k.Before()
+	k.After(sample(ended))
+	if _, ok := g.Count(2); ok {
+		t.Fatal("a placed pod that ended is still booked")
+	}
+}
+
 // A pod is known once booked, by UID or by the samples; booking a pod whose cgroup the
 // gate books already changes that booking and takes no slot by UID.
 func TestKeeperKnowsWhatItBooked(t *testing.T) {
