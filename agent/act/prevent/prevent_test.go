@@ -146,6 +146,19 @@ func cg(id uint64, booked, held int64) *view.Measured {
 	}
 }
 
+// endedCG is cg whose pod ended: its sandbox no longer ready.
+func endedCG(id uint64, booked, held int64) *view.Measured {
+	m := cg(id, booked, held)
+	m.Ready = false
+	return m
+}
+
+// look is one sample of cgs as the keeper follows it.
+func look(k *Keeper, cgs ...*view.Measured) {
+	k.Before()
+	k.After(sample(cgs...))
+}
+
 func sample(cgs ...*view.Measured) *view.Sample {
 	return &view.Sample{Inputs: view.Inputs{RuntimeConnected: true}, CGs: cgs}
 }
@@ -192,10 +205,7 @@ func TestKeeperBooksWhatIsKnownAndForgetsWhatIsGone(t *testing.T) {
 	if c, ok := g.Count(1); !ok || c.Booked != 7 || c.Held != 3 {
 		t.Fatalf("a live pod with no cgroup in a sample: %+v %v, want still booked 7, holding 3", c, ok)
 	}
-	ended := cg(1, 7, 0)
-	ended.Ready = false
-	k.Before()
-	k.After(sample(ended))
+	look(k, endedCG(1, 7, 0))
 	if _, ok := g.Count(1); ok {
 		t.Fatal("an ended pod is still booked")
 	}
@@ -416,10 +426,7 @@ func TestKeeperKeepsAnEarlierAgentsBookingsUntilItLooked(t *testing.T) {
 	if _, ok := g.Count(1); ok {
 		t.Fatal("an earlier agent's booking no sample placed is kept past its life")
 	}
-	ended := cg(2, 7, 3)
-	ended.Ready = false
-	k.Before()
-	k.After(sample(ended))
+	look(k, endedCG(2, 7, 3))
 	if _, ok := g.Count(2); ok {
 		t.Fatal("a placed pod that ended is still booked")
 	}
