@@ -311,10 +311,26 @@ func (b *BPF) Scan(ctx context.Context) (*Scan, error) {
 		}
 		return true
 	}
+	handed := map[uint64]uint32{} // per unit, the last of its processes handed to the walk
+	skip := func(pid uint32) bool {
+		u := last[pid]
+		if spent[u] {
+			return true
+		}
+		if yields(u) {
+			// Yielded between two of its processes: the next walk goes on after the last
+			// one walked, as after one cut within.
+			if prev, ok := handed[u]; ok && stopped[u] == 0 {
+				stopped[u] = prev
+			}
+			return true
+		}
+		handed[u] = pid
+		return false
+	}
 	if len(last) > 0 {
 		files = func(fn func(*bpf.Record) error) error {
-			return b.fp.FilesOf(heavyLast(b.processes, last, tail, &listing, func() { inTail = true; ph.done(PhaseFDs) },
-				func(pid uint32) bool { u := last[pid]; return spent[u] || yields(u) }), fn)
+			return b.fp.FilesOf(heavyLast(b.processes, last, tail, &listing, func() { inTail = true; ph.done(PhaseFDs) }, skip), fn)
 		}
 	}
 	expired := func() bool { return ctx.Err() != nil }

@@ -623,3 +623,38 @@ func TestAScanAtItsTimeYieldsAWalkToAWaitingChange(t *testing.T) {
 		t.Errorf("after a cut walk, nothing waiting: walked at %v, stopped in %d; want a walk, going on from %d", b.walked[p.ids[0]], b.resume[p.ids[0]], cut)
 	}
 }
+
+// However far into a walk a change comes, within one of the unit's processes or between
+// two, a walk it cuts goes on, at the next, after the last process it walked: walks cut
+// over and over still cover the unit.
+func TestAWalkCutByAChangeAnywhereGoesOn(t *testing.T) {
+	p, b := restingFlood(t)
+	b.rest = 500 * time.Millisecond
+	asked, waitFrom := 0, 0
+	ctx := YieldingTo(context.Background(), func() bool { asked++; return waitFrom > 0 && asked >= waitFrom })
+	scan := func() {
+		t.Helper()
+		asked = 0
+		if _, err := b.Scan(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := p.ids[0]
+	scan() // every process walked whole: the unit found heavy
+	// From the second question on: the first is asked before the unit's first process.
+	for waitFrom = 2; waitFrom <= 12; waitFrom++ {
+		saved := waitFrom
+		waitFrom = 0
+		scan() // a walk no change cuts, the rest counted from it
+		walked, before := time.Now(), b.resume[u]
+		time.Sleep(b.rest + 50*time.Millisecond)
+		waitFrom = saved
+		scan()
+		if time.Since(walked) >= 2*b.rest {
+			t.Fatalf("the scans took %v, past twice the rest the test gives them", time.Since(walked))
+		}
+		if b.resume[u] == before {
+			t.Errorf("a change at question %d: the walk it cut stopped in process %d, where the walk before it stopped: it will walk the same processes again", waitFrom, before)
+		}
+	}
+}
