@@ -127,18 +127,21 @@ func compatUnseen(kprobes bool, kallsyms, cmdline string) error {
 
 // ia32Off says whether a kernel command line turns amd64's ia32 emulation off, as the
 // kernel reads the parameter (kstrtobool, by its first letters; a value it cannot read
-// changes nothing; the last one given counts).
+// changes nothing; the last one given counts; what follows "--" is init's).
 func ia32Off(cmdline string) bool {
 	off := false
 	for _, arg := range strings.Fields(cmdline) {
+		if arg == "--" {
+			break
+		}
 		v, ok := strings.CutPrefix(arg, "ia32_emulation=")
 		if !ok || v == "" {
 			continue
 		}
 		switch v[0] {
-		case 'y', 'Y', 't', 'T', '1':
+		case 'e', 'E', 'y', 'Y', 't', 'T', '1':
 			off = false
-		case 'n', 'N', 'f', 'F', '0':
+		case 'd', 'D', 'n', 'N', 'f', 'F', '0':
 			off = true
 		case 'o', 'O':
 			if len(v) > 1 && strings.ContainsRune("nN", rune(v[1])) {

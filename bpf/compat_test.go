@@ -345,6 +345,9 @@ func TestCompatUnseenReadsTheKernelAsItIs(t *testing.T) {
 		{false, with, "ia32_emulation=0 ia32_emulation=bogus", false},
 		{false, with, "ia32_emulation=o ia32_emulation=", true},
 		{false, with, "xia32_emulation=0", true},
+		{false, with, "ia32_emulation=disabled", false},
+		{false, with, "ia32_emulation=0 ia32_emulation=enabled", true},
+		{false, with, "quiet -- ia32_emulation=0", true},
 	} {
 		err := compatUnseen(c.kprobes, c.kallsyms, write("cmdline", c.cmdline))
 		if (err != nil) != c.unseen {
