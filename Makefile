@@ -51,11 +51,12 @@ export NR1_CACHE := $(CACHE)
 export NR1_BIN := $(CURDIR)/bin
 export NR1_IMAGES := $(CURDIR)/$(IMAGES)
 
-# The Debian packages of the tests (promtool; Alertmanager for make e2e), of make
-# generate (clang, llvm, libbpf-dev) and of make test-arm64 (qemu-user). The local node
-# stack's own are installed by deploy/local/build.sh.
-TEST_DEB_DEPS := prometheus prometheus-alertmanager yamllint
-DEB_DEPS := clang llvm libbpf-dev qemu-user reuse $(TEST_DEB_DEPS)
+# The Debian packages of the tests (promtool; Alertmanager for make e2e; clang, llvm and
+# libbpf-dev, which make generate uses too, for the mutant whose BPF C make test builds),
+# and of make test-arm64 (qemu-user). The local node stack's own are installed by
+# deploy/local/build.sh.
+TEST_DEB_DEPS := clang llvm libbpf-dev prometheus prometheus-alertmanager yamllint
+DEB_DEPS := qemu-user reuse $(TEST_DEB_DEPS)
 APT_INSTALL := deploy/local/apt-install.sh
 # make run: the agent's mode (devicePlugin or dra), and whether to follow its log after
 # the example output (FOLLOW=0: print its last lines and return).

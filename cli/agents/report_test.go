@@ -159,7 +159,7 @@ func TestFixtureMatchesTheAgentsMetrics(t *testing.T) {
 	exported := map[string][]string{}
 	descRE := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
 	for _, c := range []prometheus.Collector{
-		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf", ""), enforce.NewCollector(nil), agentmetrics.NewBuildInfo("v"),
+		deviceplugin.NewCollector(nil), sampler.NewCollector(nil, "bpf", "", nil), enforce.NewCollector(nil), agentmetrics.NewBuildInfo("v"),
 		prevent.NewCollector(nil, true),
 	} {
 		ch := make(chan *prometheus.Desc, 64)

@@ -25,7 +25,7 @@ func TestEveryAlertHasItsRunbook(t *testing.T) {
 	unmarshal(t, "deploy/helm/nr1-agent/files/nr1-agent.rules.yaml", &rules)
 	readme := read(t, "README.md")
 	sections := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^#### (NR1[A-Za-z]+)$`).FindAllStringSubmatch(readme, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^#### (NR1[A-Za-z0-9]+)$`).FindAllStringSubmatch(readme, -1) {
 		sections[m[1]] = true
 	}
 	alerts := 0
