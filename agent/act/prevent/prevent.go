@@ -189,7 +189,14 @@ func (k *Keeper) After(s *view.Sample) {
 		return // its pods are the last ones seen: none is known to be gone
 	}
 	k.dropEarly(s)
-	for _, id := range k.opts.Gate.Pods() {
+	booked := k.opts.Gate.Pods()
+	// An adopted booking a UID's took with it (dropEarly) is no longer the gate's.
+	for id := range k.adopted {
+		if !slices.Contains(booked, id) {
+			delete(k.adopted, id)
+		}
+	}
+	for _, id := range booked {
 		if uid, ok := k.earlyCgroups[id]; ok {
 			if _, booked := k.early[uid]; booked && !seen[id] {
 				continue
@@ -204,10 +211,11 @@ func (k *Keeper) After(s *view.Sample) {
 			continue
 		}
 		if k.pods[id] == nil {
-			if since, ok := k.adopted[id]; !ok || k.opts.Clock.Since(since) < adoptedLife {
-				if !ok {
-					k.adopted[id] = k.opts.Clock.Now()
-				}
+			since, ok := k.adopted[id]
+			if !ok {
+				k.adopted[id] = k.opts.Clock.Now()
+			}
+			if !ok || k.opts.Clock.Since(since) < adoptedLife {
 				continue
 			}
 		}

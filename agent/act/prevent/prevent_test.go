@@ -430,6 +430,18 @@ func TestKeeperKeepsAnEarlierAgentsBookingsUntilItLooked(t *testing.T) {
 	if _, ok := g.Count(2); ok {
 		t.Fatal("a placed pod that ended is still booked")
 	}
+	// One the gate dropped another way (with a UID's booking) is no longer waited for.
+	if err := g.Book(3, "uid-3", 1); err != nil {
+		t.Fatal(err)
+	}
+	look(k)
+	if err := g.Forget(3); err != nil {
+		t.Fatal(err)
+	}
+	look(k)
+	if len(k.adopted) != 0 {
+		t.Errorf("adopted bookings the gate no longer has: %v", k.adopted)
+	}
 }
 
 // A pod is known once booked, by UID or by the samples; booking a pod whose cgroup the
