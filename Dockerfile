@@ -14,6 +14,11 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
       -ldflags "-s -w -X main.version=$VERSION" -o /out/ ./cmd/nr1-agent ./cmd/nr1-load
+# nr1-load32: nr1-load for the 32-bit sibling of the target, whose system calls enter
+# the kernel through its compat entries.
+RUN case "$TARGETARCH" in amd64) a=386 ;; arm64) a=arm ;; *) echo "no 32-bit sibling of $TARGETARCH" >&2; exit 1 ;; esac && \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$a GOARM=7 go build -trimpath \
+      -ldflags "-s -w -X main.version=$VERSION" -o /out/nr1-load32 ./cmd/nr1-load
 
 FROM scratch AS nr1-load
 ARG VERSION=dev
@@ -25,6 +30,7 @@ LABEL org.opencontainers.image.revision="${REVISION}"
 LABEL org.opencontainers.image.licenses="Apache-2.0"
 COPY LICENSE /LICENSE
 COPY --from=build /out/nr1-load /nr1-load
+COPY --from=build /out/nr1-load32 /nr1-load32
 USER 0:0
 ENTRYPOINT ["/nr1-load"]
 

@@ -84,18 +84,24 @@ BUILDVCS := -buildvcs=auto
 build: ## build the binaries for this machine into bin/
 	CGO_ENABLED=0 $(GO) build -trimpath $(BUILDVCS) -ldflags '$(LDFLAGS)' -o bin/ $(BINARIES)
 
-build-amd64 build-arm64: build-%: ## cross-build the binaries for linux/amd64 or linux/arm64 into bin/linux_<arch>/
+# The 32-bit sibling of each architecture, for nr1-load32: a CG whose system calls
+# enter the kernel through its compat entries.
+COMPAT_amd64 := GOARCH=386
+COMPAT_arm64 := GOARCH=arm GOARM=7
+
+build-amd64 build-arm64: build-%: ## cross-build the binaries for linux/amd64 or linux/arm64 into bin/linux_<arch>/, and nr1-load for its 32-bit sibling (nr1-load32)
 	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -trimpath $(BUILDVCS) -ldflags '$(LDFLAGS)' -o bin/linux_$*/ $(BINARIES)
+	CGO_ENABLED=0 GOOS=linux $(COMPAT_$*) $(GO) build -trimpath $(BUILDVCS) -ldflags '$(LDFLAGS)' -o bin/linux_$*/nr1-load32 ./cmd/nr1-load
 
 # The images' version and revision, which their labels and annotations carry.
 IMAGE_ARGS = --build-arg VERSION=$(VERSION) --build-arg REVISION=$(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # licenses,ARCH,FILES: ociimage's --file for each license text an image carries at its path.
 licenses = $(foreach f,$(2),--file $(1)=$(f):/$(f))
 
-image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load and pause images offline, each one OCI archive for amd64 and arm64 (_output/images)
+image: build $(ARCHES:%=build-%) ## build the nr1-agent, nr1-load (with nr1-load32) and pause images offline, each one OCI archive for amd64 and arm64 (_output/images)
 	@mkdir -p $(IMAGES)
 	bin/ociimage --target nr1-agent --name nr1.local/nr1-agent:$(IMAGE_TAG) $(IMAGE_ARGS) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-agent:/nr1-agent $(call licenses,$(a),LICENSE LICENSES/GPL-2.0-only.txt LICENSES/BSD-2-Clause.txt)) --max-compressed $(AGENT_IMAGE_MAX) --out $(IMAGES)/nr1-agent.tar
-	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(IMAGE_ARGS) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load $(call licenses,$(a),LICENSE)) --out $(IMAGES)/nr1-load.tar
+	bin/ociimage --target nr1-load --name nr1.local/nr1-load:$(IMAGE_TAG) $(IMAGE_ARGS) $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/nr1-load:/nr1-load --file $(a)=bin/linux_$(a)/nr1-load32:/nr1-load32 $(call licenses,$(a),LICENSE)) --out $(IMAGES)/nr1-load.tar
 	bin/ociimage --entrypoint /pause --name nr1.local/pause:1 $(foreach a,$(ARCHES),--file $(a)=bin/linux_$(a)/pause:/pause) --out $(IMAGES)/pause.tar
 
 # dist: each platform's plugin built, with the license and the completion helper, into

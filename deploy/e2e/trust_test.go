@@ -373,6 +373,9 @@ func (r *trustRun) podSpec(tc *trust.Case, booked nr1.Amounts, pod int) corev1.P
 			continue
 		}
 		ctr := loadContainer(h.Name, h.Args(tc, i)...)
+		if h.Compat {
+			ctr.Command = []string{"/nr1-load32"}
+		}
 		switch {
 		case h.Books && tc.Mode == trust.DRA:
 			ctr.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}

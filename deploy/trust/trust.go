@@ -117,6 +117,10 @@ type Holder struct {
 	// Keep binds a socket in ParkDir (a volume of its pod's) and keeps every fd sent
 	// there, never reading it: what Park hands it.
 	Keep bool
+	// Compat runs nr1-load32, nr1-load built for the 32-bit sibling of the node's
+	// architecture: its mappings, opens, sends and forks enter the kernel through the
+	// compat entries, which no syscall tracepoint sees.
+	Compat bool
 	// Mark names the SharedClaim case, of another namespace, whose claim's CDI spec the
 	// holder mounts through a hostPath where a share's mark goes: a mark the agent did not
 	// write. It is reported (where the runtime does not tell CDI devices, CRI-O), never
@@ -237,6 +241,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 	ninth := rand.New(rand.NewPCG(seed, 800+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
 	tenth := rand.New(rand.NewPCG(seed, 900+uint64(len(mode))))     //nolint:gosec // replayable from its seed, not a secret
 	eleventh := rand.New(rand.NewPCG(seed, 1000+uint64(len(mode)))) //nolint:gosec // replayable from its seed, not a secret
+	twelfth := rand.New(rand.NewPCG(seed, 1100+uint64(len(mode))))  //nolint:gosec // replayable from its seed, not a secret
 	p := Plan{Seed: seed, Mode: mode, Duration: duration}
 	for i := range cases {
 		c := genCase(r, later, mode, duration, i)
@@ -251,6 +256,7 @@ func Generate(seed uint64, mode Mode, duration time.Duration, cases, faults int)
 		pool(ninth, &c)
 		restarting(tenth, &c)
 		parked(eleventh, &c)
+		compat(twelfth, &c)
 		p.Cases = append(p.Cases, c)
 	}
 	// Faults after the CGs started and before the last minute, when overruns must show.
@@ -631,6 +637,19 @@ func restarting(r *rand.Rand, c *Case) {
 	c.Holders = append(c.Holders, Holder{Name: "restarter", Role: Sidecar, ExitAfter: RestartEvery})
 }
 
+// compat makes some CGs' booking holder a 32-bit program: what it maps, opens and sends
+// is counted, and refused past the booking, as a 64-bit one's is, whether it stays
+// within or goes over. Not a holder of io_uring queues or slots, which nr1-load32 does
+// not make.
+func compat(r *rand.Rand, c *Case) {
+	if c.Kind == SharedClaim || r.IntN(4) != 0 {
+		return
+	}
+	if h := &c.Holders[0]; h.Books && h.Role == Main && h.Ring == 0 && h.RingSlots == 0 {
+		h.Compat = true
+	}
+}
+
 // ParkDir is where, in the containers of a case with a keeper, the keeper's socket is.
 const ParkDir = "/park"
 
@@ -965,6 +984,9 @@ func (c *Case) Shape() string {
 	}
 	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Pool > 0 }) {
 		hostile = append(hostile, "worker pool")
+	}
+	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Compat }) {
+		hostile = append(hostile, "32-bit calls")
 	}
 	if slices.ContainsFunc(c.Holders, func(h Holder) bool { return h.Role == Sidecar && h.ExitAfter > 0 }) {
 		hostile = append(hostile, "restarting sidecar")

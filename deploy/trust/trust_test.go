@@ -191,6 +191,21 @@ func TestShapesAreCovered(t *testing.T) {
 						t.Errorf("seed %d: %s's pool of %d on %+v: want a booking main container, no probe, the CG within and at its booking of queues (or a pool of 4)", seed, c.Name, h.Pool, h)
 					}
 				}
+				for _, h := range c.Holders {
+					if !h.Compat {
+						continue
+					}
+					seen["32-bit calls"] = true
+					if c.Over != nil && c.Over.Holder == 0 {
+						seen["32-bit going over"] = true
+					}
+					if h.Pool > 0 {
+						seen["32-bit worker pool"] = true
+					}
+					if !h.Books || h.Role != Main || h.Ring+h.RingSlots > 0 || c.Kind == SharedClaim {
+						t.Errorf("seed %d: %s runs 32-bit %+v: want the booking main container of a CG of its own, without io_uring", seed, c.Name, h)
+					}
+				}
 				// A parker is a classic init container that books (DRA), after its keeper, a
 				// sidecar: within the booking, parked queues counted.
 				for i, h := range c.Holders {
@@ -225,7 +240,8 @@ func TestShapesAreCovered(t *testing.T) {
 	for _, want := range []string{"Pod", "Job", "StatefulSet", "restart Never", "restart OnFailure", "restart Always", "within",
 		"over compute_dma_memory", "over ai_hypervisor_queue", "main", "init", "sidecar", "dra init booking", "dra sidecar booking",
 		"fork", "dup", "in flight", "io_uring", "child cgroup", "cgroup past PATH_MAX", "distinct ranges", "fault restart-kubelet", "fault restart-runtime", "fault delete-agent", "fault pause-kubelet",
-		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool", "restarting sidecar", "parked by a container gone"} {
+		"SharedClaim", "fault stop-apiserver", "fault roll-agent", "fault damage-checkpoint", "copies", "big env", "kubelet decoy", "over cpu_dma_memory", "one unit over", "several times over", "own uncertainty", "fd flood", "throttle judged", "over docker_partition", "forged mark", "framing", "worker pool", "restarting sidecar", "parked by a container gone",
+		"32-bit calls", "32-bit going over", "32-bit worker pool"} {
 		if !seen[want] {
 			t.Errorf("20 seeds never generate %s", want)
 		}

@@ -393,7 +393,16 @@ func buildLayer(arch string, files map[string]string) (gz []byte, diffID string,
 	return out.Bytes(), digest(raw.Bytes()), unpacked, nil
 }
 
-// checkMachine refuses an ELF file whose machine is not arch's; other files pass.
+// siblings are the 32-bit machines whose programs an architecture's kernel runs too,
+// through its compat entries: a test image may carry one, for a CG that makes its
+// system calls through them.
+var siblings = map[string]elf.Machine{
+	"amd64": elf.EM_386,
+	"arm64": elf.EM_ARM,
+}
+
+// checkMachine refuses an ELF file whose machine is neither arch's nor its 32-bit
+// sibling's; other files pass.
 func checkMachine(arch string, data []byte) error {
 	if !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
 		return nil
@@ -402,7 +411,7 @@ func checkMachine(arch string, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("reading its ELF header: %w", err)
 	}
-	if f.Machine != machines[arch] {
+	if f.Machine != machines[arch] && (siblings[arch] == 0 || f.Machine != siblings[arch]) {
 		return fmt.Errorf("an ELF file for %v, not %s", f.Machine, arch)
 	}
 	return nil

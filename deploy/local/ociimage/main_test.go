@@ -255,6 +255,26 @@ func TestForeignBinaryIsRefused(t *testing.T) {
 	}
 }
 
+// A 32-bit binary goes into the layer of the architecture whose kernel runs it (i386
+// beside amd64, 32-bit ARM beside arm64), and no other.
+func TestA32BitSiblingGoesBesideItsArchitectureOnly(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		machine   elf.Machine
+		home, not string
+	}{{elf.EM_386, "amd64", "arm64"}, {elf.EM_ARM, "arm64", "amd64"}} {
+		bin := filepath.Join(dir, c.machine.String())
+		elfFile(t, bin, c.machine)
+		if err := run([]string{"--entrypoint", "/load32", "--name", "l:1", "--file", c.home + "=" + bin + ":/load32", "--out", filepath.Join(dir, "ok.tar")}, io.Discard); err != nil {
+			t.Errorf("%v beside %s: %v", c.machine, c.home, err)
+		}
+		err := run([]string{"--entrypoint", "/load32", "--name", "l:1", "--file", c.not + "=" + bin + ":/load32", "--out", filepath.Join(dir, "not.tar")}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.machine.String()) {
+			t.Errorf("%v beside %s: %v, want it refused", c.machine, c.not, err)
+		}
+	}
+}
+
 // Over --max-compressed, the image is refused, naming the platform and its size, and
 // no archive is written.
 func TestCompressedSizeLimit(t *testing.T) {
