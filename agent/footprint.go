@@ -55,7 +55,7 @@ func unseen(src footprint.Source, log *slog.Logger) []string {
 		return nil
 	}
 	if err := bpf.CompatUnseen(); err != nil {
-		log.Warn("a CG's 32-bit system calls go unseen on this node: its int $0x80 mappings are found within the full pass only, its 32-bit sends are charged to the receiving socket's creator, its 32-bit opens stay counted by the gate until a settle, its 32-bit ptrace is unseen; a kernel with kprobes follows them",
+		log.Warn("a CG's 32-bit system calls go unseen on this node: its int $0x80 mappings are found within the full pass only, its 32-bit sends are charged to the receiving socket's creator (the budget gate follows its 32-bit opens and ptrace at every syscall's exit instead); a kernel with kprobes follows them",
 			"err", err)
 		return []string{"32-bit-syscalls"}
 	}

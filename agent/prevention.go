@@ -59,7 +59,13 @@ func prevention(cfg *config.Config, dev theNR1, cgroups cgroup.Hierarchy, events
 	if !g.ByRegisters {
 		linking = "entry tracepoints: " + g.NotByRegisters
 	}
-	log.Info("prevention", "resource", prevent.Gated.Name(), "unknown", cfg.Prevention.Unknown, "pins", cfg.GatePins(), "linking", linking)
+	// How 32-bit opens are followed: by probes of their entries, or, on a kernel
+	// without kprobes, at every syscall's exit (then every syscall of the node pays).
+	compat := bpf.CompatByProbes
+	if g.CompatByExit {
+		compat = bpf.CompatByExit
+	}
+	log.Info("prevention", "resource", prevent.Gated.Name(), "unknown", cfg.Prevention.Unknown, "pins", cfg.GatePins(), "linking", linking, "compat", compat)
 	return prevent.New(prevent.Options{Gate: gate{g}, Events: events, EventGap: refusalEventGap, Log: log})
 }
 

@@ -72,9 +72,9 @@ func attachCompat(p compatProbe, keep func(entry string, l link.Link) error) err
 // (a 64-bit process on amd64 reaches them with int $0x80, a 32-bit one on either
 // architecture), was not booted with amd64's ia32 emulation off, and has no kprobes to
 // follow them with. Such a node's 64-bit processes' int $0x80 mappings are found by the
-// full pass only, their 32-bit sends are charged to the receiving socket's creator,
-// their 32-bit opens stay counted by the gate until a settle and their 32-bit ptrace is
-// unseen: an operator must know.
+// full pass only and their 32-bit sends are charged to the receiving socket's creator:
+// an operator must know. The gate follows 32-bit opens and ptrace there by the raw
+// syscall exit tracepoint instead (CompatByExit), which costs every syscall.
 func CompatUnseen() error {
 	return compatUnseen(kprobesPresent(), "/proc/kallsyms", "/proc/cmdline")
 }

@@ -238,11 +238,39 @@ func compatSend(how string, sock, fd int) error {
 // as a 64-bit one is: its opens (openat through the compat entry) are granted up to the
 // booking and the next refused with EDQUOT, and what it held is given back when it
 // exits, so that workers that come and go are never refused. On arm64 a 32-bit program
-// is the one way to make 32-bit calls: an AArch32 task's.
+// is the one way to make 32-bit calls: an AArch32 task's. Followed by probes of the
+// 32-bit entries where the kernel has kprobes, and by the raw syscall exit tracepoint
+// (on every kernel, as where it has none).
 func TestGateHoldsA32BitPodToItsBooking(t *testing.T) {
 	load := load32.OrSkip(t)
-	kprobesOrSkip(t)
-	f := newGateFixture(t, false)
+	_, err := os.Stat("/sys/bus/event_source/devices/kprobe")
+	for _, way := range []struct {
+		name   string
+		byExit bool
+		skip   error
+	}{{"ByProbes", false, err}, {"ByExit", true, nil}} {
+		t.Run(way.name, func(t *testing.T) {
+			if way.skip != nil {
+				t.Skipf("this kernel has no kprobes, which the probes of 32-bit entries need: %v", way.skip)
+			}
+			compatWay = CompatByProbes
+			if way.byExit {
+				compatWay = CompatByExit
+			}
+			t.Cleanup(func() { compatWay = CompatByKernel })
+			f := newGateFixture(t, false)
+			if f.gate.CompatByExit != way.byExit {
+				t.Fatalf("the gate follows 32-bit opens by their exit: %v, want %v", f.gate.CompatByExit, way.byExit)
+			}
+			holdA32BitPod(t, f, load)
+		})
+	}
+}
+
+// compatWay is how the fixtures' gates follow 32-bit opens.
+var compatWay CompatWay
+
+func holdA32BitPod(t *testing.T, f *gateFixture, load string) {
 	id, cgroup := f.pod("pod", 2)
 	dir := t.TempDir()
 	for _, name := range []string{"compute", "cpu"} {

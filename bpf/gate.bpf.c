@@ -17,7 +17,9 @@
 // open syscall, which the device program reads from the thread's saved registers (or,
 // where the loader's self-test finds them read wrong, from a mark the opens' entry
 // tracepoints leave), or within a 32-bit open, which kprobes of its entry and return
-// follow: what no exit links (io_uring's opens, arm64's 32-bit openat2) stays counted.
+// follow (on a kernel without kprobes, the registers and the raw syscall exit
+// tracepoint): what no exit links (io_uring's opens; arm64's 32-bit openat2 where
+// probes follow) stays counted.
 // The gate errs on refusing, and user space sets the count from the footprint's
 // measurement when the pod is quiet.
 
@@ -232,6 +234,72 @@ static __always_inline bool open_syscall(long nr)
 	       nr == nr_creat;
 }
 
+// Where no kprobe follows the 32-bit opens (a kernel without kprobes), the loader sets
+// compat_by_exit: the device program then knows a 32-bit open by the thread's registers,
+// as it knows a native one, and the raw syscall exit tracepoint, which every syscall
+// reaches (32-bit ones too, unlike the syscall tracepoints), links it. And the numbers
+// of the 32-bit syscalls that open, and of 32-bit ptrace, in the 32-bit sibling's table
+// (NO_SYSCALL where it has no such call).
+volatile const bool compat_by_exit = false;
+volatile const long compat_nr_open = NO_SYSCALL, compat_nr_creat = NO_SYSCALL, compat_nr_openat = NO_SYSCALL,
+		    compat_nr_openat2 = NO_SYSCALL, compat_nr_open_by_handle_at = NO_SYSCALL,
+		    compat_nr_ptrace = NO_SYSCALL;
+
+static __always_inline bool compat_open_syscall(long nr)
+{
+	return nr == compat_nr_open || nr == compat_nr_creat || nr == compat_nr_openat || nr == compat_nr_openat2 ||
+	       nr == compat_nr_open_by_handle_at;
+}
+
+// compat_syscall says whether the current thread makes a 32-bit syscall, and which
+// (nr): amd64's TS_COMPAT lasts the syscall and its way back to user space; an arm64
+// task in AArch32 state makes only 32-bit ones.
+static __always_inline bool compat_syscall(long *nr)
+{
+	struct task_struct___regs *task = (void *)bpf_get_current_task_btf();
+	void *regs;
+
+	// Loads through the trusted pointers, not probe reads, and on amd64 the thread's
+	// state tested before its registers are asked for: every syscall of the node comes
+	// here where compat_by_exit.
+	if (amd64() && bpf_core_field_exists(((struct pt_regs___amd64 *)0)->orig_ax)) {
+		if (!(task->thread_info.status & TS_COMPAT))
+			return false;
+		regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
+		*nr = (int)((struct pt_regs___amd64 *)regs)->orig_ax;
+		return true;
+	}
+	regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
+	if (arm64(regs)) {
+		struct pt_regs___arm64 *r = regs;
+
+		if (!(r->pstate & PSR_MODE32_BIT))
+			return false;
+		*nr = r->syscallno;
+		return true;
+	}
+	return false;
+}
+
+// in_compat_open says whether the current thread is within a 32-bit open, before its
+// return value is stored, as in_native_syscall tells a native one; never for a thread a
+// tracer holds.
+static __always_inline bool in_compat_open(void)
+{
+	struct task_struct___regs *task = (void *)bpf_get_current_task_btf();
+	void *regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
+	long nr = NO_SYSCALL;
+
+	if (BPF_CORE_READ(task, ptrace) || !compat_syscall(&nr) || !compat_open_syscall(nr))
+		return false;
+	if (amd64() && bpf_core_field_exists(((struct pt_regs___amd64 *)regs)->ax))
+		return (long)BPF_CORE_READ((struct pt_regs___amd64 *)regs, ax) == -ENOSYS;
+	if (arm64(regs))
+		return BPF_CORE_READ((struct pt_regs___arm64 *)regs, regs[0]) ==
+		       BPF_CORE_READ((struct pt_regs___arm64 *)regs, orig_x0);
+	return false;
+}
+
 // returns_as_under_way says whether an open's return leaves the registers as they are
 // within an open (amd64: it returned -ENOSYS, as a seccomp filter may make it; arm64: it
 // returned its first argument): task work on the way back to user space would then pass
@@ -267,6 +335,16 @@ static __always_inline void link_grant(__u64 thread, __u64 id)
 	// takes the thread's next grant too, which then stays counted until a settle.
 	if (slot && *slot == IN_OPEN) {
 		*slot = id;
+		return;
+	}
+	// Within a 32-bit open that no probe follows, which the exit tracepoint links.
+	if (compat_by_exit && in_compat_open()) {
+		if (bpf_map_lookup_elem(&tracers, &id))
+			return;
+		if (slot)
+			*slot = id;
+		else
+			bpf_map_update_elem(&compat_opening, &thread, &id, BPF_ANY);
 		return;
 	}
 	slot = bpf_map_lookup_elem(&opening, &thread);
@@ -656,6 +734,33 @@ int nr1_gate_compat_exit_open(void *ctx)
 	id = *slot;
 	*slot = 0;
 	return link_open(id, probe_ret(ctx));
+}
+
+// The exit of every syscall of the node, attached only where compat_by_exit: a 32-bit
+// open's links the grant the device program left for it, as the return probe would; a
+// 32-bit ptrace's marks its pod a tracer (a tracer's pod is never linked by registers).
+// A native syscall's costs one test of the thread's state. A grant left by what runs on
+// a thread's way back to user space, after its exit, is cleared by the thread's next
+// 32-bit exit, and stays counted.
+SEC("raw_tp/sys_exit")
+int nr1_gate_compat_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 thread, *slot, id;
+	long nr = NO_SYSCALL;
+
+	if (!compat_syscall(&nr))
+		return 0;
+	if (nr == compat_nr_ptrace)
+		return called_ptrace();
+	thread = bpf_get_current_pid_tgid();
+	slot = bpf_map_lookup_elem(&compat_opening, &thread);
+	if (!slot || !*slot)
+		return 0;
+	id = *slot;
+	*slot = 0;
+	if (!compat_open_syscall(nr))
+		return 0;
+	return link_open(id, (long)ctx->args[1]);
 }
 
 static __always_inline int enter_ask(void)

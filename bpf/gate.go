@@ -41,7 +41,25 @@ type GateOptions struct {
 	// thread's registers would: the way of a kernel whose registers the self-test does
 	// not read right, which costs every open of the node their dispatch.
 	ByEntries bool
+	// Compat is how 32-bit opens are followed: chosen by the kernel when empty.
+	Compat CompatWay
 }
+
+// CompatWay is how the gate follows 32-bit opens, which the syscall tracepoints skip.
+type CompatWay string
+
+// The ways.
+const (
+	// CompatByKernel follows them by CompatByExit where the kernel has their entries
+	// and no kprobes, by CompatByProbes elsewhere.
+	CompatByKernel CompatWay = ""
+	// CompatByProbes follows them by kprobes of the kernel's 32-bit entries, which
+	// native syscalls never reach: nothing where the kernel has no kprobes.
+	CompatByProbes CompatWay = "probes"
+	// CompatByExit follows them by the thread's registers and the raw syscall exit
+	// tracepoint, which every syscall of the node reaches: each pays one test.
+	CompatByExit CompatWay = "exit"
+)
 
 // Gate is the budget gate (gate.bpf.c): an open of a gated device by a process of a
 // pod that holds as many as it booked fails with EDQUOT. A pod is known to the gate by
@@ -55,8 +73,11 @@ type Gate struct {
 	// NotByRegisters says why not.
 	ByRegisters    bool
 	NotByRegisters string
-	mem            []byte // the budgets
-	debts          []byte // what each budget is owed
+	// CompatByExit says that 32-bit opens are linked by the raw syscall exit tracepoint
+	// (no kprobes here, or told to), not by probes of their entries.
+	CompatByExit bool
+	mem          []byte // the budgets
+	debts        []byte // what each budget is owed
 
 	charged map[uint64]int64 // by pod, the descriptions charged at the last Reclaim
 
@@ -137,6 +158,10 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
+	compatByExit, err := followCompatByExit(spec, byRegisters, opts.Compat)
+	if err != nil {
+		return nil, fmt.Errorf("loading the budget gate: %w", err)
+	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: maps}})
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate (maps pinned in %s): %w", maps, err)
@@ -144,9 +169,18 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	// Each program in a tracepoint section is attached to the tracepoint it names; the
 	// opens' entries only where registers do not link.
 	tracepoints, probes := map[string]*ebpf.Program{}, []compatProbe{}
+	var compatExit *ebpf.Program
 	for name, p := range spec.Programs {
 		if strings.HasPrefix(p.SectionName, "kprobe/") || strings.HasPrefix(p.SectionName, "kretprobe/") {
-			probes = append(probes, compatProbe{p.SectionName, coll.Programs[name]})
+			if !compatByExit {
+				probes = append(probes, compatProbe{p.SectionName, coll.Programs[name]})
+			}
+			continue
+		}
+		if p.SectionName == "raw_tp/sys_exit" {
+			if compatByExit {
+				compatExit = coll.Programs[name]
+			}
 			continue
 		}
 		tp, ok := strings.CutPrefix(p.SectionName, "tracepoint/")
@@ -160,13 +194,13 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 		}
 		tracepoints[tp] = coll.Programs[name]
 	}
-	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, NotByRegisters: notByRegisters, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
+	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, NotByRegisters: notByRegisters, CompatByExit: compatByExit, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
 	if err := coll.Assign(&g.objs); err != nil {
 		coll.Close()
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
 	coll.Close() // what was not assigned
-	if err := g.open(opts, tracepoints, probes); err != nil {
+	if err := g.open(opts, tracepoints, probes, compatExit); err != nil {
 		_ = g.Close()
 		return nil, err
 	}
@@ -187,7 +221,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	return g, nil
 }
 
-func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program, probes []compatProbe) error {
+func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program, probes []compatProbe, compatExit *ebpf.Program) error {
 	for _, d := range opts.Devices {
 		if err := g.objs.Gated.Put(gateGateDev(d), uint8(1)); err != nil {
 			return fmt.Errorf("gating device %d:%d: %w", d.Major, d.Minor, err)
@@ -231,6 +265,16 @@ func (g *Gate) open(opts GateOptions, tracepoints map[string]*ebpf.Program, prob
 			return err
 		}
 		ours[tracepointLink(tp)] = true
+	}
+	if compatExit != nil {
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_exit", Program: compatExit})
+		if err != nil {
+			return fmt.Errorf("budget gate: attaching to the raw tracepoint sys_exit: %w", err)
+		}
+		if err := g.pinLink(compatExitLink, l); err != nil {
+			return err
+		}
+		ours[compatExitLink] = true
 	}
 	for _, p := range probes {
 		kind, _, _ := strings.Cut(p.section, "/") // a kprobe and a kretprobe may share an entry
@@ -286,6 +330,44 @@ func tracepointLink(tp string) string {
 	group, name := filepath.Split(tp)
 	return filepath.Base(group) + "-" + name
 }
+
+// compatExitLink is the name the raw syscall exit tracepoint's link is pinned under.
+const compatExitLink = "raw_tp-sys_exit"
+
+// followCompatByExit sets spec's 32-bit syscall numbers, and has it follow 32-bit opens
+// by the raw syscall exit tracepoint where told to, or, by the kernel, where their
+// entries are there and no kprobe can follow them (CompatUnseen): else the grants of a
+// 32-bit CG's opens would stay counted until a settle, and its workers that come and go
+// would be refused. It reads the registers as native linking does: only where they link.
+func followCompatByExit(spec *ebpf.CollectionSpec, byRegisters bool, way CompatWay) (bool, error) {
+	for _, name := range []string{"open", "creat", "openat", "openat2", "open_by_handle_at", "ptrace"} {
+		nr, ok := compatSyscalls[name]
+		if !ok {
+			nr = noSyscall
+		}
+		if err := spec.Variables["compat_nr_"+name].Set(nr); err != nil {
+			return false, fmt.Errorf("the number of 32-bit %s: %w", name, err)
+		}
+	}
+	var follow bool
+	switch way {
+	case CompatByExit:
+		follow = true
+	case CompatByKernel:
+		follow = CompatUnseen() != nil
+	case CompatByProbes:
+	default:
+		return false, fmt.Errorf("32-bit opens followed by %q: want %q, %q or none", way, CompatByProbes, CompatByExit)
+	}
+	follow = follow && byRegisters && len(compatSyscalls) > 0
+	if err := spec.Variables["compat_by_exit"].Set(follow); err != nil {
+		return false, fmt.Errorf("following 32-bit opens by their exit: %w", err)
+	}
+	return follow, nil
+}
+
+// noSyscall is the programs' NO_SYSCALL: no syscall has that number.
+const noSyscall int64 = -2
 
 // gateDeviceLink is the name the device program's link is pinned under.
 const gateDeviceLink = "device"

@@ -78,7 +78,7 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 		}
 		b.Cleanup(func() { _ = ch.Close() })
 	}
-	f := newGateBench(b, strings.HasPrefix(loaded, "gate"), loaded == "gate-entries")
+	f := newGateBench(b, strings.HasPrefix(loaded, "gate"), GateOptions{ByEntries: loaded == "gate-entries"})
 	path := "/dev/null"
 	switch file {
 	case "queue":
@@ -109,8 +109,8 @@ type gateBench struct {
 }
 
 // newGateBench makes a gate root with one pod booking every queue it will open, and a
-// queue device; with gate, the gate is loaded and attached.
-func newGateBench(b *testing.B, gate, byEntries bool) gateBench {
+// queue device; with gate, the gate is loaded (linking as way says) and attached.
+func newGateBench(b *testing.B, gate bool, way GateOptions) gateBench {
 	b.Helper()
 	var mnt string
 	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
@@ -148,7 +148,7 @@ func newGateBench(b *testing.B, gate, byEntries bool) gateBench {
 		b.Fatalf("mounting bpffs: %v", err)
 	}
 	b.Cleanup(func() { _ = unix.Unmount(pins, unix.MNT_DETACH) })
-	g, err := LoadGate(GateOptions{PinDir: filepath.Join(pins, "gate"), Devices: []Device{{Major: 10, Minor: 200}}, ByEntries: byEntries})
+	g, err := LoadGate(GateOptions{PinDir: filepath.Join(pins, "gate"), Devices: []Device{{Major: 10, Minor: 200}}, ByEntries: way.ByEntries, Compat: way.Compat})
 	if errors.Is(err, ebpf.ErrNotSupported) {
 		b.Skipf("kernel lacks what the gate needs: %v", err)
 	}
@@ -184,7 +184,7 @@ func BenchmarkGateRefusal(b *testing.B) {
 			if os.Geteuid() != 0 {
 				b.Skip("needs root: cgroups, bpffs, BPF")
 			}
-			f := newGateBench(b, true, false)
+			f := newGateBench(b, true, GateOptions{})
 			g := f.gate
 			// The holder: this process, in a pod booking n, opens n queues.
 			holder := filepath.Join(filepath.Dir(f.pod), "holder")
@@ -228,5 +228,46 @@ func BenchmarkGateRefusal(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkGateCompatExit times the cheapest syscall (getppid), which no program of the
+// gate's asks about, by a process of a pod and by one of the host, with the footprint's
+// tracepoints and the gate following 32-bit opens by probes of their entries or by the
+// raw syscall exit tracepoint (a kernel without kprobes): what every syscall of the
+// node pays for the second. `make bench-gate` prints exit against probes.
+func BenchmarkGateCompatExit(b *testing.B) {
+	for _, in := range []string{"pod", "host"} {
+		for _, way := range []CompatWay{CompatByProbes, CompatByExit} {
+			b.Run(fmt.Sprintf("in=%s/compat=%s", in, way), func(b *testing.B) {
+				if os.Geteuid() != 0 {
+					b.Skip("needs root: cgroups, bpffs, BPF")
+				}
+				fp, err := LoadFootprint()
+				if errors.Is(err, ebpf.ErrNotSupported) {
+					b.Skipf("kernel lacks what the footprint needs: %v", err)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = fp.Close() })
+				ch, err := fp.WatchChanges()
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = ch.Close() })
+				f := newGateBench(b, true, GateOptions{Compat: way})
+				if f.gate.CompatByExit != (way == CompatByExit) {
+					b.Skipf("the gate follows 32-bit opens by their exit: %v (registers unread here: %s)", f.gate.CompatByExit, f.gate.NotByRegisters)
+				}
+				if in == "pod" {
+					joinCgroup(b, f.mnt, f.pod)
+				}
+				b.ResetTimer()
+				for b.Loop() {
+					unix.Getppid()
+				}
+			})
+		}
 	}
 }

@@ -58,6 +58,7 @@ const (
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
 	gateProgNr1GateCompatEnterOpen      = "nr1_gate_compat_enter_open"
+	gateProgNr1GateCompatExit           = "nr1_gate_compat_exit"
 	gateProgNr1GateCompatExitOpen       = "nr1_gate_compat_exit_open"
 	gateProgNr1GateCompatPtrace         = "nr1_gate_compat_ptrace"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
@@ -84,6 +85,13 @@ const (
 	gateProgNr1GateMkdir                = "nr1_gate_mkdir"
 	gateProgNr1GateReclaim              = "nr1_gate_reclaim"
 	gateProgNr1GateRegisters            = "nr1_gate_registers"
+	gateVarCompatByExit                 = "compat_by_exit"
+	gateVarCompatNrCreat                = "compat_nr_creat"
+	gateVarCompatNrOpen                 = "compat_nr_open"
+	gateVarCompatNrOpenByHandleAt       = "compat_nr_open_by_handle_at"
+	gateVarCompatNrOpenat               = "compat_nr_openat"
+	gateVarCompatNrOpenat2              = "compat_nr_openat2"
+	gateVarCompatNrPtrace               = "compat_nr_ptrace"
 	gateVarLinkByRegisters              = "link_by_registers"
 	gateVarNrCreat                      = "nr_creat"
 	gateVarNrOpen                       = "nr_open"
@@ -136,6 +144,7 @@ type gateSpecs struct {
 type gateProgramSpecs struct {
 	Nr1Gate                     *ebpf.ProgramSpec `ebpf:"nr1_gate"`
 	Nr1GateCompatEnterOpen      *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_enter_open"`
+	Nr1GateCompatExit           *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_exit"`
 	Nr1GateCompatExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_exit_open"`
 	Nr1GateCompatPtrace         *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_access"`
@@ -186,12 +195,19 @@ type gateMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateVariableSpecs struct {
-	LinkByRegisters  *ebpf.VariableSpec `ebpf:"link_by_registers"`
-	NrCreat          *ebpf.VariableSpec `ebpf:"nr_creat"`
-	NrOpen           *ebpf.VariableSpec `ebpf:"nr_open"`
-	NrOpenByHandleAt *ebpf.VariableSpec `ebpf:"nr_open_by_handle_at"`
-	NrOpenat         *ebpf.VariableSpec `ebpf:"nr_openat"`
-	NrOpenat2        *ebpf.VariableSpec `ebpf:"nr_openat2"`
+	CompatByExit           *ebpf.VariableSpec `ebpf:"compat_by_exit"`
+	CompatNrCreat          *ebpf.VariableSpec `ebpf:"compat_nr_creat"`
+	CompatNrOpen           *ebpf.VariableSpec `ebpf:"compat_nr_open"`
+	CompatNrOpenByHandleAt *ebpf.VariableSpec `ebpf:"compat_nr_open_by_handle_at"`
+	CompatNrOpenat         *ebpf.VariableSpec `ebpf:"compat_nr_openat"`
+	CompatNrOpenat2        *ebpf.VariableSpec `ebpf:"compat_nr_openat2"`
+	CompatNrPtrace         *ebpf.VariableSpec `ebpf:"compat_nr_ptrace"`
+	LinkByRegisters        *ebpf.VariableSpec `ebpf:"link_by_registers"`
+	NrCreat                *ebpf.VariableSpec `ebpf:"nr_creat"`
+	NrOpen                 *ebpf.VariableSpec `ebpf:"nr_open"`
+	NrOpenByHandleAt       *ebpf.VariableSpec `ebpf:"nr_open_by_handle_at"`
+	NrOpenat               *ebpf.VariableSpec `ebpf:"nr_openat"`
+	NrOpenat2              *ebpf.VariableSpec `ebpf:"nr_openat2"`
 }
 
 // gateObjects contains all objects after they have been loaded into the kernel.
@@ -249,12 +265,19 @@ func (m *gateMaps) Close() error {
 //
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gateVariables struct {
-	LinkByRegisters  *ebpf.Variable `ebpf:"link_by_registers"`
-	NrCreat          *ebpf.Variable `ebpf:"nr_creat"`
-	NrOpen           *ebpf.Variable `ebpf:"nr_open"`
-	NrOpenByHandleAt *ebpf.Variable `ebpf:"nr_open_by_handle_at"`
-	NrOpenat         *ebpf.Variable `ebpf:"nr_openat"`
-	NrOpenat2        *ebpf.Variable `ebpf:"nr_openat2"`
+	CompatByExit           *ebpf.Variable `ebpf:"compat_by_exit"`
+	CompatNrCreat          *ebpf.Variable `ebpf:"compat_nr_creat"`
+	CompatNrOpen           *ebpf.Variable `ebpf:"compat_nr_open"`
+	CompatNrOpenByHandleAt *ebpf.Variable `ebpf:"compat_nr_open_by_handle_at"`
+	CompatNrOpenat         *ebpf.Variable `ebpf:"compat_nr_openat"`
+	CompatNrOpenat2        *ebpf.Variable `ebpf:"compat_nr_openat2"`
+	CompatNrPtrace         *ebpf.Variable `ebpf:"compat_nr_ptrace"`
+	LinkByRegisters        *ebpf.Variable `ebpf:"link_by_registers"`
+	NrCreat                *ebpf.Variable `ebpf:"nr_creat"`
+	NrOpen                 *ebpf.Variable `ebpf:"nr_open"`
+	NrOpenByHandleAt       *ebpf.Variable `ebpf:"nr_open_by_handle_at"`
+	NrOpenat               *ebpf.Variable `ebpf:"nr_openat"`
+	NrOpenat2              *ebpf.Variable `ebpf:"nr_openat2"`
 }
 
 // gatePrograms contains all programs after they have been loaded into the kernel.
@@ -263,6 +286,7 @@ type gateVariables struct {
 type gatePrograms struct {
 	Nr1Gate                     *ebpf.Program `ebpf:"nr1_gate"`
 	Nr1GateCompatEnterOpen      *ebpf.Program `ebpf:"nr1_gate_compat_enter_open"`
+	Nr1GateCompatExit           *ebpf.Program `ebpf:"nr1_gate_compat_exit"`
 	Nr1GateCompatExitOpen       *ebpf.Program `ebpf:"nr1_gate_compat_exit_open"`
 	Nr1GateCompatPtrace         *ebpf.Program `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.Program `ebpf:"nr1_gate_enter_access"`
@@ -295,6 +319,7 @@ func (p *gatePrograms) Close() error {
 	return _GateClose(
 		p.Nr1Gate,
 		p.Nr1GateCompatEnterOpen,
+		p.Nr1GateCompatExit,
 		p.Nr1GateCompatExitOpen,
 		p.Nr1GateCompatPtrace,
 		p.Nr1GateEnterAccess,

@@ -240,7 +240,7 @@ func newGateFixture(t *testing.T, refuseUnknown bool) *gateFixture {
 			t.Fatal(err)
 		}
 	}
-	opts := GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}, {Major: 240, Minor: 7}}, RefuseUnknown: refuseUnknown, ByEntries: linkByEntries}
+	opts := GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}, {Major: 240, Minor: 7}}, RefuseUnknown: refuseUnknown, ByEntries: linkByEntries, Compat: compatWay}
 	f.gate = f.load(opts)
 	if err := f.gate.Attach(f.root); err != nil {
 		t.Fatal(err)
@@ -846,14 +846,28 @@ func TestGateLinksNoGrantAfterAnOpenReturnedAsUnderWay(t *testing.T) {
 
 // A pod one of whose processes called ptrace, with which a tracer may write the
 // registers of a thread it holds, has its grants counted, never linked: a close of what
-// it opened is not given back before a settle. A 32-bit ptrace counts as a native one.
+// it opened is not given back before a settle. A 32-bit ptrace counts as a native one,
+// whether probes of the 32-bit entries follow it or the raw syscall exit tracepoint.
 func TestGateLinksNothingOfAPodCallingPtrace(t *testing.T) {
-	f := newGateFixture(t, false)
-	for _, call := range []string{"ptrace", "ptrace32"} {
-		t.Run(call, func(t *testing.T) {
-			if call == "ptrace32" {
+	for _, c := range []struct {
+		name, call string
+		byExit     bool
+	}{{"ptrace", "ptrace", false}, {"ptrace32", "ptrace32", false}, {"ptrace32ByExit", "ptrace32", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			call := c.call
+			switch {
+			case c.byExit:
+				if err := compat32.Available(); err != nil {
+					t.Skip(err)
+				}
+				compatWay = CompatByExit
+				t.Cleanup(func() { compatWay = CompatByKernel })
+			case call == "ptrace32":
 				compatOrSkip(t)
+				compatWay = CompatByProbes
+				t.Cleanup(func() { compatWay = CompatByKernel })
 			}
+			f := newGateFixture(t, false)
 			id, cg := f.pod(call, 2)
 			o := f.opener(cg)
 			a := o.must("open " + f.queue)

@@ -4,6 +4,17 @@ package bpf
 
 import "golang.org/x/sys/unix"
 
+// compatSyscalls are the 32-bit syscalls (i386's table) that open a file, and ptrace,
+// by name, and their numbers: a 64-bit process makes them too, with int $0x80.
+var compatSyscalls = map[string]int64{
+	"open":              5,
+	"creat":             8,
+	"ptrace":            26,
+	"openat":            295,
+	"open_by_handle_at": 342,
+	"openat2":           437,
+}
+
 // openSyscalls are the native syscalls that open a file, by name, and their numbers.
 var openSyscalls = map[string]int64{
 	"openat":            unix.SYS_OPENAT,

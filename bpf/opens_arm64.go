@@ -4,6 +4,17 @@ package bpf
 
 import "golang.org/x/sys/unix"
 
+// compatSyscalls are the 32-bit syscalls (32-bit ARM's EABI table, an AArch32 task's)
+// that open a file, and ptrace, by name, and their numbers.
+var compatSyscalls = map[string]int64{
+	"open":              5,
+	"creat":             8,
+	"ptrace":            26,
+	"openat":            322,
+	"open_by_handle_at": 371,
+	"openat2":           437,
+}
+
 // openSyscalls are the native syscalls that open a file, by name, and their numbers:
 // arm64 has no open(2) or creat(2).
 var openSyscalls = map[string]int64{
