@@ -642,6 +642,23 @@ func (g *Gate) UIDs() []string {
 	return out
 }
 
+// UIDOf names the pod UID the pod's cgroup's booking is bound to (the gate bound the
+// cgroup to a booking by UID as it was made), false when it is bound to none.
+func (g *Gate) UIDOf(pod uint64) (string, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	slot, ok := g.slots[pod]
+	if !ok {
+		return "", false
+	}
+	for uid, s := range g.uids {
+		if s == slot {
+			return uid, true
+		}
+	}
+	return "", false
+}
+
 // gateUID is uid as the gate's map keys it: the 36 characters of a pod's UID.
 func gateUID(uid string) (gatePodUid, error) {
 	var key gatePodUid

@@ -762,6 +762,14 @@ func TestGateBooksAPodByItsUIDBeforeItsCgroupIsMade(t *testing.T) {
 		if c := f.held(id); c.Held != 2 || c.Refused != 1 || c.Granted != 2 {
 			t.Fatalf("%s: the cgroup's count %+v, want the UID's booking with its 2 held", name, c)
 		}
+		// The binding outlives the agent: a restarted one reads it from the pinned maps.
+		restarted := f.load(GateOptions{PinDir: f.pins, Devices: []Device{{Major: 10, Minor: 200}}, RefuseUnknown: true})
+		for who, g := range map[string]*Gate{"this agent": f.gate, "a restarted agent": restarted} {
+			if got, ok := g.UIDOf(id); !ok || got != uid {
+				t.Fatalf("%s: %s says the cgroup is bound to %q %v, want %s", name, who, got, ok, uid)
+			}
+		}
+		_ = restarted.Close()
 		if err := f.gate.Forget(id); err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,8 @@ type Gate interface {
 	ForgetUID(uid string) error
 	Pods() []uint64
 	UIDs() []string
+	// UIDOf names the UID whose booking the pod's cgroup is bound to.
+	UIDOf(pod uint64) (string, bool)
 	Count(pod uint64) (Count, bool)
 	// Reclaim gives back what the count holds for descriptions gone since, which the
 	// kernel does itself only at an open past a booking.
@@ -197,6 +199,16 @@ func (k *Keeper) After(s *view.Sample) {
 		}
 	}
 	for _, id := range booked {
+		// An earlier agent's booking of a cgroup bound to a UID this agent keeps (its pod
+		// not Ready yet, a sandbox slow to start): kept as long as the UID's, as this
+		// agent's own would be.
+		if _, known := k.earlyCgroups[id]; !known && k.pods[id] == nil {
+			if uid, ok := k.opts.Gate.UIDOf(id); ok {
+				if _, early := k.early[uid]; early {
+					k.earlyCgroups[id] = uid
+				}
+			}
+		}
 		if uid, ok := k.earlyCgroups[id]; ok {
 			if _, booked := k.early[uid]; booked && !seen[id] {
 				continue

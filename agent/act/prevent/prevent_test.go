@@ -71,6 +71,15 @@ func (g *fakeGate) UIDs() []string {
 	return out
 }
 
+func (g *fakeGate) UIDOf(pod uint64) (string, bool) {
+	for uid, c := range g.uids {
+		if c == g.counts[pod] {
+			return uid, true
+		}
+	}
+	return "", false
+}
+
 func (g *fakeGate) Pods() []uint64 {
 	var out []uint64
 	for id := range g.counts {
@@ -441,6 +450,45 @@ func TestKeeperKeepsAnEarlierAgentsBookingsUntilItLooked(t *testing.T) {
 	look(k)
 	if len(k.adopted) != 0 {
 		t.Errorf("adopted bookings the gate no longer has: %v", k.adopted)
+	}
+}
+
+// A restarted agent keeps an earlier agent's booking of a cgroup bound to a pod's UID
+// (DRA: booked as its claim was prepared) while the pod is not Ready yet, as long as it
+// keeps the UID's booking: past adoptedLife, the pod's first process would otherwise be
+// unknown to the gate.
+func TestKeeperKeepsAnEarlierAgentsUIDBoundBookingWhileThePodStarts(t *testing.T) {
+	g, clk := newFakeGate(), clocktesting.NewFakeClock(time.Unix(0, 0))
+	const uid = "uid-9"
+	if err := g.BookUID(uid, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Book(9, uid, 2); err != nil { // the cgroup, bound as it was made
+		t.Fatal(err)
+	}
+	k := newKeeper(g, &events{}, clk) // a restarted agent
+	starting := cg(9, 2, 0)
+	starting.UID, starting.Ready = uid, false
+	for range 3 {
+		k.Before()
+		k.After(sample(starting))
+		clk.Step(adoptedLife)
+	}
+	if c, ok := g.Count(9); !ok || c.Booked != 2 {
+		t.Fatalf("the cgroup of a pod booked by UID, not Ready for %s: %+v %v, want still booked 2", 3*adoptedLife, c, ok)
+	}
+	// Unseen for the UID's booking's life, both go.
+	clk.Step(earlyBookingLife)
+	for range 2 {
+		k.Before()
+		k.After(sample())
+		clk.Step(adoptedLife)
+	}
+	if _, ok := g.Count(9); ok {
+		t.Error("the cgroup of a pod booked by UID and gone is still booked")
+	}
+	if len(g.uids) != 0 {
+		t.Errorf("UID bookings left: %v", g.UIDs())
 	}
 }
 
