@@ -60,10 +60,14 @@ func prevention(cfg *config.Config, dev theNR1, cgroups cgroup.Hierarchy, events
 		linking = "entry tracepoints: " + g.NotByRegisters
 	}
 	// How 32-bit opens are followed: by probes of their entries, or, on a kernel
-	// without kprobes, at every syscall's exit (then every syscall of the node pays).
-	compat := bpf.CompatByProbes
-	if g.CompatByExit {
-		compat = bpf.CompatByExit
+	// without kprobes, at every syscall's exit (then every syscall of the node pays);
+	// or not at all, and why.
+	compat := string(bpf.CompatByProbes)
+	switch {
+	case g.CompatByExit:
+		compat = string(bpf.CompatByExit)
+	case g.CompatUnfollowed != "":
+		compat = "none: " + g.CompatUnfollowed
 	}
 	log.Info("prevention", "resource", prevent.Gated.Name(), "unknown", cfg.Prevention.Unknown, "pins", cfg.GatePins(), "linking", linking, "compat", compat)
 	return prevent.New(prevent.Options{Gate: gate{g}, Events: events, EventGap: refusalEventGap, Log: log})

@@ -383,3 +383,18 @@ func TestCompatUnseenReadsTheKernelAsItIs(t *testing.T) {
 		}
 	}
 }
+
+// A gate told to follow 32-bit opens by probes, on a kernel where no probe follows them,
+// says why nothing does (the agent logs it); where probes follow them, it says nothing.
+func TestGateSaysWhy32BitOpensGoUnfollowed(t *testing.T) {
+	compatWay = CompatByProbes
+	t.Cleanup(func() { compatWay = CompatByKernel })
+	f := newGateFixture(t, false)
+	want := ""
+	if err := CompatUnseen(); err != nil {
+		want = err.Error()
+	}
+	if f.gate.CompatByExit || f.gate.CompatUnfollowed != want {
+		t.Errorf("by probes: followed at the exit %v, unfollowed %q; want no, %q", f.gate.CompatByExit, f.gate.CompatUnfollowed, want)
+	}
+}

@@ -337,9 +337,10 @@ static __always_inline void link_grant(__u64 thread, __u64 id)
 		*slot = id;
 		return;
 	}
-	// Within a 32-bit open that no probe follows, which the exit tracepoint links.
+	// Within a 32-bit open that no probe follows, which the exit tracepoint links; not
+	// on a thread poisoned by the last one's return.
 	if (compat_by_exit && in_compat_open()) {
-		if (bpf_map_lookup_elem(&tracers, &id))
+		if ((slot && *slot == POISONED) || bpf_map_lookup_elem(&tracers, &id))
 			return;
 		if (slot)
 			*slot = id;
@@ -736,31 +737,52 @@ int nr1_gate_compat_exit_open(void *ctx)
 	return link_open(id, probe_ret(ctx));
 }
 
+// compat_returns_as_under_way says whether a 32-bit syscall's return (ret) leaves the
+// registers as they are within it (amd64: -ENOSYS, as a seccomp filter may make it;
+// arm64: its first argument): what runs on the thread's way back to user space would
+// then pass for a 32-bit open the device program may mark.
+static __always_inline bool compat_returns_as_under_way(long ret)
+{
+	void *regs = (void *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+	if (amd64())
+		return ret == -ENOSYS;
+	if (arm64(regs))
+		return ret == (long)((struct pt_regs___arm64 *)regs)->orig_x0;
+	return true;
+}
+
 // The exit of every syscall of the node, attached only where compat_by_exit: a 32-bit
 // open's links the grant the device program left for it, as the return probe would; a
 // 32-bit ptrace's marks its pod a tracer (a tracer's pod is never linked by registers).
-// A native syscall's costs one test of the thread's state. A grant left by what runs on
-// a thread's way back to user space, after its exit, is cleared by the thread's next
-// 32-bit exit, and stays counted.
+// A native syscall's costs one test of the thread's state. After a 32-bit open that
+// returns as if still under way, the thread is poisoned until its next 32-bit exit: a
+// grant made on its way back to user space (task work) is never marked, and stays
+// counted, rather than be given back by a later exit that did not make it.
 SEC("raw_tp/sys_exit")
 int nr1_gate_compat_exit(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u64 thread, *slot, id;
-	long nr = NO_SYSCALL;
+	__u64 thread, *slot, id, poisoned = POISONED;
+	long nr = NO_SYSCALL, ret = (long)ctx->args[1];
+	bool poison;
 
 	if (!compat_syscall(&nr))
 		return 0;
 	if (nr == compat_nr_ptrace)
 		return called_ptrace();
+	poison = compat_open_syscall(nr) && compat_returns_as_under_way(ret) && under_gate();
 	thread = bpf_get_current_pid_tgid();
 	slot = bpf_map_lookup_elem(&compat_opening, &thread);
-	if (!slot || !*slot)
+	if (!slot) {
+		if (poison)
+			bpf_map_update_elem(&compat_opening, &thread, &poisoned, BPF_ANY);
 		return 0;
+	}
 	id = *slot;
-	*slot = 0;
+	*slot = poison ? POISONED : 0;
 	if (!compat_open_syscall(nr))
 		return 0;
-	return link_open(id, (long)ctx->args[1]);
+	return link_open(id, ret);
 }
 
 static __always_inline int enter_ask(void)

@@ -74,10 +74,13 @@ type Gate struct {
 	ByRegisters    bool
 	NotByRegisters string
 	// CompatByExit says that 32-bit opens are linked by the raw syscall exit tracepoint
-	// (no kprobes here, or told to), not by probes of their entries.
-	CompatByExit bool
-	mem          []byte // the budgets
-	debts        []byte // what each budget is owed
+	// (no kprobes here, or told to), not by probes of their entries; CompatUnfollowed
+	// says why neither links them, "" when one does: their grants then stay counted
+	// until a settle.
+	CompatByExit     bool
+	CompatUnfollowed string
+	mem              []byte // the budgets
+	debts            []byte // what each budget is owed
 
 	charged map[uint64]int64 // by pod, the descriptions charged at the last Reclaim
 
@@ -158,7 +161,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
-	compatByExit, err := followCompatByExit(spec, byRegisters, opts.Compat)
+	compatByExit, compatUnfollowed, err := followCompatByExit(spec, byRegisters, opts.Compat)
 	if err != nil {
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
 	}
@@ -194,7 +197,7 @@ func LoadGate(opts GateOptions) (*Gate, error) {
 		}
 		tracepoints[tp] = coll.Programs[name]
 	}
-	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, NotByRegisters: notByRegisters, CompatByExit: compatByExit, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
+	g := &Gate{pinDir: opts.PinDir, ByRegisters: byRegisters, NotByRegisters: notByRegisters, CompatByExit: compatByExit, CompatUnfollowed: compatUnfollowed, slots: map[uint64]uint32{}, uids: map[string]uint32{}}
 	if err := coll.Assign(&g.objs); err != nil {
 		coll.Close()
 		return nil, fmt.Errorf("loading the budget gate: %w", err)
@@ -339,31 +342,40 @@ const compatExitLink = "raw_tp-sys_exit"
 // entries are there and no kprobe can follow them (CompatUnseen): else the grants of a
 // 32-bit CG's opens would stay counted until a settle, and its workers that come and go
 // would be refused. It reads the registers as native linking does: only where they link.
-func followCompatByExit(spec *ebpf.CollectionSpec, byRegisters bool, way CompatWay) (bool, error) {
+// unfollowed says why neither way follows them here, "" when one does.
+func followCompatByExit(spec *ebpf.CollectionSpec, byRegisters bool, way CompatWay) (follow bool, unfollowed string, err error) {
 	for _, name := range []string{"open", "creat", "openat", "openat2", "open_by_handle_at", "ptrace"} {
 		nr, ok := compatSyscalls[name]
 		if !ok {
 			nr = noSyscall
 		}
 		if err := spec.Variables["compat_nr_"+name].Set(nr); err != nil {
-			return false, fmt.Errorf("the number of 32-bit %s: %w", name, err)
+			return false, "", fmt.Errorf("the number of 32-bit %s: %w", name, err)
 		}
 	}
-	var follow bool
+	unseen := CompatUnseen()
 	switch way {
 	case CompatByExit:
 		follow = true
 	case CompatByKernel:
-		follow = CompatUnseen() != nil
+		follow = unseen != nil
 	case CompatByProbes:
+		if unseen != nil {
+			unfollowed = unseen.Error()
+		}
 	default:
-		return false, fmt.Errorf("32-bit opens followed by %q: want %q, %q or none", way, CompatByProbes, CompatByExit)
+		return false, "", fmt.Errorf("32-bit opens followed by %q: want %q, %q or none", way, CompatByProbes, CompatByExit)
 	}
-	follow = follow && byRegisters && len(compatSyscalls) > 0
+	switch {
+	case follow && len(compatSyscalls) == 0:
+		follow = false // no 32-bit sibling known: nothing to follow
+	case follow && !byRegisters:
+		follow, unfollowed = false, "32-bit opens are followed at their exit by the thread's registers, which are not read here"
+	}
 	if err := spec.Variables["compat_by_exit"].Set(follow); err != nil {
-		return false, fmt.Errorf("following 32-bit opens by their exit: %w", err)
+		return false, "", fmt.Errorf("following 32-bit opens by their exit: %w", err)
 	}
-	return follow, nil
+	return follow, unfollowed, nil
 }
 
 // noSyscall is the programs' NO_SYSCALL: no syscall has that number.

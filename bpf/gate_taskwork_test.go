@@ -12,15 +12,17 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/neureality-sdk/nr1-agent/internal/compat32"
 )
 
 // openInTaskWork opens path through io_uring on the opener's thread's way back to user
 // space from an openat that returned -ENOSYS (a seccomp supervisor's answer), where the
 // thread's registers are still those of an open under way: a read of a pipe linked to
-// an openat of path, the pipe written while the thread waits on the supervisor. It
-// returns the descriptor the io_uring open made. The caller's goroutine is locked to its
-// thread.
-func openInTaskWork(path string) (int, error) {
+// an openat of path, the pipe written while the thread waits on the supervisor. With
+// compat, that openat is a 32-bit one (int $0x80). It returns the descriptor the
+// io_uring open made. The caller's goroutine is locked to its thread.
+func openInTaskWork(path string, compat bool) (int, error) {
 	ring, err := newTaskRing()
 	if err != nil {
 		return -1, err
@@ -46,7 +48,7 @@ func openInTaskWork(path string) (int, error) {
 	if err := ring.enter(2, 0); err != nil {
 		return -1, fmt.Errorf("io_uring submit: %w", err)
 	}
-	notify, err := notifyOpenat()
+	notify, err := notifyOpenat(compat)
 	if err != nil {
 		return -1, err
 	}
@@ -54,12 +56,25 @@ func openInTaskWork(path string) (int, error) {
 	answered := make(chan error, 1)
 	go func() { answered <- superviseENOSYS(notify, pipe[1]) }()
 	cwd := unix.AT_FDCWD
-	_, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(cwd), uintptr(unsafe.Pointer(name)), poisonFlags, 0, 0, 0)
+	var opened error
+	if compat {
+		low, lerr := compat32.Low(len(path) + 1)
+		if lerr != nil {
+			return -1, lerr
+		}
+		copy(low, path)
+		_, opened = compat32.Syscall(compat32.SysOpenat, uintptr(uint32(int32(cwd))), compat32.Addr(low), poisonFlags) // AT_FDCWD as the 32-bit kernel reads it
+	} else {
+		_, _, errno := unix.Syscall6(unix.SYS_OPENAT, uintptr(cwd), uintptr(unsafe.Pointer(name)), poisonFlags, 0, 0, 0)
+		if errno != 0 {
+			opened = errno
+		}
+	}
 	if err := <-answered; err != nil {
 		return -1, err
 	}
-	if errno != unix.ENOSYS {
-		return -1, fmt.Errorf("the supervised openat: %w, want ENOSYS", errno)
+	if !errors.Is(opened, unix.ENOSYS) {
+		return -1, fmt.Errorf("the supervised openat: %w, want ENOSYS", opened)
 	}
 	if err := ring.enter(0, 2); err != nil {
 		return -1, fmt.Errorf("io_uring wait: %w", err)
@@ -74,10 +89,11 @@ func openInTaskWork(path string) (int, error) {
 const poisonFlags = unix.O_RDONLY | unix.O_NOCTTY | unix.O_NOFOLLOW | unix.O_DIRECTORY | unix.O_CLOEXEC
 
 // notifyOpenat installs, on the calling thread, a seccomp filter that hands an openat
-// with poisonFlags to a supervisor, and returns the supervisor's descriptor. The thread
-// waits for the answer killably only once the supervisor has the call, so that the
-// io_uring task work queued meanwhile runs on its way back, not before.
-func notifyOpenat() (int, error) {
+// with poisonFlags (a 32-bit one with compat) to a supervisor, and returns the
+// supervisor's descriptor. The thread waits for the answer killably only once the
+// supervisor has the call, so that the io_uring task work queued meanwhile runs on its
+// way back, not before.
+func notifyOpenat(compat bool) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return -1, fmt.Errorf("no_new_privs: %w", err)
 	}
@@ -86,9 +102,15 @@ func notifyOpenat() (int, error) {
 		jeq = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 		ret = unix.BPF_RET | unix.BPF_K
 	)
+	arch, nr := uint32(unix.AUDIT_ARCH_X86_64), uint32(unix.SYS_OPENAT)
+	if compat {
+		arch, nr = unix.AUDIT_ARCH_I386, compat32.SysOpenat
+	}
 	filter := []unix.SockFilter{
+		{Code: ld, K: 4}, // seccomp_data.arch
+		{Code: jeq, K: arch, Jf: 5},
 		{Code: ld, K: 0}, // seccomp_data.nr
-		{Code: jeq, K: unix.SYS_OPENAT, Jf: 3},
+		{Code: jeq, K: nr, Jf: 3},
 		{Code: ld, K: 16 + 2*8}, // args[2], the flags (low half)
 		{Code: jeq, K: poisonFlags, Jf: 1},
 		{Code: ret, K: unix.SECCOMP_RET_USER_NOTIF},
