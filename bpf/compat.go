@@ -21,11 +21,14 @@ import (
 // named, so that native calls pay nothing for the probes: arm64's 32-bit openat2,
 // pidfd_getfd and accept share the native entry and stay unseen until a scan.
 var compatEntries = map[string][]string{
-	"compat_ptrace":     {"__ia32_compat_sys_ptrace", "__arm64_compat_sys_ptrace"},
-	"compat_mmap2":      {"__ia32_sys_mmap_pgoff", "__arm64_compat_sys_aarch32_mmap2"},
-	"compat_old_mmap":   {"__ia32_compat_sys_ia32_mmap"},
-	"compat_new_fd":     {"__ia32_compat_sys_open", "__ia32_compat_sys_openat", "__ia32_sys_openat2", "__ia32_sys_pidfd_getfd", "__arm64_compat_sys_open", "__arm64_compat_sys_openat"},
-	"compat_gate_open":  {"__ia32_compat_sys_open", "__ia32_compat_sys_openat", "__ia32_sys_openat2", "__arm64_compat_sys_open", "__arm64_compat_sys_openat"},
+	"compat_ptrace":    {"__ia32_compat_sys_ptrace", "__arm64_compat_sys_ptrace"},
+	"compat_mmap2":     {"__ia32_sys_mmap_pgoff", "__arm64_compat_sys_aarch32_mmap2"},
+	"compat_old_mmap":  {"__ia32_compat_sys_ia32_mmap"},
+	"compat_new_fd":    {"__ia32_compat_sys_open", "__ia32_compat_sys_openat", "__ia32_sys_openat2", "__ia32_sys_pidfd_getfd", "__arm64_compat_sys_open", "__arm64_compat_sys_openat"},
+	"compat_gate_open": {"__ia32_compat_sys_open", "__ia32_compat_sys_openat", "__ia32_sys_openat2", "__arm64_compat_sys_open", "__arm64_compat_sys_openat"},
+	// arm64 has no native access(2): its entry is the 32-bit one's only.
+	"compat_gate_ask": {"__ia32_sys_access", "__ia32_sys_faccessat", "__ia32_sys_faccessat2", "__ia32_sys_inotify_add_watch", "__ia32_compat_sys_fanotify_mark",
+		"__arm64_sys_access", "__arm64_compat_sys_fanotify_mark"},
 	"compat_sendmsg":    {"__ia32_compat_sys_sendmsg", "__arm64_compat_sys_sendmsg"},
 	"compat_sendmmsg":   {"__ia32_compat_sys_sendmmsg", "__arm64_compat_sys_sendmmsg"},
 	"compat_socketcall": {"__ia32_compat_sys_socketcall"},

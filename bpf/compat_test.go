@@ -398,3 +398,34 @@ func TestGateSaysWhy32BitOpensGoUnfollowed(t *testing.T) {
 		t.Errorf("by probes: followed at the exit %v, unfollowed %q; want no, %q", f.gate.CompatByExit, f.gate.CompatUnfollowed, want)
 	}
 }
+
+// A 32-bit access(2) of a queue by a pod at its booking asks the device's permission
+// and opens nothing: it is let through and counted for nothing, as a native one is,
+// whether probes of the 32-bit entries follow it or the raw syscall exit does.
+func TestGateLetsA32BitAskThrough(t *testing.T) {
+	if err := compat32.Available(); err != nil {
+		t.Skip(err)
+	}
+	_, noKprobes := os.Stat("/sys/bus/event_source/devices/kprobe")
+	for _, way := range []CompatWay{CompatByProbes, CompatByExit} {
+		t.Run(string(way), func(t *testing.T) {
+			if way == CompatByProbes && noKprobes != nil {
+				t.Skipf("this kernel has no kprobes, which the probes of 32-bit entries need: %v", noKprobes)
+			}
+			compatWay = way
+			t.Cleanup(func() { compatWay = CompatByKernel })
+			f := newGateFixture(t, false)
+			id, cg := f.pod("pod", 1)
+			o := f.opener(cg)
+			o.must("open " + f.queue)
+			for range 3 {
+				if _, err := o.do("access32 " + f.queue); err != nil {
+					t.Fatalf("a 32-bit access of a queue at the booking: %v, want it let through", err)
+				}
+			}
+			if c := f.held(id); c.Held != 1 || c.Granted != 1 || c.Refused != 0 {
+				t.Errorf("count %+v after 32-bit accesses, want only the open counted", c)
+			}
+		})
+	}
+}

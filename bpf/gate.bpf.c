@@ -145,6 +145,12 @@ struct {
 
 // A syscall under way that asks the device's permission without opening it (access,
 // inotify_add_watch, fanotify_mark): the device program lets it through uncounted.
+// NATIVE_ASK by the native asks' tracepoints; COMPAT_ASK by the probes of the 32-bit
+// asks' entries, trusted only with the thread's registers saying such an ask is under
+// way, so that a return probe the kernel missed lets no later open through.
+#define NATIVE_ASK 1
+#define COMPAT_ASK 2
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -244,11 +250,21 @@ volatile const bool compat_by_exit = false;
 volatile const long compat_nr_open = NO_SYSCALL, compat_nr_creat = NO_SYSCALL, compat_nr_openat = NO_SYSCALL,
 		    compat_nr_openat2 = NO_SYSCALL, compat_nr_open_by_handle_at = NO_SYSCALL,
 		    compat_nr_ptrace = NO_SYSCALL;
+// The 32-bit syscalls that ask the device's permission without opening it.
+volatile const long compat_nr_access = NO_SYSCALL, compat_nr_faccessat = NO_SYSCALL,
+		    compat_nr_faccessat2 = NO_SYSCALL, compat_nr_inotify_add_watch = NO_SYSCALL,
+		    compat_nr_fanotify_mark = NO_SYSCALL;
 
 static __always_inline bool compat_open_syscall(long nr)
 {
 	return nr == compat_nr_open || nr == compat_nr_creat || nr == compat_nr_openat || nr == compat_nr_openat2 ||
 	       nr == compat_nr_open_by_handle_at;
+}
+
+static __always_inline bool compat_ask_syscall(long nr)
+{
+	return nr == compat_nr_access || nr == compat_nr_faccessat || nr == compat_nr_faccessat2 ||
+	       nr == compat_nr_inotify_add_watch || nr == compat_nr_fanotify_mark;
 }
 
 // compat_syscall says whether the current thread makes a 32-bit syscall, and which
@@ -281,16 +297,15 @@ static __always_inline bool compat_syscall(long *nr)
 	return false;
 }
 
-// in_compat_open says whether the current thread is within a 32-bit open, before its
-// return value is stored, as in_native_syscall tells a native one; never for a thread a
-// tracer holds.
-static __always_inline bool in_compat_open(void)
+// in_compat says whether the current thread is within a 32-bit syscall, before its
+// return value is stored, as in_native_syscall tells a native one, and which (nr);
+// never for a thread a tracer holds.
+static __always_inline bool in_compat(long *nr)
 {
 	struct task_struct___regs *task = (void *)bpf_get_current_task_btf();
 	void *regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
-	long nr = NO_SYSCALL;
 
-	if (BPF_CORE_READ(task, ptrace) || !compat_syscall(&nr) || !compat_open_syscall(nr))
+	if (BPF_CORE_READ(task, ptrace) || !compat_syscall(nr))
 		return false;
 	if (amd64() && bpf_core_field_exists(((struct pt_regs___amd64 *)regs)->ax))
 		return (long)BPF_CORE_READ((struct pt_regs___amd64 *)regs, ax) == -ENOSYS;
@@ -339,7 +354,7 @@ static __always_inline void link_grant(__u64 thread, __u64 id)
 	}
 	// Within a 32-bit open that no probe follows, which the exit tracepoint links; not
 	// on a thread poisoned by the last one's return.
-	if (compat_by_exit && in_compat_open()) {
+	if (compat_by_exit && in_compat(&nr) && compat_open_syscall(nr)) {
 		if ((slot && *slot == POISONED) || bpf_map_lookup_elem(&tracers, &id))
 			return;
 		if (slot)
@@ -518,6 +533,23 @@ int nr1_gate_reclaim(void *ctx)
 	return 0;
 }
 
+// compat_asks says whether the thread is within a 32-bit syscall that asks the device's
+// permission without opening it: by its registers, and where probes follow the 32-bit
+// calls, by their mark (asks) too; where the raw syscall exit does, unless the thread is
+// poisoned by an earlier 32-bit ask's or open's return.
+static __always_inline bool compat_asks(__u64 thread, __u64 *asks)
+{
+	long nr = NO_SYSCALL;
+	__u64 *slot;
+
+	if (!in_compat(&nr) || !compat_ask_syscall(nr))
+		return false;
+	if (!compat_by_exit)
+		return asks && *asks == COMPAT_ASK;
+	slot = bpf_map_lookup_elem(&compat_opening, &thread);
+	return !slot || *slot != POISONED;
+}
+
 SEC("cgroup/dev")
 int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 {
@@ -534,7 +566,7 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 		return 1;
 	thread = bpf_get_current_pid_tgid();
 	asks = bpf_map_lookup_elem(&asking, &thread);
-	if (asks && *asks)
+	if ((asks && *asks == NATIVE_ASK) || compat_asks(thread, asks))
 		return 1;
 	b = pod(&id);
 	if (!b) {
@@ -770,7 +802,7 @@ int nr1_gate_compat_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (nr == compat_nr_ptrace)
 		return called_ptrace();
-	poison = compat_open_syscall(nr) && compat_returns_as_under_way(ret) && under_gate();
+	poison = (compat_open_syscall(nr) || compat_ask_syscall(nr)) && compat_returns_as_under_way(ret) && under_gate();
 	thread = bpf_get_current_pid_tgid();
 	slot = bpf_map_lookup_elem(&compat_opening, &thread);
 	if (!slot) {
@@ -785,10 +817,10 @@ int nr1_gate_compat_exit(struct bpf_raw_tracepoint_args *ctx)
 	return link_open(id, ret);
 }
 
-static __always_inline int enter_ask(void)
+static __always_inline int enter_ask(__u64 kind)
 {
 	if (under_gate())
-		mark(&asking, 1);
+		mark(&asking, kind);
 	return 0;
 }
 
@@ -802,12 +834,20 @@ static __always_inline int exit_ask(void)
 	return 0;
 }
 
-SYSCALL(faccessat, enter_ask(), exit_ask())
-SYSCALL(faccessat2, enter_ask(), exit_ask())
+SYSCALL(faccessat, enter_ask(NATIVE_ASK), exit_ask())
+SYSCALL(faccessat2, enter_ask(NATIVE_ASK), exit_ask())
 // access(2) exists on some architectures only (amd64, not arm64).
-SYSCALL(access, enter_ask(), exit_ask())
-SYSCALL(inotify_add_watch, enter_ask(), exit_ask())
-SYSCALL(fanotify_mark, enter_ask(), exit_ask())
+SYSCALL(access, enter_ask(NATIVE_ASK), exit_ask())
+SYSCALL(inotify_add_watch, enter_ask(NATIVE_ASK), exit_ask())
+SYSCALL(fanotify_mark, enter_ask(NATIVE_ASK), exit_ask())
+
+// The 32-bit asks, which no tracepoint sees: the loader attaches these to the kernel's
+// entries of those only 32-bit syscalls reach.
+SEC("kprobe/compat_gate_ask")
+int nr1_gate_compat_enter_ask(void *ctx) { return enter_ask(COMPAT_ASK); }
+
+SEC("kretprobe/compat_gate_ask")
+int nr1_gate_compat_exit_ask(void *ctx) { return exit_ask(); }
 
 // A pod booked before its cgroup exists, by its UID (36 characters, as the API server
 // writes it): the budget's slot, bound to the pod's cgroup id as the cgroup is made, so

@@ -344,7 +344,8 @@ const compatExitLink = "raw_tp-sys_exit"
 // would be refused. It reads the registers as native linking does: only where they link.
 // unfollowed says why neither way follows them here, "" when one does.
 func followCompatByExit(spec *ebpf.CollectionSpec, byRegisters bool, way CompatWay) (follow bool, unfollowed string, err error) {
-	for _, name := range []string{"open", "creat", "openat", "openat2", "open_by_handle_at", "ptrace"} {
+	for _, name := range []string{"open", "creat", "openat", "openat2", "open_by_handle_at", "ptrace",
+		"access", "faccessat", "faccessat2", "inotify_add_watch", "fanotify_mark"} {
 		nr, ok := compatSyscalls[name]
 		if !ok {
 			nr = noSyscall

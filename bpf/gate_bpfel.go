@@ -57,8 +57,10 @@ const (
 	gateMapTracers                      = "tracers"
 	gateMapUids                         = "uids"
 	gateProgNr1Gate                     = "nr1_gate"
+	gateProgNr1GateCompatEnterAsk       = "nr1_gate_compat_enter_ask"
 	gateProgNr1GateCompatEnterOpen      = "nr1_gate_compat_enter_open"
 	gateProgNr1GateCompatExit           = "nr1_gate_compat_exit"
+	gateProgNr1GateCompatExitAsk        = "nr1_gate_compat_exit_ask"
 	gateProgNr1GateCompatExitOpen       = "nr1_gate_compat_exit_open"
 	gateProgNr1GateCompatPtrace         = "nr1_gate_compat_ptrace"
 	gateProgNr1GateEnterAccess          = "nr1_gate_enter_access"
@@ -86,7 +88,12 @@ const (
 	gateProgNr1GateReclaim              = "nr1_gate_reclaim"
 	gateProgNr1GateRegisters            = "nr1_gate_registers"
 	gateVarCompatByExit                 = "compat_by_exit"
+	gateVarCompatNrAccess               = "compat_nr_access"
 	gateVarCompatNrCreat                = "compat_nr_creat"
+	gateVarCompatNrFaccessat            = "compat_nr_faccessat"
+	gateVarCompatNrFaccessat2           = "compat_nr_faccessat2"
+	gateVarCompatNrFanotifyMark         = "compat_nr_fanotify_mark"
+	gateVarCompatNrInotifyAddWatch      = "compat_nr_inotify_add_watch"
 	gateVarCompatNrOpen                 = "compat_nr_open"
 	gateVarCompatNrOpenByHandleAt       = "compat_nr_open_by_handle_at"
 	gateVarCompatNrOpenat               = "compat_nr_openat"
@@ -143,8 +150,10 @@ type gateSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateProgramSpecs struct {
 	Nr1Gate                     *ebpf.ProgramSpec `ebpf:"nr1_gate"`
+	Nr1GateCompatEnterAsk       *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_enter_ask"`
 	Nr1GateCompatEnterOpen      *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_enter_open"`
 	Nr1GateCompatExit           *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_exit"`
+	Nr1GateCompatExitAsk        *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_exit_ask"`
 	Nr1GateCompatExitOpen       *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_exit_open"`
 	Nr1GateCompatPtrace         *ebpf.ProgramSpec `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.ProgramSpec `ebpf:"nr1_gate_enter_access"`
@@ -195,19 +204,24 @@ type gateMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gateVariableSpecs struct {
-	CompatByExit           *ebpf.VariableSpec `ebpf:"compat_by_exit"`
-	CompatNrCreat          *ebpf.VariableSpec `ebpf:"compat_nr_creat"`
-	CompatNrOpen           *ebpf.VariableSpec `ebpf:"compat_nr_open"`
-	CompatNrOpenByHandleAt *ebpf.VariableSpec `ebpf:"compat_nr_open_by_handle_at"`
-	CompatNrOpenat         *ebpf.VariableSpec `ebpf:"compat_nr_openat"`
-	CompatNrOpenat2        *ebpf.VariableSpec `ebpf:"compat_nr_openat2"`
-	CompatNrPtrace         *ebpf.VariableSpec `ebpf:"compat_nr_ptrace"`
-	LinkByRegisters        *ebpf.VariableSpec `ebpf:"link_by_registers"`
-	NrCreat                *ebpf.VariableSpec `ebpf:"nr_creat"`
-	NrOpen                 *ebpf.VariableSpec `ebpf:"nr_open"`
-	NrOpenByHandleAt       *ebpf.VariableSpec `ebpf:"nr_open_by_handle_at"`
-	NrOpenat               *ebpf.VariableSpec `ebpf:"nr_openat"`
-	NrOpenat2              *ebpf.VariableSpec `ebpf:"nr_openat2"`
+	CompatByExit            *ebpf.VariableSpec `ebpf:"compat_by_exit"`
+	CompatNrAccess          *ebpf.VariableSpec `ebpf:"compat_nr_access"`
+	CompatNrCreat           *ebpf.VariableSpec `ebpf:"compat_nr_creat"`
+	CompatNrFaccessat       *ebpf.VariableSpec `ebpf:"compat_nr_faccessat"`
+	CompatNrFaccessat2      *ebpf.VariableSpec `ebpf:"compat_nr_faccessat2"`
+	CompatNrFanotifyMark    *ebpf.VariableSpec `ebpf:"compat_nr_fanotify_mark"`
+	CompatNrInotifyAddWatch *ebpf.VariableSpec `ebpf:"compat_nr_inotify_add_watch"`
+	CompatNrOpen            *ebpf.VariableSpec `ebpf:"compat_nr_open"`
+	CompatNrOpenByHandleAt  *ebpf.VariableSpec `ebpf:"compat_nr_open_by_handle_at"`
+	CompatNrOpenat          *ebpf.VariableSpec `ebpf:"compat_nr_openat"`
+	CompatNrOpenat2         *ebpf.VariableSpec `ebpf:"compat_nr_openat2"`
+	CompatNrPtrace          *ebpf.VariableSpec `ebpf:"compat_nr_ptrace"`
+	LinkByRegisters         *ebpf.VariableSpec `ebpf:"link_by_registers"`
+	NrCreat                 *ebpf.VariableSpec `ebpf:"nr_creat"`
+	NrOpen                  *ebpf.VariableSpec `ebpf:"nr_open"`
+	NrOpenByHandleAt        *ebpf.VariableSpec `ebpf:"nr_open_by_handle_at"`
+	NrOpenat                *ebpf.VariableSpec `ebpf:"nr_openat"`
+	NrOpenat2               *ebpf.VariableSpec `ebpf:"nr_openat2"`
 }
 
 // gateObjects contains all objects after they have been loaded into the kernel.
@@ -265,19 +279,24 @@ func (m *gateMaps) Close() error {
 //
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gateVariables struct {
-	CompatByExit           *ebpf.Variable `ebpf:"compat_by_exit"`
-	CompatNrCreat          *ebpf.Variable `ebpf:"compat_nr_creat"`
-	CompatNrOpen           *ebpf.Variable `ebpf:"compat_nr_open"`
-	CompatNrOpenByHandleAt *ebpf.Variable `ebpf:"compat_nr_open_by_handle_at"`
-	CompatNrOpenat         *ebpf.Variable `ebpf:"compat_nr_openat"`
-	CompatNrOpenat2        *ebpf.Variable `ebpf:"compat_nr_openat2"`
-	CompatNrPtrace         *ebpf.Variable `ebpf:"compat_nr_ptrace"`
-	LinkByRegisters        *ebpf.Variable `ebpf:"link_by_registers"`
-	NrCreat                *ebpf.Variable `ebpf:"nr_creat"`
-	NrOpen                 *ebpf.Variable `ebpf:"nr_open"`
-	NrOpenByHandleAt       *ebpf.Variable `ebpf:"nr_open_by_handle_at"`
-	NrOpenat               *ebpf.Variable `ebpf:"nr_openat"`
-	NrOpenat2              *ebpf.Variable `ebpf:"nr_openat2"`
+	CompatByExit            *ebpf.Variable `ebpf:"compat_by_exit"`
+	CompatNrAccess          *ebpf.Variable `ebpf:"compat_nr_access"`
+	CompatNrCreat           *ebpf.Variable `ebpf:"compat_nr_creat"`
+	CompatNrFaccessat       *ebpf.Variable `ebpf:"compat_nr_faccessat"`
+	CompatNrFaccessat2      *ebpf.Variable `ebpf:"compat_nr_faccessat2"`
+	CompatNrFanotifyMark    *ebpf.Variable `ebpf:"compat_nr_fanotify_mark"`
+	CompatNrInotifyAddWatch *ebpf.Variable `ebpf:"compat_nr_inotify_add_watch"`
+	CompatNrOpen            *ebpf.Variable `ebpf:"compat_nr_open"`
+	CompatNrOpenByHandleAt  *ebpf.Variable `ebpf:"compat_nr_open_by_handle_at"`
+	CompatNrOpenat          *ebpf.Variable `ebpf:"compat_nr_openat"`
+	CompatNrOpenat2         *ebpf.Variable `ebpf:"compat_nr_openat2"`
+	CompatNrPtrace          *ebpf.Variable `ebpf:"compat_nr_ptrace"`
+	LinkByRegisters         *ebpf.Variable `ebpf:"link_by_registers"`
+	NrCreat                 *ebpf.Variable `ebpf:"nr_creat"`
+	NrOpen                  *ebpf.Variable `ebpf:"nr_open"`
+	NrOpenByHandleAt        *ebpf.Variable `ebpf:"nr_open_by_handle_at"`
+	NrOpenat                *ebpf.Variable `ebpf:"nr_openat"`
+	NrOpenat2               *ebpf.Variable `ebpf:"nr_openat2"`
 }
 
 // gatePrograms contains all programs after they have been loaded into the kernel.
@@ -285,8 +304,10 @@ type gateVariables struct {
 // It can be passed to loadGateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gatePrograms struct {
 	Nr1Gate                     *ebpf.Program `ebpf:"nr1_gate"`
+	Nr1GateCompatEnterAsk       *ebpf.Program `ebpf:"nr1_gate_compat_enter_ask"`
 	Nr1GateCompatEnterOpen      *ebpf.Program `ebpf:"nr1_gate_compat_enter_open"`
 	Nr1GateCompatExit           *ebpf.Program `ebpf:"nr1_gate_compat_exit"`
+	Nr1GateCompatExitAsk        *ebpf.Program `ebpf:"nr1_gate_compat_exit_ask"`
 	Nr1GateCompatExitOpen       *ebpf.Program `ebpf:"nr1_gate_compat_exit_open"`
 	Nr1GateCompatPtrace         *ebpf.Program `ebpf:"nr1_gate_compat_ptrace"`
 	Nr1GateEnterAccess          *ebpf.Program `ebpf:"nr1_gate_enter_access"`
@@ -318,8 +339,10 @@ type gatePrograms struct {
 func (p *gatePrograms) Close() error {
 	return _GateClose(
 		p.Nr1Gate,
+		p.Nr1GateCompatEnterAsk,
 		p.Nr1GateCompatEnterOpen,
 		p.Nr1GateCompatExit,
+		p.Nr1GateCompatExitAsk,
 		p.Nr1GateCompatExitOpen,
 		p.Nr1GateCompatPtrace,
 		p.Nr1GateEnterAccess,

@@ -101,6 +101,14 @@ func opener() {
 			if err = compat32.Available(); err == nil {
 				n, err = openInTaskWork(f[1], true)
 			}
+		case "access32": // access32 PATH: a 32-bit access(PATH, R_OK|W_OK)
+			if err = compat32.Available(); err == nil {
+				var low []byte
+				if low, err = compat32.Low(len(f[1]) + 1); err == nil {
+					copy(low, f[1])
+					_, err = compat32.Syscall(compat32.SysAccess, compat32.Addr(low), unix.R_OK|unix.W_OK)
+				}
+			}
 		case "open32": // open32 PATH: a 32-bit openat of PATH
 			if err = compat32.Available(); err == nil {
 				var low []byte

@@ -16,6 +16,7 @@ const (
 	SysOldMmap    = 90
 	SysPtrace     = 26
 	SysOpen       = 5
+	SysAccess     = 33
 	SysSocketcall = 102
 	SysMmap2      = 192
 	SysOpenat     = 295
