@@ -533,11 +533,12 @@ int nr1_gate_reclaim(void *ctx)
 	return 0;
 }
 
-// compat_asks says whether the thread is within a 32-bit syscall that asks the device's
-// permission without opening it: by its registers, and where probes follow the 32-bit
-// calls, by their mark (asks) too; where the raw syscall exit does, unless the thread is
-// poisoned by an earlier 32-bit ask's or open's return.
-static __always_inline bool compat_asks(__u64 thread, __u64 *asks)
+// compat_asks says whether the thread, of pod id, is within a 32-bit syscall that asks
+// the device's permission without opening it: by its registers, and where probes follow
+// the 32-bit calls, by their mark (asks) too; where the raw syscall exit does, unless
+// the thread is poisoned by an earlier 32-bit ask's or open's return, or its pod is a
+// tracer's (which may have written the registers at a syscall's exit, and let go).
+static __always_inline bool compat_asks(__u64 thread, __u64 *asks, __u64 id)
 {
 	long nr = NO_SYSCALL;
 	__u64 *slot;
@@ -546,6 +547,8 @@ static __always_inline bool compat_asks(__u64 thread, __u64 *asks)
 		return false;
 	if (!compat_by_exit)
 		return asks && *asks == COMPAT_ASK;
+	if (bpf_map_lookup_elem(&tracers, &id))
+		return false;
 	slot = bpf_map_lookup_elem(&compat_opening, &thread);
 	return !slot || *slot != POISONED;
 }
@@ -566,9 +569,11 @@ int nr1_gate(struct bpf_cgroup_dev_ctx *ctx)
 		return 1;
 	thread = bpf_get_current_pid_tgid();
 	asks = bpf_map_lookup_elem(&asking, &thread);
-	if ((asks && *asks == NATIVE_ASK) || compat_asks(thread, asks))
+	if (asks && *asks == NATIVE_ASK)
 		return 1;
 	b = pod(&id);
+	if (compat_asks(thread, asks, id))
+		return 1;
 	if (!b) {
 		__u64 *refuse = bpf_map_lookup_elem(&node, &setting);
 
