@@ -21,6 +21,7 @@ import (
 
 	"github.com/neureality-sdk/nr1-agent/agent/offer/nodelabels"
 	"github.com/neureality-sdk/nr1-agent/nr1"
+	"github.com/neureality-sdk/nr1-agent/nr1/manifest"
 )
 
 // TestPrevention turns the budget gate on, in each mode: a CG that tries to hold more
@@ -29,7 +30,8 @@ import (
 // more; a CG within its booking, a CG whose pool of short-lived workers opens at its
 // booking (a minute of it, through the agent's restart) and the host's own processes
 // are never refused; the gate keeps refusing through an agent restart; turned off, the
-// gate is removed.
+// gate is removed. A 32-bit CG (nr1-load32, its opens through the kernel's compat
+// entries) is held to its booking, and its worker pool never refused, alike.
 func TestPrevention(t *testing.T) {
 	c := client(t)
 	t.Cleanup(func() {
@@ -43,8 +45,12 @@ func TestPrevention(t *testing.T) {
 	resnet := nr1.Amounts{3, 0, 2392, 7}
 	for _, mode := range []string{"devicePlugin", "dra"} {
 		t.Run(mode, func(t *testing.T) {
-			cg := func(name string, args ...string) *corev1.Pod {
-				return running(t, c, createPod(t, c, loadPod(name, args...)))
+			cg := func(name string, bits32 bool, args ...string) *corev1.Pod {
+				p := loadPod(name, args...)
+				if bits32 {
+					p.Spec.Containers[0].Command = []string{"/nr1-load32"}
+				}
+				return running(t, c, createPod(t, c, p))
 			}
 			if mode == "dra" {
 				node := nodeName(t, c)
@@ -66,8 +72,13 @@ func TestPrevention(t *testing.T) {
 			})
 			if mode == "dra" {
 				newNamespace(t, c, draNS) // removed while the DRA driver still runs
-				cg = func(name string, args ...string) *corev1.Pod {
-					return runningPod(t, c, draCG(t, c, name, resnet, args...))
+				cg = func(name string, bits32 bool, args ...string) *corev1.Pod {
+					hh := loadContainer("health-handler", args...)
+					hh.Resources.Claims = []corev1.ResourceClaim{{Name: manifest.RequestName}}
+					if bits32 {
+						hh.Command = []string{"/nr1-load32"}
+					}
+					return runningPod(t, c, createDRAPod(t, c, name, resnet, corev1.PodSpec{Containers: []corev1.Container{hh}}))
 				}
 			}
 			// DRA's prepare step books a pod before its cgroup is made, the device
@@ -83,23 +94,27 @@ func TestPrevention(t *testing.T) {
 }
 
 // checkPrevention runs the CGs of TestPrevention, made by cg with the ResNet-50 booking.
-func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, args ...string) *corev1.Pod, poolFor time.Duration) {
+func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, bits32 bool, args ...string) *corev1.Pod, poolFor time.Duration) {
 	// Booked 7: 5, then 9 asked for, then a try every second.
-	hog := cg("gated-hog", "--queues=5", "--step=6s:queues=9", "--probe=1s")
-	within := cg("gated-within", "--queues=7")
+	hog := cg("gated-hog", false, "--queues=5", "--step=6s:queues=9", "--probe=1s")
+	hog32 := cg("gated-hog32", true, "--queues=5", "--step=6s:queues=9", "--probe=1s")
+	within := cg("gated-within", false, "--queues=7")
 	// Booked 7: 3 held, and 4 workers that each open one, hold it 150 ms and exit, one
 	// after another, through an agent restart: at its booking all along.
-	pool := cg("gated-pool", "--queues=3", "--pool=4", "--pool-hold=150ms")
+	pool := cg("gated-pool", false, "--queues=3", "--pool=4", "--pool-hold=150ms")
+	pool32 := cg("gated-pool32", true, "--queues=3", "--pool=4", "--pool-hold=150ms")
 	poolStarted := time.Now()
-	waitReason(t, c, hog, "NR1OpenRefused", 40*time.Second)
-	if _, ok := logLineAt(t, c, hog, "health-handler", "refused: opening queue 8 of"); !ok {
-		t.Fatal("the hog's eighth open was not refused")
-	}
-	if _, ok := logLineAt(t, c, hog, "health-handler", " queues=7 "); !ok {
-		t.Fatal("the hog does not hold the 7 it booked")
-	}
-	if _, ok := logLineAt(t, c, hog, "health-handler", "disk quota exceeded"); !ok {
-		t.Error("the refusal is not EDQUOT")
+	for _, h := range []*corev1.Pod{hog, hog32} {
+		waitReason(t, c, h, "NR1OpenRefused", 40*time.Second)
+		if _, ok := logLineAt(t, c, h, "health-handler", "refused: opening queue 8 of"); !ok {
+			t.Fatalf("%s's eighth open was not refused", h.Name)
+		}
+		if _, ok := logLineAt(t, c, h, "health-handler", " queues=7 "); !ok {
+			t.Fatalf("%s does not hold the 7 it booked", h.Name)
+		}
+		if _, ok := logLineAt(t, c, h, "health-handler", "disk quota exceeded"); !ok {
+			t.Errorf("%s's refusal is not EDQUOT", h.Name)
+		}
 	}
 
 	// The host's own processes are not the gate's: this test is one.
@@ -138,6 +153,9 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 			series("nr1_gate_refused_total", within): eq(0),
 			series("nr1_gate_held", within):          eq(7),
 			series("nr1_gate_refused_total", pool):   eq(0),
+			series("nr1_gate_refused_total", hog32):  atLeast(1),
+			series("nr1_gate_held", hog32):           eq(7),
+			series("nr1_gate_refused_total", pool32): eq(0),
 			`nr1_gate_false_refusals_total`:          eq(0),
 		} {
 			v, ok := seriesValue(body, s)
@@ -151,7 +169,8 @@ func checkPrevention(t *testing.T, c kubernetes.Interface, cg func(name string, 
 		return nil
 	})
 	checkPool(t, c, pool, poolStarted, poolFor)
-	for _, p := range []*corev1.Pod{hog, within, pool} {
+	checkPool(t, c, pool32, poolStarted, 0)
+	for _, p := range []*corev1.Pod{hog, hog32, within, pool, pool32} {
 		for _, ev := range nr1Events(t, c, p) {
 			if ev.Reason != "NR1OpenRefused" {
 				t.Errorf("%s: %s %s: a ladder acted on a CG that never held more than it booked", p.Name, ev.Reason, ev.Message)
