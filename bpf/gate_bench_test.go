@@ -64,19 +64,7 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 		b.Skip("needs root: cgroups, bpffs, BPF")
 	}
 	if loaded != "none" {
-		fp, err := LoadFootprint()
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			b.Skipf("kernel lacks what the footprint needs: %v", err)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = fp.Close() })
-		ch, err := fp.WatchChanges()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = ch.Close() })
+		watchFootprint(b)
 	}
 	f := newGateBench(b, strings.HasPrefix(loaded, "gate"), GateOptions{ByEntries: loaded == "gate-entries"})
 	path := "/dev/null"
@@ -101,6 +89,25 @@ func benchmarkGate(b *testing.B, file string, inPod bool, loaded string) {
 		}
 		_ = unix.Close(fd)
 	}
+}
+
+// watchFootprint loads the footprint's programs and attaches its tracepoints, as the
+// agent runs them beside the gate, until b ends.
+func watchFootprint(b *testing.B) {
+	b.Helper()
+	fp, err := LoadFootprint()
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		b.Skipf("kernel lacks what the footprint needs: %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = fp.Close() })
+	ch, err := fp.WatchChanges()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ch.Close() })
 }
 
 type gateBench struct {
@@ -243,19 +250,7 @@ func BenchmarkGateCompatExit(b *testing.B) {
 				if os.Geteuid() != 0 {
 					b.Skip("needs root: cgroups, bpffs, BPF")
 				}
-				fp, err := LoadFootprint()
-				if errors.Is(err, ebpf.ErrNotSupported) {
-					b.Skipf("kernel lacks what the footprint needs: %v", err)
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = fp.Close() })
-				ch, err := fp.WatchChanges()
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = ch.Close() })
+				watchFootprint(b)
 				f := newGateBench(b, true, GateOptions{Compat: way})
 				if f.gate.CompatByExit != (way == CompatByExit) {
 					b.Skipf("the gate follows 32-bit opens by their exit: %v (registers unread here: %s)", f.gate.CompatByExit, f.gate.NotByRegisters)
