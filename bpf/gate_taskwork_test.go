@@ -129,6 +129,11 @@ func notifyOpenat(compat bool) (int, error) {
 // superviseENOSYS answers the one openat notify hands it with ENOSYS, having written to
 // pipe first: the pipe's reader is then run as task work on the opener's thread.
 func superviseENOSYS(notify, pipe int) error {
+	// A call the filter never hands over leaves RECV blocked for ever: bounded.
+	fds := []unix.PollFd{{Fd: int32(notify), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 10_000); err != nil || n == 0 {
+		return fmt.Errorf("the supervised openat never reached its supervisor in 10 s (poll: %d): %w", n, err)
+	}
 	var req [0x50]byte // struct seccomp_notif
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(notify), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&req))); errno != 0 {
 		return fmt.Errorf("receiving the notification: %w", errno)

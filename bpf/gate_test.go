@@ -875,7 +875,10 @@ func TestGateLinksNoGrantAfterAnOpenReturnedAsUnderWay(t *testing.T) {
 			f := newGateFixture(t, false)
 			id, cg := f.pod("pod", 2)
 			o := f.opener(cg)
+			// Bounded: a supervised call the kernel never hands back would hang the run.
+			stuck := time.AfterFunc(time.Minute, func() { _ = o.cmd.Process.Kill() })
 			o.must(c.taskwork + " " + f.queue)
+			stuck.Stop()
 			if c := f.held(id); c.Held != 1 || c.Granted != 1 {
 				t.Fatalf("after the io_uring open: %+v, want 1 held", c)
 			}
