@@ -303,10 +303,12 @@ static __always_inline bool compat_syscall(long *nr)
 static __always_inline bool in_compat(long *nr)
 {
 	struct task_struct___regs *task = (void *)bpf_get_current_task_btf();
-	void *regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
+	void *regs;
 
-	if (BPF_CORE_READ(task, ptrace) || !compat_syscall(nr))
+	// The thread's state first: every gated open, native ones too, asks it.
+	if (!compat_syscall(nr) || BPF_CORE_READ(task, ptrace))
 		return false;
+	regs = (void *)bpf_task_pt_regs((struct task_struct *)task);
 	if (amd64() && bpf_core_field_exists(((struct pt_regs___amd64 *)regs)->ax))
 		return (long)BPF_CORE_READ((struct pt_regs___amd64 *)regs, ax) == -ENOSYS;
 	if (arm64(regs))
